@@ -1,0 +1,40 @@
+/* Single-threaded target with a known call tree: main > outer > {hot_a ~70%, hot_b ~30%}.
+ * Both hot functions run the same loop; hot_a gets 7 units of work per round, hot_b 3.
+ * Usage: split7030 [seconds] (default 2). */
+#include <stdlib.h>
+#include <time.h>
+
+static volatile double sink;
+
+__attribute__((noinline)) void hot_a(long n) {
+    double s = 0;
+    for (long i = 0; i < n; i++) s += (double)i * 1.000001;
+    sink = s;
+}
+
+__attribute__((noinline)) void hot_b(long n) {
+    double s = 0;
+    for (long i = 0; i < n; i++) s += (double)i * 1.000001;
+    sink = s;
+}
+
+static volatile long rounds;
+
+__attribute__((noinline)) void outer(long unit) {
+    hot_a(7 * unit);
+    hot_b(3 * unit);
+    rounds++; /* keeps hot_b from being a tail call, which would hide outer */
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+    double seconds = argc > 1 ? atof(argv[1]) : 2.0;
+    double end = now() + seconds;
+    while (now() < end) outer(100000);
+    return 0;
+}

@@ -1,0 +1,26 @@
+//! sampler: a native sampling profiler for Linux.
+//!
+//! The crate is a one-way pipeline; each module only uses the ones above it:
+//!
+//! 1. [`record`]: talks to the kernel (`perf_event_open`, ring buffers, the launched
+//!    command) and hands over a [`record::Recording`], a time-ordered log of plain events.
+//!    It is the only module that knows about perf, and the only one with `unsafe`.
+//! 2. [`unwind`]: turns a sample's raw stack material (kernel callchain, user registers,
+//!    a small copy of the user stack) into a list of [`unwind::CodeAddress`]es.
+//! 3. [`profile`]: replays the recording's process and library maps, deduplicates the
+//!    unwound stacks into prefix tables (frames, stacks, samples), before any names.
+//! 4. [`symbolicate`]: names each unique address once and expands inline frames,
+//!    producing the final [`profile::Profile`].
+//! 5. [`calltree`] and [`emit`]: the CallNode tree and the output formats.
+//!
+//! [`binary`] and [`maps`] are shared, perf-free helpers: what a mapped ELF file is, and
+//! which file backs which address in a process over time.
+
+pub mod binary;
+pub mod calltree;
+pub mod emit;
+pub mod maps;
+pub mod profile;
+pub mod record;
+pub mod symbolicate;
+pub mod unwind;

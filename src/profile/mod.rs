@@ -1,0 +1,350 @@
+//! The profile data model: prefix tables as the Firefox Profiler defines them (design §2).
+//!
+//! Two stages share these types:
+//! - [`RawProfile`] (built by [`build`] from a recording): each unique stack is interned
+//!   as (prefix, [`AddressFrame`]), an address in a library, before any names are known.
+//! - [`Profile`] (made by the symbolicator): frames carry funcs, lines and inline depths;
+//!   one address may have become several frames, one per inline level.
+//!
+//! Invariants, for both stages: every index is in range; a stack's prefix comes before it
+//! in the stack table, so one pass from last to first can accumulate times.
+
+pub mod build;
+
+pub use build::build;
+
+macro_rules! index_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub u32);
+
+        impl $name {
+            pub fn new(i: usize) -> Self {
+                Self(u32::try_from(i).expect("table larger than u32"))
+            }
+            pub fn index(self) -> usize {
+                self.0 as usize
+            }
+        }
+    };
+}
+
+index_type!(
+    /// Index into [`Profile::libs`] / [`RawProfile::libs`].
+    LibIndex
+);
+index_type!(
+    /// Index into [`RawProfile::address_frames`].
+    AddressFrameIndex
+);
+index_type!(
+    /// Index into [`RawProfile::stacks`].
+    RawStackIndex
+);
+index_type!(
+    /// Index into [`Profile::funcs`].
+    FuncIndex
+);
+index_type!(
+    /// Index into [`Profile::frames`].
+    FrameIndex
+);
+index_type!(
+    /// Index into [`Profile::stacks`].
+    StackIndex
+);
+index_type!(
+    /// Index into [`Profile::native_symbols`].
+    NativeSymbolIndex
+);
+index_type!(
+    /// Index into the `processes` of a profile.
+    ProcessIndex
+);
+
+/// What kind of code a frame is in; becomes the frame's category in viewers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CodeKind {
+    User,
+    Kernel,
+    /// A marker frame that sampler inserted (for example `[truncated]`).
+    Marker,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LibKind {
+    /// An ELF file mapped into a process (executable, shared library).
+    File,
+    /// The kernel image with its modules; addresses are relative to `Lib::base`.
+    Kernel,
+    /// Memory with a pseudo-name and no file, like `[vdso]`.
+    Pseudo,
+}
+
+/// A library: a file that code was sampled in.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Lib {
+    pub name: String,
+    pub path: String,
+    pub build_id: Option<Vec<u8>>,
+    pub kind: LibKind,
+    /// What a lib-relative address is relative to, in the lib's own address space: 0 for
+    /// ELF files (relative addresses are the file's virtual addresses), the kernel's text
+    /// start for the kernel.
+    pub base: u64,
+}
+
+/// A raw frame: an address in a library. For a return address, `address` is already the
+/// return address minus one (see [`crate::unwind::CodeAddress::lookup_address`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AddressFrame {
+    /// `None` for code outside any known file (JIT, anonymous memory) and for markers.
+    pub lib: Option<LibIndex>,
+    /// Lib-relative when `lib` is set, else the absolute address (0 for markers).
+    pub address: u64,
+    pub kind: CodeKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RawStack {
+    pub prefix: Option<RawStackIndex>,
+    pub frame: AddressFrameIndex,
+}
+
+/// One sample of a thread. `S` is the stack index type of the profile stage.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SampleRow<S> {
+    /// Milliseconds since the start of the profile.
+    pub time_ms: f64,
+    pub stack: S,
+    pub weight: u32,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Thread<S> {
+    pub tid: i32,
+    pub process: ProcessIndex,
+    pub name: String,
+    pub is_main: bool,
+    pub start_ms: f64,
+    pub end_ms: Option<f64>,
+    pub samples: Vec<SampleRow<S>>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Process {
+    pub pid: i32,
+    pub name: String,
+    pub start_ms: f64,
+    pub end_ms: Option<f64>,
+}
+
+/// Facts about the recording that travel with the profile.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Meta {
+    pub start_unix_ms: f64,
+    /// Sampling interval in milliseconds (1000 / frequency).
+    pub interval_ms: f64,
+    pub duration_ms: f64,
+    /// "cycles" or "cpu-clock".
+    pub event: String,
+    pub frequency_hz: u64,
+    pub command: Vec<String>,
+    pub lost_samples: u64,
+    pub throttled: u64,
+    pub kernel_included: bool,
+    /// Samples whose stack was cut short (they end in a `[truncated]` frame).
+    pub truncated_stacks: u64,
+    /// Samples in which a caller skipped by the frame-pointer chain was restored.
+    pub restored_callers: u64,
+}
+
+/// The profile before symbolication.
+#[derive(Clone, Debug)]
+pub struct RawProfile {
+    pub meta: Meta,
+    pub libs: Vec<Lib>,
+    pub address_frames: Vec<AddressFrame>,
+    pub stacks: Vec<RawStack>,
+    pub processes: Vec<Process>,
+    pub threads: Vec<Thread<RawStackIndex>>,
+}
+
+/// A function: what call trees group frames by.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Func {
+    pub name: String,
+    pub file: Option<String>,
+    pub lib: Option<LibIndex>,
+}
+
+/// The machine-code symbol that covers a frame's address (the outer function of an
+/// inline stack).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NativeSymbol {
+    pub lib: LibIndex,
+    /// Lib-relative start address.
+    pub address: u64,
+    pub size: Option<u64>,
+    pub name: String,
+}
+
+/// A symbolicated frame. Frames of one address share `lib`, `address` and
+/// `native_symbol` and differ in `inline_depth` (0 = the outer, real function).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub func: FuncIndex,
+    pub lib: Option<LibIndex>,
+    pub address: Option<u64>,
+    pub inline_depth: u32,
+    pub native_symbol: Option<NativeSymbolIndex>,
+    pub line: Option<u32>,
+    pub kind: CodeKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Stack {
+    pub prefix: Option<StackIndex>,
+    pub frame: FrameIndex,
+}
+
+/// The symbolicated profile that every output is made from.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    pub meta: Meta,
+    pub libs: Vec<Lib>,
+    pub funcs: Vec<Func>,
+    pub native_symbols: Vec<NativeSymbol>,
+    pub frames: Vec<Frame>,
+    pub stacks: Vec<Stack>,
+    pub processes: Vec<Process>,
+    pub threads: Vec<Thread<StackIndex>>,
+    /// Libraries in which some frame found no symbol (the frame stays `0x…`).
+    pub libs_without_symbols: Vec<LibIndex>,
+}
+
+/// Interns values into a table, giving each distinct value one index.
+#[derive(Clone, Debug)]
+pub struct Interner<T, I> {
+    pub items: Vec<T>,
+    map: std::collections::HashMap<T, I>,
+}
+
+impl<T, I> Default for Interner<T, I> {
+    fn default() -> Self {
+        Interner {
+            items: Vec::new(),
+            map: std::collections::HashMap::new(),
+        }
+    }
+}
+
+impl<T: Clone + Eq + std::hash::Hash, I: Copy> Interner<T, I> {
+    pub fn intern(&mut self, item: T, make_index: impl Fn(usize) -> I) -> I {
+        if let Some(&i) = self.map.get(&item) {
+            return i;
+        }
+        let i = make_index(self.items.len());
+        self.items.push(item.clone());
+        self.map.insert(item, i);
+        i
+    }
+}
+
+impl Profile {
+    /// The funcs of a stack, root first.
+    pub fn func_path(&self, stack: StackIndex) -> Vec<FuncIndex> {
+        let mut path = Vec::new();
+        let mut cur = Some(stack);
+        while let Some(s) = cur {
+            let st = self.stacks[s.index()];
+            path.push(self.frames[st.frame.index()].func);
+            cur = st.prefix;
+        }
+        path.reverse();
+        path
+    }
+
+    pub fn func_name(&self, func: FuncIndex) -> &str {
+        &self.funcs[func.index()].name
+    }
+
+    /// A profile with one thread whose samples are given as function-name paths (root
+    /// first). For tests and for importing stacks that have no addresses.
+    pub fn from_named_stacks(samples: &[&[&str]]) -> Profile {
+        let mut funcs: Interner<Func, FuncIndex> = Interner::default();
+        let mut frames: Interner<Frame, FrameIndex> = Interner::default();
+        let mut stacks: Interner<Stack, StackIndex> = Interner::default();
+        let mut rows = Vec::new();
+        for (i, path) in samples.iter().enumerate() {
+            let mut prefix = None;
+            for name in path.iter() {
+                let func = funcs.intern(
+                    Func {
+                        name: name.to_string(),
+                        file: None,
+                        lib: None,
+                    },
+                    FuncIndex::new,
+                );
+                let frame = frames.intern(
+                    Frame {
+                        func,
+                        lib: None,
+                        address: None,
+                        inline_depth: 0,
+                        native_symbol: None,
+                        line: None,
+                        kind: CodeKind::User,
+                    },
+                    FrameIndex::new,
+                );
+                prefix = Some(stacks.intern(Stack { prefix, frame }, StackIndex::new));
+            }
+            if let Some(stack) = prefix {
+                rows.push(SampleRow {
+                    time_ms: i as f64,
+                    stack,
+                    weight: 1,
+                });
+            }
+        }
+        Profile {
+            meta: Meta {
+                start_unix_ms: 0.0,
+                interval_ms: 1.0,
+                duration_ms: samples.len() as f64,
+                event: "synthetic".into(),
+                frequency_hz: 1000,
+                command: Vec::new(),
+                lost_samples: 0,
+                throttled: 0,
+                kernel_included: false,
+                truncated_stacks: 0,
+                restored_callers: 0,
+            },
+            libs: Vec::new(),
+            funcs: funcs.items,
+            native_symbols: Vec::new(),
+            frames: frames.items,
+            stacks: stacks.items,
+            processes: vec![Process {
+                pid: 1,
+                name: "synthetic".into(),
+                start_ms: 0.0,
+                end_ms: None,
+            }],
+            threads: vec![Thread {
+                tid: 1,
+                process: ProcessIndex(0),
+                name: "synthetic".into(),
+                is_main: true,
+                start_ms: 0.0,
+                end_ms: None,
+                samples: rows,
+            }],
+            libs_without_symbols: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,438 @@
+//! Recording: everything that knows about perf. It launches the command, opens one
+//! sampling event per CPU that follows every thread and child process, drains the ring
+//! buffers while the command runs, and hands over a [`Recording`]: a time-ordered log of
+//! plain events (samples, library maps, thread names, forks, exits, losses) that the rest
+//! of the pipeline consumes without knowing where it came from.
+
+mod events;
+mod launch;
+mod sys;
+
+use std::collections::HashSet;
+use std::io::{IsTerminal, Write};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use perf_event_open_sys::bindings as pb;
+
+pub use events::{Event, EventKind, Mapping, Sample, UserRegs};
+
+/// What the sampling event was, as shown to the user and written into the profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SamplingEvent {
+    /// `PERF_TYPE_HARDWARE / PERF_COUNT_HW_CPU_CYCLES`: needs a hardware PMU.
+    Cycles,
+    /// `PERF_TYPE_SOFTWARE / PERF_COUNT_SW_CPU_CLOCK`: a timer, works everywhere.
+    CpuClock,
+}
+
+impl SamplingEvent {
+    pub fn name(self) -> &'static str {
+        match self {
+            SamplingEvent::Cycles => "cycles",
+            SamplingEvent::CpuClock => "cpu-clock",
+        }
+    }
+}
+
+/// The result of a recording session: what was sampled and how, and the event log.
+#[derive(Clone, Debug)]
+pub struct Recording {
+    pub event: SamplingEvent,
+    /// The sampling frequency actually requested from the kernel, in Hz.
+    pub frequency_hz: u64,
+    /// Wall-clock time of `start_ns`, in milliseconds since the Unix epoch.
+    pub start_unix_ms: f64,
+    /// CLOCK_MONOTONIC time (ns) at which recording started; event times use this clock.
+    pub start_ns: u64,
+    /// CLOCK_MONOTONIC time (ns) at which recording stopped.
+    pub end_ns: u64,
+    /// The events, sorted by time.
+    pub events: Vec<Event>,
+    /// Samples the kernel could not write because a ring buffer was full (LOST records),
+    /// plus samples it dropped itself (LOST_SAMPLES records).
+    pub lost_samples: u64,
+    /// Times the kernel throttled the event because it fired too often.
+    pub throttled: u64,
+    /// Whether kernel frames were recorded (false when the kernel refused).
+    pub kernel_included: bool,
+    /// The frame limit the kernel applied to callchains (user + kernel).
+    pub max_stack: u16,
+    /// The command line that was profiled.
+    pub command: Vec<String>,
+    /// The pid of the launched command.
+    pub root_pid: i32,
+}
+
+/// What `sampler record` was asked to do.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    pub command: Vec<String>,
+    pub frequency_hz: u64,
+    /// Data pages per ring buffer (a power of two).
+    pub mmap_pages: usize,
+}
+
+/// Why the launched command ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommandExit {
+    Code(i32),
+    Signal(i32),
+}
+
+impl CommandExit {
+    /// The exit code a shell would report: the code, or 128 + the signal number.
+    pub fn shell_code(self) -> i32 {
+        match self {
+            CommandExit::Code(c) => c,
+            CommandExit::Signal(s) => 128 + s,
+        }
+    }
+}
+
+/// Bytes of user stack copied with every sample. The copy lets the unwinder read the
+/// return address of a frameless leaf function (one that has not pushed RBP, which gcc
+/// does for every -O2 leaf even with -fno-omit-frame-pointer): it lies at
+/// `sp + CFA offset - 8`, and 512 bytes cover leaves with up to ~500 bytes of locals
+/// while keeping a sample record around 700 bytes.
+pub const STACK_COPY_BYTES: u32 = 512;
+
+/// x86-64 perf register numbers (asm/perf_regs.h) of the user registers we copy.
+const PERF_REG_X86_BP: u64 = 6;
+const PERF_REG_X86_SP: u64 = 7;
+const PERF_REG_X86_IP: u64 = 8;
+const USER_REGS_MASK: u64 =
+    (1 << PERF_REG_X86_BP) | (1 << PERF_REG_X86_SP) | (1 << PERF_REG_X86_IP);
+
+/// How often the loop wakes up to drain buffers and refresh the status line even when the
+/// kernel has not signalled a full watermark.
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+fn read_sysctl(name: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The CPUs that are online, from `/sys/devices/system/cpu/online` ("0-3,5").
+pub fn online_cpus() -> Vec<i32> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let mut bounds = part.split('-').map(|n| n.parse::<i32>());
+        match (bounds.next(), bounds.next()) {
+            (Some(Ok(a)), Some(Ok(b))) => cpus.extend(a..=b),
+            (Some(Ok(a)), None) => cpus.push(a),
+            _ => {}
+        }
+    }
+    if cpus.is_empty() {
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+        cpus.extend(0..n as i32);
+    }
+    cpus
+}
+
+/// The attribute of our sampling event, before the event type is chosen.
+fn base_attr(frequency_hz: u64, max_stack: u16, include_kernel: bool) -> pb::perf_event_attr {
+    let mut attr = pb::perf_event_attr {
+        size: std::mem::size_of::<pb::perf_event_attr>() as u32,
+        sample_type: (pb::PERF_SAMPLE_IP
+            | pb::PERF_SAMPLE_TID
+            | pb::PERF_SAMPLE_TIME
+            | pb::PERF_SAMPLE_CPU
+            | pb::PERF_SAMPLE_PERIOD
+            | pb::PERF_SAMPLE_CALLCHAIN
+            | pb::PERF_SAMPLE_REGS_USER
+            | pb::PERF_SAMPLE_STACK_USER) as u64,
+        sample_regs_user: USER_REGS_MASK,
+        sample_stack_user: STACK_COPY_BYTES,
+        sample_max_stack: max_stack,
+        clockid: libc::CLOCK_MONOTONIC,
+        ..Default::default()
+    };
+    attr.__bindgen_anon_1.sample_freq = frequency_hz;
+    attr.set_freq(1);
+    attr.set_disabled(1);
+    attr.set_inherit(1);
+    attr.set_enable_on_exec(1);
+    attr.set_mmap(1);
+    attr.set_mmap2(1);
+    attr.set_comm(1);
+    attr.set_comm_exec(1);
+    attr.set_task(1);
+    attr.set_sample_id_all(1);
+    attr.set_use_clockid(1);
+    attr.set_exclude_hv(1);
+    attr.set_exclude_kernel(u64::from(!include_kernel));
+    attr
+}
+
+/// The perf events of one recording, one per CPU, each with its ring buffer.
+struct OpenEvents {
+    event: SamplingEvent,
+    kernel_included: bool,
+    attr: pb::perf_event_attr,
+    fds: Vec<std::os::fd::OwnedFd>,
+    rings: Vec<sys::RingBuffer>,
+}
+
+fn open_on_all_cpus(
+    attr: &pb::perf_event_attr,
+    pid: i32,
+    cpus: &[i32],
+) -> std::io::Result<Vec<std::os::fd::OwnedFd>> {
+    cpus.iter()
+        .map(|&cpu| sys::perf_event_open(attr, pid, cpu))
+        .collect()
+}
+
+/// Opens the sampling events on `pid`: cycles if the PMU has them, else cpu-clock; with
+/// kernel frames if allowed, else without.
+fn open_events(
+    pid: i32,
+    frequency_hz: u64,
+    max_stack: u16,
+    mmap_pages: usize,
+) -> Result<OpenEvents> {
+    let cpus = online_cpus();
+    let mut last_error = None;
+    for include_kernel in [true, false] {
+        for event in [SamplingEvent::Cycles, SamplingEvent::CpuClock] {
+            let mut attr = base_attr(frequency_hz, max_stack, include_kernel);
+            match event {
+                SamplingEvent::Cycles => {
+                    attr.type_ = pb::PERF_TYPE_HARDWARE;
+                    attr.config = pb::PERF_COUNT_HW_CPU_CYCLES as u64;
+                }
+                SamplingEvent::CpuClock => {
+                    attr.type_ = pb::PERF_TYPE_SOFTWARE;
+                    attr.config = pb::PERF_COUNT_SW_CPU_CLOCK as u64;
+                }
+            }
+            match open_on_all_cpus(&attr, pid, &cpus) {
+                Ok(fds) => {
+                    let rings = fds
+                        .iter()
+                        .map(|fd| sys::RingBuffer::map(fd, mmap_pages))
+                        .collect::<std::io::Result<Vec<_>>>()
+                        .context(
+                            "could not map the perf ring buffers (try a smaller -m / --mmap-pages)",
+                        )?;
+                    return Ok(OpenEvents {
+                        event,
+                        kernel_included: include_kernel,
+                        attr,
+                        fds,
+                        rings,
+                    });
+                }
+                Err(e) => last_error = Some(e),
+            }
+        }
+    }
+    let e = last_error.expect("at least one attempt");
+    if e.raw_os_error() == Some(libc::EACCES) || e.raw_os_error() == Some(libc::EPERM) {
+        let paranoid = read_sysctl("perf_event_paranoid").map_or("?".into(), |v| v.to_string());
+        bail!(
+            "no permission to use perf_event_open (kernel.perf_event_paranoid = {paranoid}): \
+             run sampler with sudo, or lower it with `sudo sysctl kernel.perf_event_paranoid=1`"
+        );
+    }
+    Err(e).context("perf_event_open failed for both the cycles and the cpu-clock event")
+}
+
+fn monotonic_ns() -> u64 {
+    let ts =
+        nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+/// Live counters for the status line and the summary.
+#[derive(Default)]
+struct Progress {
+    samples: u64,
+    lost: u64,
+    throttled: u64,
+    tids: HashSet<i32>,
+}
+
+/// Launches `opts.command`, samples it until it exits, and returns what was recorded with
+/// the way the command ended. Ctrl-C and SIGTERM are forwarded to the command (a tty's
+/// Ctrl-C already reached it) and a second one kills it; recording then still finishes.
+pub fn record_command(opts: &RecordOptions) -> Result<(Recording, CommandExit)> {
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGINT);
+    signals.add(Signal::SIGTERM);
+    signals.add(Signal::SIGCHLD);
+    launch::block_signals(&signals)?;
+    let signal_fd = SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
+
+    let max_rate = read_sysctl("perf_event_max_sample_rate").unwrap_or(u64::MAX);
+    let mut frequency_hz = opts.frequency_hz;
+    if frequency_hz > max_rate {
+        eprintln!(
+            "sampler: warning: -F {frequency_hz} is above kernel.perf_event_max_sample_rate ({max_rate}); using {max_rate} Hz"
+        );
+        frequency_hz = max_rate;
+    }
+    let max_stack = read_sysctl("perf_event_max_stack")
+        .unwrap_or(127)
+        .min(u16::MAX as u64) as u16;
+
+    let mut child = launch::GatedChild::spawn(&opts.command, &signals)
+        .with_context(|| format!("could not start `{}`", opts.command.join(" ")))?;
+    let mut events = match open_events(child.pid.as_raw(), frequency_hz, max_stack, opts.mmap_pages)
+    {
+        Ok(e) => e,
+        Err(e) => {
+            drop(child);
+            let _ = waitpid(None, None);
+            return Err(e);
+        }
+    };
+    eprintln!(
+        "sampler: sampling `{}` with {} at {} Hz{}",
+        opts.command.join(" "),
+        events.event.name(),
+        frequency_hz,
+        match (events.event, events.kernel_included) {
+            (SamplingEvent::CpuClock, true) =>
+                " (no hardware cycles counter here: using the cpu-clock timer)",
+            (SamplingEvent::CpuClock, false) =>
+                " (no hardware cycles counter; kernel frames not permitted)",
+            (SamplingEvent::Cycles, false) => " (kernel frames not permitted)",
+            (SamplingEvent::Cycles, true) => "",
+        }
+    );
+
+    let parser = events::Parser::new(&events.attr);
+    let start_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+    let start_ns = monotonic_ns();
+    if let Err(e) = child.release() {
+        let _ = waitpid(child.pid, None);
+        bail!("could not run `{}`: {e}", opts.command[0]);
+    }
+
+    let mut log: Vec<Event> = Vec::new();
+    let mut progress = Progress::default();
+    let status_line = std::io::stderr().is_terminal();
+    let mut last_status = Instant::now();
+    let mut interrupts = 0;
+    let exit = loop {
+        {
+            let mut poll_fds: Vec<PollFd> = vec![PollFd::new(signal_fd.as_fd(), PollFlags::POLLIN)];
+            poll_fds.extend(
+                events
+                    .fds
+                    .iter()
+                    .map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN)),
+            );
+            let timeout = PollTimeout::from(POLL_INTERVAL.as_millis() as u16);
+            match nix::poll::poll(&mut poll_fds, timeout) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e).context("poll"),
+            }
+        }
+        drain_all(&mut events.rings, &parser, &mut log, &mut progress);
+        let mut child_exit = None;
+        while let Ok(Some(info)) = signal_fd.read_signal() {
+            let signo = info.ssi_signo as i32;
+            if signo == libc::SIGCHLD {
+                continue;
+            }
+            interrupts += 1;
+            let from_tty = info.ssi_code == libc::SI_KERNEL;
+            let forward = if interrupts > 1 {
+                Some(Signal::SIGKILL)
+            } else if !from_tty || signo == libc::SIGTERM {
+                Signal::try_from(signo).ok()
+            } else {
+                None
+            };
+            if let Some(sig) = forward {
+                let _ = nix::sys::signal::kill(child.pid, sig);
+            }
+        }
+        match waitpid(child.pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, code)) => child_exit = Some(CommandExit::Code(code)),
+            Ok(WaitStatus::Signaled(_, sig, _)) => {
+                child_exit = Some(CommandExit::Signal(sig as i32))
+            }
+            Ok(_) => {}
+            Err(nix::errno::Errno::ECHILD) => child_exit = Some(CommandExit::Code(0)),
+            Err(e) => return Err(e).context("waitpid"),
+        }
+        if let Some(exit) = child_exit {
+            break exit;
+        }
+        if status_line && last_status.elapsed() >= Duration::from_millis(250) {
+            eprint!(
+                "\rsampler: {} samples, {} threads, {} lost   ",
+                progress.samples,
+                progress.tids.len(),
+                progress.lost
+            );
+            let _ = std::io::stderr().flush();
+            last_status = Instant::now();
+        }
+    };
+    for fd in &events.fds {
+        let _ = sys::disable(fd);
+    }
+    drain_all(&mut events.rings, &parser, &mut log, &mut progress);
+    let end_ns = monotonic_ns();
+    if status_line {
+        eprint!("\r\x1b[K");
+    }
+    // Each CPU's buffer is in time order, but the buffers interleave.
+    log.sort_by_key(|e| e.time_ns);
+    let recording = Recording {
+        event: events.event,
+        frequency_hz,
+        start_unix_ms,
+        start_ns,
+        end_ns,
+        events: log,
+        lost_samples: progress.lost,
+        throttled: progress.throttled,
+        kernel_included: events.kernel_included,
+        max_stack,
+        command: opts.command.clone(),
+        root_pid: child.pid.as_raw(),
+    };
+    Ok((recording, exit))
+}
+
+fn drain_all(
+    rings: &mut [sys::RingBuffer],
+    parser: &events::Parser,
+    log: &mut Vec<Event>,
+    progress: &mut Progress,
+) {
+    for ring in rings.iter_mut() {
+        ring.drain(|record| {
+            if let Some(event) = parser.parse(record) {
+                match &event.kind {
+                    EventKind::Sample(s) => {
+                        progress.samples += 1;
+                        progress.tids.insert(s.tid);
+                    }
+                    EventKind::Lost { count } => progress.lost += count,
+                    EventKind::Throttle => progress.throttled += 1,
+                    _ => {}
+                }
+                log.push(event);
+            }
+        });
+    }
+}

@@ -1,0 +1,75 @@
+//! DWARF line and inline information through `addr2line`: for one address, the chain of
+//! functions the compiler inlined there, each with its file and line.
+
+use std::borrow::Cow;
+use std::rc::Rc;
+
+use gimli::{EndianRcSlice, RunTimeEndian};
+use object::{Object, ObjectSection};
+
+/// One function level at an address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceFrame {
+    /// Demangled function name (`"??"` when DWARF has none).
+    pub function: String,
+    pub file: Option<String>,
+    /// The line executing in this function: for an outer level, the line of the call
+    /// that was inlined.
+    pub line: Option<u32>,
+}
+
+type Reader = EndianRcSlice<RunTimeEndian>;
+
+pub struct DwarfInfo {
+    context: addr2line::Context<Reader>,
+}
+
+impl DwarfInfo {
+    /// Loads the DWARF sections of `file` (compressed ones are inflated); `None` when it
+    /// has no `.debug_info`.
+    pub fn load(file: &object::File<'_>) -> Option<DwarfInfo> {
+        file.section_by_name(".debug_info")?;
+        let endian = if file.is_little_endian() {
+            RunTimeEndian::Little
+        } else {
+            RunTimeEndian::Big
+        };
+        let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
+            let data: Cow<[u8]> = file
+                .section_by_name(id.name())
+                .and_then(|s| s.uncompressed_data().ok())
+                .unwrap_or(Cow::Borrowed(&[]));
+            Ok(EndianRcSlice::new(Rc::from(&*data), endian))
+        };
+        let dwarf = gimli::Dwarf::load(load).ok()?;
+        let context = addr2line::Context::from_dwarf(dwarf).ok()?;
+        Some(DwarfInfo { context })
+    }
+
+    /// The functions at `address` (in the file's address space), outer first. Empty when
+    /// DWARF does not cover the address.
+    pub fn frames(&self, address: u64) -> Vec<SourceFrame> {
+        let mut out = Vec::new();
+        let Ok(mut iter) = self.context.find_frames(address).skip_all_loads() else {
+            return out;
+        };
+        while let Ok(Some(frame)) = iter.next() {
+            let function = frame
+                .function
+                .as_ref()
+                .and_then(|f| f.demangle().ok().map(Cow::into_owned))
+                .unwrap_or_else(|| "??".to_string());
+            let (file, line) = frame
+                .location
+                .as_ref()
+                .map_or((None, None), |l| (l.file.map(str::to_string), l.line));
+            out.push(SourceFrame {
+                function,
+                file,
+                line,
+            });
+        }
+        out.reverse();
+        out
+    }
+}

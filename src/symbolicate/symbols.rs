@@ -1,0 +1,172 @@
+//! Symbol tables: ELF `.symtab`/`.dynsym` and `/proc/kallsyms`, with the lookup rule of
+//! design §2 (the symbol with the highest start address at or below the address), and
+//! demangling of Rust and C++ names.
+
+use object::{Object, ObjectSymbol, SymbolKind};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Symbol {
+    pub address: u64,
+    /// Size in bytes, when the table gives one.
+    pub size: Option<u64>,
+    /// Demangled name.
+    pub name: String,
+}
+
+/// Symbols sorted by start address, at most one per address.
+#[derive(Clone, Debug, Default)]
+pub struct SymbolMap {
+    symbols: Vec<Symbol>,
+}
+
+impl SymbolMap {
+    /// Builds the map; of several symbols at one address the first one given wins, so
+    /// callers list preferred symbols (sized, global) first.
+    pub fn new(mut symbols: Vec<Symbol>) -> SymbolMap {
+        // A stable sort keeps the caller's preference order among equal addresses.
+        symbols.sort_by_key(|s| s.address);
+        symbols.dedup_by_key(|s| s.address);
+        SymbolMap { symbols }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.symbols.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.symbols.len()
+    }
+
+    /// The symbol with the highest start address `<= address`.
+    pub fn lookup(&self, address: u64) -> Option<&Symbol> {
+        let i = self.symbols.partition_point(|s| s.address <= address);
+        self.symbols.get(i.checked_sub(1)?)
+    }
+
+    /// The function symbols of an ELF file, from `.symtab` and `.dynsym`.
+    pub fn from_elf(file: &object::File<'_>) -> SymbolMap {
+        let mut symbols: Vec<(bool, Symbol)> = file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.address() != 0)
+            .filter_map(|s| {
+                let name = s.name().ok()?;
+                if name.is_empty() {
+                    return None;
+                }
+                Some((
+                    s.is_global(),
+                    Symbol {
+                        address: s.address(),
+                        size: (s.size() > 0).then_some(s.size()),
+                        name: demangle(name),
+                    },
+                ))
+            })
+            .collect();
+        // Prefer sized, then global symbols where several share an address.
+        symbols.sort_by_key(|(global, s)| (s.address, s.size.is_none(), !global));
+        SymbolMap::new(symbols.into_iter().map(|(_, s)| s).collect())
+    }
+
+    /// Parses `/proc/kallsyms` text; `None` when the addresses are hidden (all zero).
+    pub fn from_kallsyms(text: &str) -> Option<SymbolMap> {
+        let mut symbols = Vec::new();
+        for line in text.lines() {
+            let mut parts = line.split_whitespace();
+            let (Some(addr), Some(kind), Some(name)) = (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            if !matches!(kind, "T" | "t" | "W" | "w") {
+                continue;
+            }
+            let Ok(address) = u64::from_str_radix(addr, 16) else {
+                continue;
+            };
+            if address == 0 {
+                continue;
+            }
+            symbols.push(Symbol {
+                address,
+                size: None,
+                name: name.to_string(),
+            });
+        }
+        (!symbols.is_empty()).then(|| SymbolMap::new(symbols))
+    }
+
+    /// The kernel's text start (`_text`, else `_stext`, else the lowest symbol).
+    pub fn kernel_text_start(&self) -> u64 {
+        ["_text", "_stext"]
+            .iter()
+            .find_map(|want| self.symbols.iter().find(|s| s.name == *want))
+            .or(self.symbols.first())
+            .map_or(0, |s| s.address)
+    }
+}
+
+/// Demangles a Rust (legacy or v0, without the hash) or C++ symbol name; other names are
+/// returned as they are.
+pub fn demangle(name: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return format!("{d:#}");
+    }
+    if name.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
+            if let Ok(d) = sym.demangle() {
+                return d;
+            }
+        }
+    }
+    name.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sym(address: u64, name: &str) -> Symbol {
+        Symbol {
+            address,
+            size: None,
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn lookup_takes_the_highest_start_at_or_below() {
+        // Seed 003: main at 0x01, doSomething at 0x0F, someInterlude at 0x14.
+        let map = SymbolMap::new(vec![
+            sym(0x14, "someInterlude"),
+            sym(0x01, "main"),
+            sym(0x0f, "doSomething"),
+        ]);
+        assert_eq!(map.lookup(0x02).unwrap().name, "main");
+        assert_eq!(map.lookup(0x09).unwrap().name, "main");
+        assert_eq!(map.lookup(0x0f).unwrap().name, "doSomething");
+        assert_eq!(map.lookup(0x11).unwrap().name, "doSomething");
+        assert_eq!(map.lookup(0x15).unwrap().name, "someInterlude");
+        assert!(map.lookup(0x00).is_none());
+    }
+
+    #[test]
+    fn demangles_rust_and_cpp() {
+        assert_eq!(
+            demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE"),
+            "core::ptr::drop_in_place"
+        );
+        assert_eq!(demangle("_ZN3foo3barEi"), "foo::bar(int)");
+        assert_eq!(demangle("plain_c"), "plain_c");
+    }
+
+    #[test]
+    fn kallsyms_text_symbols() {
+        let text = "ffffffff81000000 T _text\nffffffff81001000 t helper\nffffffff82000000 D some_data\nffffffffc0001000 t mod_fn\t[kvm]\n";
+        let map = SymbolMap::from_kallsyms(text).unwrap();
+        assert_eq!(map.len(), 3);
+        assert_eq!(map.kernel_text_start(), 0xffff_ffff_8100_0000);
+        assert_eq!(map.lookup(0xffff_ffff_8100_1234).unwrap().name, "helper");
+        assert!(SymbolMap::from_kallsyms("0000000000000000 T _text\n").is_none());
+    }
+}
