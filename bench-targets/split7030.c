@@ -1,7 +1,9 @@
 /* Single-threaded target with a known call tree: main > outer > {hot_a ~70%, hot_b ~30%}.
  * Both hot functions run the same loop; hot_a gets 7 units of work per round, hot_b 3.
- * Usage: split7030 [seconds] (default 2). */
+ * Usage: split7030 [seconds] (default 2), or split7030 -n ROUNDS for a fixed amount of
+ * work (what overhead benchmarks time). */
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static volatile double sink;
@@ -33,6 +35,10 @@ static double now(void) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 2 && strcmp(argv[1], "-n") == 0) {
+        for (long r = atol(argv[2]); r > 0; r--) outer(100000);
+        return 0;
+    }
     double seconds = argc > 1 ? atof(argv[1]) : 2.0;
     double end = now() + seconds;
     while (now() < end) outer(100000);

@@ -1,0 +1,379 @@
+//! Helpers shared by the end-to-end tests: building the bench targets, running the
+//! `sampler` binary, checking a Firefox processed profile table by table, and reading
+//! its samples back as call paths.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+pub fn sampler_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sampler")
+}
+
+/// Builds `bench-targets/` once per test binary into the cargo target directory and
+/// returns the directory holding the programs.
+pub fn bench_targets() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = root.join("target").join("bench-targets");
+        let status = Command::new("make")
+            .arg("-s")
+            .arg("-C")
+            .arg(root.join("bench-targets"))
+            .arg(format!("OUT={}", out.display()))
+            .status()
+            .expect("make runs");
+        assert!(status.success(), "building bench-targets failed");
+        out
+    })
+}
+
+pub fn target(name: &str) -> String {
+    bench_targets().join(name).display().to_string()
+}
+
+/// Whether this process may record with perf. Without the privilege a test says so on
+/// stderr and is skipped; with `SAMPLER_REQUIRE_PERF=1` (set by CI, which runs as root)
+/// the missing privilege fails the test instead.
+pub fn perf_available(test: &str) -> bool {
+    static OK: OnceLock<Result<(), String>> = OnceLock::new();
+    let result = OK.get_or_init(|| {
+        let dir = tempdir();
+        let out = Command::new(sampler_bin())
+            .args(["record", "-o"])
+            .arg(dir.join("probe.json"))
+            .args(["--", "true"])
+            .output()
+            .expect("sampler runs");
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        }
+    });
+    match result {
+        Ok(()) => true,
+        Err(why) => {
+            if std::env::var("SAMPLER_REQUIRE_PERF").as_deref() == Ok("1") {
+                panic!("{test}: perf recording is required here but failed: {why}");
+            }
+            eprintln!(
+                "SKIPPED {test}: this test records with perf_event_open, which failed: {why}"
+            );
+            false
+        }
+    }
+}
+
+/// A fresh directory under the target directory.
+pub fn tempdir() -> PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join("test-tmp")
+        .join(format!(
+            "{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `sampler record -o OUT <extra> -- <cmd>` and returns its output and the profile.
+pub fn record(extra: &[&str], cmd: &[&str]) -> (Output, PathBuf) {
+    let out_path = tempdir().join("profile.json");
+    let output = Command::new(sampler_bin())
+        .arg("record")
+        .arg("-o")
+        .arg(&out_path)
+        .args(extra)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .expect("sampler runs");
+    (output, out_path)
+}
+
+pub fn load(path: &Path) -> Value {
+    sampler::emit::read_json(path).expect("profile is readable JSON")
+}
+
+fn column<'a>(table: &'a Value, name: &str) -> &'a Vec<Value> {
+    table[name]
+        .as_array()
+        .unwrap_or_else(|| panic!("column {name} missing"))
+}
+
+fn check_index_column(table: &Value, name: &str, len: usize, nullable: bool, minus_one_ok: bool) {
+    for (i, v) in column(table, name).iter().enumerate() {
+        if v.is_null() {
+            assert!(nullable, "{name}[{i}] is null");
+            continue;
+        }
+        let n = v
+            .as_i64()
+            .unwrap_or_else(|| panic!("{name}[{i}] = {v} is not an integer"));
+        if n == -1 && minus_one_ok {
+            continue;
+        }
+        assert!(
+            n >= 0 && (n as usize) < len,
+            "{name}[{i}] = {n} out of range 0..{len}"
+        );
+    }
+}
+
+/// Checks the structure of a processed (v70) profile: every table's columns have its
+/// length, every index is in range, stack prefixes point backwards, and inline frames
+/// form proper chains (depth d+1 directly under depth d at the same address and symbol).
+pub fn check_processed_profile(p: &Value) {
+    let meta = &p["meta"];
+    assert_eq!(meta["preprocessedProfileVersion"], 70);
+    assert_eq!(meta["symbolicated"], true);
+    for key in [
+        "interval",
+        "startTime",
+        "processType",
+        "product",
+        "stackwalk",
+        "version",
+    ] {
+        assert!(!meta[key].is_null(), "meta.{key} missing");
+    }
+    assert!(meta["markerSchema"].is_array());
+    let categories = meta["categories"].as_array().expect("categories");
+    assert!(
+        categories.iter().any(|c| c["color"] == "grey"),
+        "no grey category"
+    );
+    let shared = &p["shared"];
+    let strings = shared["stringArray"].as_array().expect("stringArray").len();
+    let libs = p["libs"].as_array().expect("libs");
+    for lib in libs {
+        for key in [
+            "arch",
+            "name",
+            "path",
+            "debugName",
+            "debugPath",
+            "breakpadId",
+        ] {
+            assert!(lib[key].is_string(), "lib.{key} not a string: {lib}");
+        }
+        assert_eq!(lib["breakpadId"].as_str().unwrap().len(), 33);
+    }
+    let tables: &[(&str, &[&str])] = &[
+        ("stackTable", &["frame", "prefixOffset"]),
+        (
+            "frameTable",
+            &[
+                "address",
+                "lib",
+                "inlineDepth",
+                "category",
+                "subcategory",
+                "func",
+                "nativeSymbol",
+                "innerWindowID",
+                "line",
+                "column",
+                "originalLocation",
+            ],
+        ),
+        (
+            "funcTable",
+            &[
+                "name",
+                "isJS",
+                "relevantForJS",
+                "resource",
+                "source",
+                "lineNumber",
+                "columnNumber",
+                "originalLocation",
+            ],
+        ),
+        ("resourceTable", &["name", "host", "type"]),
+        (
+            "nativeSymbols",
+            &["libIndex", "address", "name", "functionSize"],
+        ),
+        (
+            "sources",
+            &[
+                "id",
+                "filename",
+                "startLine",
+                "startColumn",
+                "sourceMapURL",
+                "content",
+            ],
+        ),
+        ("sourceLocationTable", &["source", "line", "column"]),
+    ];
+    let mut lens = HashMap::new();
+    for (table, columns) in tables {
+        let t = &shared[*table];
+        let len = t["length"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{table}.length missing")) as usize;
+        for c in *columns {
+            assert_eq!(column(t, c).len(), len, "{table}.{c} has the wrong length");
+        }
+        lens.insert(*table, len);
+    }
+    let (stacks, frames, funcs) = (lens["stackTable"], lens["frameTable"], lens["funcTable"]);
+    let st = &shared["stackTable"];
+    for (i, off) in column(st, "prefixOffset").iter().enumerate() {
+        let off = off.as_u64().expect("prefixOffset integer") as usize;
+        assert!(
+            off <= i,
+            "stack {i} has prefixOffset {off} pointing before the table"
+        );
+    }
+    check_index_column(st, "frame", frames, false, false);
+    let ft = &shared["frameTable"];
+    check_index_column(ft, "func", funcs, false, false);
+    check_index_column(ft, "lib", libs.len(), false, true);
+    check_index_column(ft, "nativeSymbol", lens["nativeSymbols"], true, false);
+    check_index_column(ft, "category", categories.len(), true, false);
+    let fu = &shared["funcTable"];
+    check_index_column(fu, "name", strings, false, false);
+    check_index_column(fu, "resource", lens["resourceTable"], false, true);
+    check_index_column(fu, "source", lens["sources"], true, false);
+    check_index_column(&shared["resourceTable"], "name", strings, false, false);
+    check_index_column(&shared["nativeSymbols"], "name", strings, false, false);
+    check_index_column(
+        &shared["nativeSymbols"],
+        "libIndex",
+        libs.len(),
+        false,
+        false,
+    );
+    check_index_column(&shared["sources"], "filename", strings, false, false);
+
+    // Inline chains: a frame of depth d > 0 sits directly under a frame of depth d - 1
+    // with the same address, lib and native symbol.
+    let depth = column(ft, "inlineDepth");
+    for i in 0..stacks {
+        let f = column(st, "frame")[i].as_u64().unwrap() as usize;
+        let d = depth[f].as_u64().unwrap();
+        if d == 0 {
+            continue;
+        }
+        assert!(
+            !column(ft, "nativeSymbol")[f].is_null(),
+            "inline frame {f} without native symbol"
+        );
+        let off = column(st, "prefixOffset")[i].as_u64().unwrap() as usize;
+        assert!(off > 0, "inline frame {f} at a root stack");
+        let pf = column(st, "frame")[i - off].as_u64().unwrap() as usize;
+        assert_eq!(
+            depth[pf].as_u64().unwrap(),
+            d - 1,
+            "inline depth does not step by one"
+        );
+        for c in ["address", "lib", "nativeSymbol"] {
+            assert_eq!(
+                column(ft, c)[pf],
+                column(ft, c)[f],
+                "inline chain differs in {c}"
+            );
+        }
+    }
+
+    for t in p["threads"].as_array().expect("threads") {
+        assert!(t["pid"].is_string(), "thread pid must be a string");
+        assert!(t["tid"].is_number());
+        let s = &t["samples"];
+        let n = s["length"].as_u64().unwrap() as usize;
+        assert_eq!(column(s, "stack").len(), n);
+        assert_eq!(column(s, "time").len(), n);
+        check_index_column(s, "stack", stacks, true, false);
+        let times: Vec<f64> = column(s, "time")
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert!(
+            times.windows(2).all(|w| w[0] <= w[1]),
+            "sample times go backwards"
+        );
+        assert_eq!(t["markers"]["length"], 0);
+    }
+}
+
+/// A thread of a loaded profile, with its samples as call paths of function names.
+pub struct ThreadPaths {
+    pub name: String,
+    pub pid: String,
+    pub tid: i64,
+    pub paths: Vec<Vec<String>>,
+}
+
+/// For every thread, every sample's path of function names, root first.
+pub fn thread_paths(p: &Value) -> Vec<ThreadPaths> {
+    let shared = &p["shared"];
+    let strings: Vec<&str> = shared["stringArray"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    let st = &shared["stackTable"];
+    let ft = &shared["frameTable"];
+    let func_name = column(&shared["funcTable"], "name");
+    let path_of = |mut stack: usize| {
+        let mut names = Vec::new();
+        loop {
+            let frame = column(st, "frame")[stack].as_u64().unwrap() as usize;
+            let func = column(ft, "func")[frame].as_u64().unwrap() as usize;
+            names.push(strings[func_name[func].as_u64().unwrap() as usize].to_string());
+            let off = column(st, "prefixOffset")[stack].as_u64().unwrap() as usize;
+            if off == 0 {
+                break;
+            }
+            stack -= off;
+        }
+        names.reverse();
+        names
+    };
+    p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| ThreadPaths {
+            name: t["name"].as_str().unwrap().to_string(),
+            pid: t["pid"].as_str().unwrap().to_string(),
+            tid: t["tid"].as_i64().unwrap(),
+            paths: column(&t["samples"], "stack")
+                .iter()
+                .filter_map(|s| s.as_u64())
+                .map(|s| path_of(s as usize))
+                .collect(),
+        })
+        .collect()
+}
+
+/// Whether `path` contains `want` as a contiguous run of functions.
+pub fn has_run(path: &[String], want: &[&str]) -> bool {
+    path.windows(want.len())
+        .any(|w| w.iter().zip(want).all(|(a, b)| a == b))
+}
+
+/// How many of `paths` contain `run` (see [`has_run`]), and what percentage that is.
+pub fn count_run(paths: &[Vec<String>], run: &[&str]) -> (usize, f64) {
+    let n = paths.iter().filter(|p| has_run(p, run)).count();
+    (n, 100.0 * n as f64 / paths.len().max(1) as f64)
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}

@@ -1,0 +1,427 @@
+//! End-to-end: `sampler record` on the bench targets, for real, and the facts their call
+//! trees must show. Each test is skipped (visibly) where perf recording is not permitted.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn ok(test: &str, o: &std::process::Output) {
+    assert!(o.status.success(), "{test}: sampler failed: {}", stderr(o));
+}
+
+#[test]
+fn split_70_30_under_main_and_outer() {
+    if !perf_available("split_70_30_under_main_and_outer") {
+        return;
+    }
+    let (o, path) = record(&["-F", "1000"], &[&target("split7030"), "2"]);
+    ok("split7030", &o);
+    let p = load(&path);
+    check_processed_profile(&p);
+    let threads = thread_paths(&p);
+    assert_eq!(threads.len(), 1);
+    let paths = &threads[0].paths;
+    assert!(
+        paths.len() > 1500,
+        "expected ~2000 samples at 1000 Hz for 2 s, got {}",
+        paths.len()
+    );
+    let (a, _) = count_run(paths, &["main", "outer", "hot_a"]);
+    let (b, _) = count_run(paths, &["main", "outer", "hot_b"]);
+    let share = 100.0 * a as f64 / (a + b) as f64;
+    eprintln!(
+        "split7030: hot_a {a}, hot_b {b}, hot_a share {share:.1}% of {} samples",
+        paths.len()
+    );
+    assert!(
+        (65.0..=75.0).contains(&share),
+        "hot_a share {share:.1}% not within 70 ± 5"
+    );
+    // The frameless leaves must not lose their caller: nearly every sample is under outer.
+    let (under_outer, _) = count_run(paths, &["main", "outer"]);
+    assert!(
+        under_outer * 100 >= paths.len() * 95,
+        "only {under_outer} of {} samples under main > outer",
+        paths.len()
+    );
+    let summary = stderr(&o);
+    for word in [
+        "cpu-clock",
+        "samples",
+        "lost",
+        "threads",
+        "processes",
+        path.to_str().unwrap(),
+    ] {
+        assert!(summary.contains(word), "summary lacks {word:?}: {summary}");
+    }
+}
+
+#[test]
+fn inlined_helpers_are_frames_with_inline_depth() {
+    if !perf_available("inlined_helpers_are_frames_with_inline_depth") {
+        return;
+    }
+    let (o, path) = record(&[], &[&target("inline3"), "1"]);
+    ok("inline3", &o);
+    let p = load(&path);
+    check_processed_profile(&p);
+    let paths = &thread_paths(&p)[0].paths;
+    let chain = ["main", "work", "level1", "level2", "level3"];
+    let (inlined, _) = count_run(paths, &chain);
+    assert!(
+        inlined * 10 >= paths.len() * 9,
+        "{inlined} of {} samples have {chain:?}",
+        paths.len()
+    );
+
+    // In the frame table, level1..3 are inline depths 1..3 whose native symbol is `work`.
+    let shared = &p["shared"];
+    let strings = shared["stringArray"].as_array().unwrap();
+    let name = |i: &serde_json::Value| {
+        strings[i.as_u64().unwrap() as usize]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let ft = &shared["frameTable"];
+    let func_names: Vec<String> = shared["funcTable"]["name"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(name)
+        .collect();
+    let sym_names: Vec<String> = shared["nativeSymbols"]["name"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(name)
+        .collect();
+    for (want, depth) in [("level1", 1), ("level2", 2), ("level3", 3), ("work", 0)] {
+        let frames: Vec<usize> = (0..ft["length"].as_u64().unwrap() as usize)
+            .filter(|&i| func_names[ft["func"][i].as_u64().unwrap() as usize] == want)
+            .collect();
+        assert!(!frames.is_empty(), "no frame for {want}");
+        for f in frames {
+            assert_eq!(
+                ft["inlineDepth"][f], depth,
+                "{want} frame {f} has the wrong inline depth"
+            );
+            let sym = ft["nativeSymbol"][f]
+                .as_u64()
+                .expect("inline frame has a native symbol") as usize;
+            assert_eq!(sym_names[sym], "work");
+            assert!(ft["line"][f].as_u64().is_some(), "{want} frame has no line");
+        }
+    }
+}
+
+#[test]
+fn every_named_thread_is_present() {
+    if !perf_available("every_named_thread_is_present") {
+        return;
+    }
+    let (o, path) = record(&[], &[&target("threads"), "2"]);
+    ok("threads", &o);
+    let p = load(&path);
+    check_processed_profile(&p);
+    let threads = thread_paths(&p);
+    let main = threads
+        .iter()
+        .find(|t| t.name == "threads")
+        .expect("main thread named after the program");
+    for (name, func) in [
+        ("worker-red", "red_work"),
+        ("worker-green", "green_work"),
+        ("worker-blue", "blue_work"),
+    ] {
+        let t = threads
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("no thread {name}"));
+        assert_eq!(t.pid, main.pid, "{name} in another process");
+        assert_ne!(t.tid.to_string(), t.pid);
+        assert!(
+            t.paths.len() > 100,
+            "{name} has only {} samples",
+            t.paths.len()
+        );
+        let (own, pct) = count_run(&t.paths, &[func]);
+        assert!(
+            pct >= 90.0,
+            "{name}: {own} of {} samples in {func}",
+            t.paths.len()
+        );
+    }
+}
+
+#[test]
+fn forked_child_is_its_own_process_and_exit_code_passes_through() {
+    if !perf_available("forked_child_is_its_own_process_and_exit_code_passes_through") {
+        return;
+    }
+    let (o, path) = record(&[], &[&target("forker"), "1"]);
+    assert_eq!(
+        o.status.code(),
+        Some(7),
+        "forker exits 3 + 4: {}",
+        stderr(&o)
+    );
+    let p = load(&path);
+    check_processed_profile(&p);
+    let threads = thread_paths(&p);
+    let with = |f: &str| {
+        threads
+            .iter()
+            .find(|t| t.paths.iter().filter(|p| p.iter().any(|x| x == f)).count() > 100)
+            .unwrap_or_else(|| panic!("no thread with samples in {f}"))
+    };
+    let (parent, child) = (with("parent_work"), with("child_work"));
+    assert_ne!(parent.pid, child.pid, "the child must be its own process");
+    assert!(child
+        .paths
+        .iter()
+        .all(|p| !p.iter().any(|f| f == "parent_work")));
+    assert!(stderr(&o).contains("2 processes"), "{}", stderr(&o));
+}
+
+#[test]
+fn exit_codes_and_signals_pass_through() {
+    if !perf_available("exit_codes_and_signals_pass_through") {
+        return;
+    }
+    let (o, path) = record(&[], &["sh", "-c", "exit 42"]);
+    assert_eq!(o.status.code(), Some(42));
+    assert!(path.exists());
+    let (o, path) = record(&[], &["sh", "-c", "kill -KILL $$"]);
+    assert_eq!(o.status.code(), Some(128 + 9), "{}", stderr(&o));
+    check_processed_profile(&load(&path));
+}
+
+/// Sends `signal` to a running `sampler record` and checks that the command died of it
+/// and that the profile of what was recorded was written.
+fn signal_to_sampler_is_forwarded(test: &str, signal: nix::sys::signal::Signal) {
+    if !perf_available(test) {
+        return;
+    }
+    let out = tempdir().join("signalled.json");
+    let started = Instant::now();
+    let child = Command::new(sampler_bin())
+        .args(["record", "-o"])
+        .arg(&out)
+        .args(["--", &target("split7030"), "30"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "sampler did not stop the command"
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(128 + signal as i32),
+        "the command dies of the forwarded signal: {}",
+        stderr(&o)
+    );
+    let p = load(&out);
+    check_processed_profile(&p);
+    let n: usize = thread_paths(&p).iter().map(|t| t.paths.len()).sum();
+    assert!(n > 200, "only {n} samples recorded before the signal");
+}
+
+#[test]
+fn sigterm_to_sampler_is_forwarded_and_profile_written() {
+    signal_to_sampler_is_forwarded(
+        "sigterm_to_sampler_is_forwarded_and_profile_written",
+        nix::sys::signal::Signal::SIGTERM,
+    );
+}
+
+#[test]
+fn sigint_to_sampler_is_forwarded_and_profile_written() {
+    signal_to_sampler_is_forwarded(
+        "sigint_to_sampler_is_forwarded_and_profile_written",
+        nix::sys::signal::Signal::SIGINT,
+    );
+}
+
+#[test]
+fn exec_of_another_program_in_a_child_is_followed() {
+    if !perf_available("exec_of_another_program_in_a_child_is_followed") {
+        return;
+    }
+    let script = format!("{} 1; exit 5", target("split7030"));
+    let (o, path) = record(&[], &["sh", "-c", &script]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    let p = load(&path);
+    check_processed_profile(&p);
+    let threads = thread_paths(&p);
+    let shell = threads
+        .iter()
+        .find(|t| t.name == "sh")
+        .expect("the shell is recorded");
+    let bench = threads
+        .iter()
+        .find(|t| t.name == "split7030")
+        .expect("the exec'd program is recorded under its name");
+    assert_ne!(shell.pid, bench.pid);
+    let (hot, pct) = count_run(&bench.paths, &["main", "outer", "hot_a"]);
+    assert!(
+        pct >= 60.0,
+        "{hot} of {} samples in main > outer > hot_a",
+        bench.paths.len()
+    );
+}
+
+#[test]
+fn lost_samples_are_counted_and_reported() {
+    if !perf_available("lost_samples_are_counted_and_reported") {
+        return;
+    }
+    // One 4 KiB data page per CPU at 20 kHz cannot keep up with three busy threads.
+    let (o, path) = record(&["-m", "1", "-F", "20000"], &[&target("threads"), "1"]);
+    ok("lost", &o);
+    let text = stderr(&o);
+    let lost: u64 = text
+        .split(" lost,")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no lost count in the summary: {text}"));
+    assert!(
+        lost > 0,
+        "expected lost samples with a one-page buffer: {text}"
+    );
+    let p = load(&path);
+    check_processed_profile(&p);
+    let entries = p["meta"]["extra"][0]["entries"].as_array().unwrap();
+    let in_profile = entries
+        .iter()
+        .find(|e| e["label"] == "Lost samples")
+        .unwrap();
+    assert_eq!(in_profile["value"], lost);
+}
+
+#[test]
+fn output_belongs_to_the_sudo_user() {
+    if !perf_available("output_belongs_to_the_sudo_user") {
+        return;
+    }
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("SKIPPED output_belongs_to_the_sudo_user: only root can give a file away");
+        return;
+    }
+    let out = tempdir().join("owned.json.gz");
+    let o = Command::new(sampler_bin())
+        .args(["record", "-o"])
+        .arg(&out)
+        .args(["--", "true"])
+        .env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65534")
+        .output()
+        .unwrap();
+    ok("sudo", &o);
+    let meta = std::fs::metadata(&out).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (65534, 65534));
+    let bytes = std::fs::read(&out).unwrap();
+    assert_eq!(&bytes[..2], &[0x1f, 0x8b], "a .gz name gives a gzip file");
+    check_processed_profile(&load(&out));
+}
+
+#[test]
+fn frequency_above_the_kernel_limit_is_lowered_with_a_warning() {
+    if !perf_available("frequency_above_the_kernel_limit_is_lowered_with_a_warning") {
+        return;
+    }
+    let (o, _) = record(&["-F", "100000000"], &["true"]);
+    ok("high -F", &o);
+    assert!(
+        stderr(&o).contains("perf_event_max_sample_rate"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn kernel_frames_are_named_and_categorised() {
+    if !perf_available("kernel_frames_are_named_and_categorised") {
+        return;
+    }
+    let (o, path) = record(
+        &[],
+        &[
+            "dd",
+            "if=/dev/zero",
+            "of=/dev/null",
+            "bs=64k",
+            "count=100000",
+        ],
+    );
+    ok("dd", &o);
+    if stderr(&o).contains("kernel frames not permitted") {
+        eprintln!(
+            "SKIPPED kernel_frames_are_named_and_categorised: the kernel refused kernel frames"
+        );
+        return;
+    }
+    let p = load(&path);
+    check_processed_profile(&p);
+    let shared = &p["shared"];
+    let ft = &shared["frameTable"];
+    let libs = p["libs"].as_array().unwrap();
+    let kernel_lib = libs
+        .iter()
+        .position(|l| l["name"] == "[kernel.kallsyms]")
+        .expect("kernel lib present") as i64;
+    let strings = shared["stringArray"].as_array().unwrap();
+    let mut named = 0;
+    for i in 0..ft["length"].as_u64().unwrap() as usize {
+        if ft["lib"][i] == kernel_lib {
+            assert_eq!(
+                ft["category"][i], 2,
+                "kernel frames are in the Kernel category"
+            );
+            let func = ft["func"][i].as_u64().unwrap() as usize;
+            let name = strings[shared["funcTable"]["name"][func].as_u64().unwrap() as usize]
+                .as_str()
+                .unwrap();
+            if !name.starts_with("0x") {
+                named += 1;
+            }
+        }
+    }
+    assert!(named > 3, "only {named} named kernel frames");
+}
+
+#[test]
+fn user_mistakes_get_one_line_and_non_zero_exit() {
+    let o = Command::new(sampler_bin())
+        .args(["record", "--bogus", "x"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).lines().next().unwrap().contains("--bogus"));
+
+    let o = Command::new(sampler_bin())
+        .args(["record"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "a command is required");
+
+    if !perf_available("user_mistakes_get_one_line_and_non_zero_exit (missing program)") {
+        return;
+    }
+    let (o, _) = record(&[], &["/nonexistent/program"]);
+    assert!(!o.status.success());
+    let text = stderr(&o);
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(errors.len(), 1, "{text}");
+    assert!(errors[0].contains("/nonexistent/program"), "{}", errors[0]);
+}

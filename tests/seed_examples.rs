@@ -1,0 +1,151 @@
+//! The worked examples of design §3, through the public pipeline and without privileges:
+//! seed 003 (stack interning and func grouping) from a synthetic recording.
+
+use sampler::binary::BinaryCache;
+use sampler::calltree::CallTree;
+use sampler::profile::{self, CodeKind};
+use sampler::record::{Event, EventKind, Mapping, Recording, Sample, SamplingEvent};
+use sampler::symbolicate::{self, LibSymbols, Symbol, SymbolMap};
+
+/// The library is mapped at this address with file offset 0, and the file does not exist,
+/// so lib-relative addresses are file offsets: seed addresses are `BASE + 0x..`.
+const BASE: u64 = 0x5000_0000;
+
+fn sample(time_ns: u64, user_leaf_first: &[u64]) -> Event {
+    Event {
+        time_ns,
+        kind: EventKind::Sample(Sample {
+            pid: 10,
+            tid: 10,
+            user_stack: user_leaf_first.to_vec(),
+            ..Sample::default()
+        }),
+    }
+}
+
+#[test]
+fn seed_003_interning_and_func_grouping() {
+    let mapping = Mapping {
+        pid: 10,
+        start: BASE,
+        len: 0x1000,
+        file_offset: 0,
+        path: "/nonexistent/seed003/app".into(),
+        build_id: None,
+        executable: true,
+    };
+    // Leaf first. Caller entries are return addresses: the call at 0x03 returns to 0x04.
+    let events = vec![
+        Event {
+            time_ns: 0,
+            kind: EventKind::Mmap(mapping),
+        },
+        sample(1_000_000, &[BASE + 0x02]),
+        sample(2_000_000, &[BASE + 0x11, BASE + 0x04]),
+        sample(3_000_000, &[BASE + 0x11, BASE + 0x0a]),
+        sample(4_000_000, &[BASE + 0x15, BASE + 0x07]),
+        sample(5_000_000, &[BASE + 0x11, BASE + 0x04]),
+    ];
+    let recording = Recording {
+        event: SamplingEvent::CpuClock,
+        frequency_hz: 1000,
+        start_unix_ms: 0.0,
+        start_ns: 0,
+        end_ns: 6_000_000,
+        events,
+        lost_samples: 0,
+        throttled: 0,
+        kernel_included: false,
+        max_stack: 127,
+        command: vec!["app".into()],
+        root_pid: 10,
+    };
+    let raw = profile::build(&recording, &mut BinaryCache::default(), 0);
+
+    // Frames: 0x02, 0x03, 0x11, 0x09, 0x06, 0x15 (callers at return address - 1).
+    let mut addresses: Vec<u64> = raw.address_frames.iter().map(|f| f.address).collect();
+    addresses.sort();
+    assert_eq!(addresses, vec![0x02, 0x03, 0x06, 0x09, 0x11, 0x15]);
+    assert!(raw
+        .address_frames
+        .iter()
+        .all(|f| f.kind == CodeKind::User && f.lib.is_some()));
+    // Stacks: 0x02; 0x03; 0x03>0x11; 0x09; 0x09>0x11; 0x06; 0x06>0x15. The repeated
+    // sample reuses its stack.
+    assert_eq!(raw.stacks.len(), 7);
+    for (i, s) in raw.stacks.iter().enumerate() {
+        assert!(
+            s.prefix.is_none_or(|p| p.index() < i),
+            "prefix after its stack"
+        );
+    }
+    assert_eq!(
+        raw.threads[0].samples[1].stack,
+        raw.threads[0].samples[4].stack
+    );
+
+    let sym = |address, name: &str| Symbol {
+        address,
+        size: None,
+        name: name.into(),
+    };
+    let symbols = SymbolMap::new(vec![
+        sym(0x01, "main"),
+        sym(0x0f, "doSomething"),
+        sym(0x14, "someInterlude"),
+    ]);
+    let p = symbolicate::apply(
+        raw,
+        &[Some(LibSymbols {
+            symbols,
+            dwarf: None,
+            base: 0,
+        })],
+    );
+    assert_eq!(p.funcs.len(), 3, "one func per function, not per address");
+    let tree = CallTree::all_threads(&p);
+    assert_eq!(
+        tree.to_compact_string(&p),
+        "main:5,1 > { doSomething:3,3 ; someInterlude:1,1 }"
+    );
+    assert!(p.libs_without_symbols.is_empty());
+}
+
+#[test]
+fn address_without_symbol_stays_hex_and_lib_is_reported() {
+    let raw_profile = {
+        let mapping = Mapping {
+            pid: 10,
+            start: BASE,
+            len: 0x1000,
+            file_offset: 0x2000,
+            path: "/nonexistent/lib.so".into(),
+            build_id: None,
+            executable: true,
+        };
+        let recording = Recording {
+            event: SamplingEvent::CpuClock,
+            frequency_hz: 1000,
+            start_unix_ms: 0.0,
+            start_ns: 0,
+            end_ns: 2_000_000,
+            events: vec![
+                Event {
+                    time_ns: 0,
+                    kind: EventKind::Mmap(mapping),
+                },
+                sample(1_000_000, &[BASE + 0x10]),
+            ],
+            lost_samples: 0,
+            throttled: 0,
+            kernel_included: false,
+            max_stack: 127,
+            command: vec![],
+            root_pid: 10,
+        };
+        profile::build(&recording, &mut BinaryCache::default(), 0)
+    };
+    let p = symbolicate::apply(raw_profile, &[None]);
+    assert_eq!(p.funcs[0].name, "0x2010");
+    assert_eq!(p.libs[p.libs_without_symbols[0].index()].name, "lib.so");
+}
