@@ -52,7 +52,7 @@ impl GatedChild {
         if pid == 0 {
             unsafe {
                 libc::sigprocmask(libc::SIG_UNBLOCK, &sigset, std::ptr::null_mut());
-                drop_fd_in_child(gate_write.as_raw_fd());
+                libc::close(gate_write.as_raw_fd());
                 let mut byte = 0u8;
                 let n = libc::read(gate_read.as_raw_fd(), (&mut byte as *mut u8).cast(), 1);
                 if n == 1 {
@@ -84,14 +84,6 @@ impl GatedChild {
             _ => Ok(()),
         }
     }
-}
-
-/// Closes a descriptor in the forked child.
-///
-/// # Safety
-/// Only to be called in the child between fork and exec.
-unsafe fn drop_fd_in_child(fd: i32) {
-    libc::close(fd);
 }
 
 /// Blocks `signals` in the calling thread (and so in threads and children created later),

@@ -293,8 +293,10 @@ pub fn record_command(opts: &RecordOptions) -> Result<(Recording, CommandExit)> 
     {
         Ok(e) => e,
         Err(e) => {
+            // Closing the gate makes the child exit without running the command.
+            let pid = child.pid;
             drop(child);
-            let _ = waitpid(None, None);
+            let _ = waitpid(pid, None);
             return Err(e);
         }
     };
