@@ -79,7 +79,12 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     let (recording, exit) = record::record_command(&opts)?;
     let exited = Instant::now();
 
-    let kallsyms = if recording.kernel_included {
+    // Reading kallsyms costs ~0.1 s; only pay for it when some stack went into the kernel.
+    let has_kernel_frames = recording
+        .events
+        .iter()
+        .any(|e| matches!(&e.kind, record::EventKind::Sample(s) if !s.kernel_stack.is_empty()));
+    let kallsyms = if has_kernel_frames {
         symbolicate::read_kallsyms()
     } else {
         None

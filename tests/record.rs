@@ -425,3 +425,54 @@ fn user_mistakes_get_one_line_and_non_zero_exit() {
     assert_eq!(errors.len(), 1, "{text}");
     assert!(errors[0].contains("/nonexistent/program"), "{}", errors[0]);
 }
+
+#[test]
+fn unprivileged_user_records_without_kernel_frames_or_is_told_why() {
+    if !nix::unistd::Uid::effective().is_root()
+        || Command::new("setpriv").arg("--help").output().is_err()
+    {
+        eprintln!("SKIPPED unprivileged_user_records_without_kernel_frames_or_is_told_why: needs root and setpriv to become nobody");
+        return;
+    }
+    let dir = tempdir();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let out = dir.join("nobody.json");
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sampler_bin(),
+            "record",
+            "-o",
+        ])
+        .arg(&out)
+        .args(["--", &target("split7030"), "0.5"])
+        .output()
+        .unwrap();
+    let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    if paranoid > 2 {
+        assert_eq!(o.status.code(), Some(1));
+        assert!(stderr(&o).contains("perf_event_paranoid"), "{}", stderr(&o));
+        return;
+    }
+    ok("nobody", &o);
+    assert!(
+        stderr(&o).contains("kernel frames not permitted"),
+        "{}",
+        stderr(&o)
+    );
+    let p = load(&out);
+    check_processed_profile(&p);
+    assert!(p["libs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|l| l["name"] != "[kernel.kallsyms]"));
+    let (hot, _) = count_run(&thread_paths(&p)[0].paths, &["main", "outer", "hot_a"]);
+    assert!(hot > 200, "only {hot} samples in hot_a");
+}
