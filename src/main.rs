@@ -8,7 +8,6 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
-use sampler::binary::BinaryCache;
 use sampler::record::{self, RecordOptions};
 use sampler::{emit, profile, symbolicate};
 
@@ -76,24 +75,26 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         frequency_hz: args.frequency,
         mmap_pages: args.mmap_pages,
     };
-    let (recording, exit) = record::record_command(&opts)?;
-    let exited = Instant::now();
-
-    // Reading kallsyms costs ~0.1 s; only pay for it when some stack went into the kernel.
-    let has_kernel_frames = recording
-        .events
-        .iter()
-        .any(|e| matches!(&e.kind, record::EventKind::Sample(s) if !s.kernel_stack.is_empty()));
-    let kallsyms = if has_kernel_frames {
-        symbolicate::read_kallsyms()
-    } else {
-        None
+    let output = std::fs::File::create(&args.output).with_context(|| {
+        format!(
+            "cannot write the profile to {} (choose another -o)",
+            args.output.display()
+        )
+    })?;
+    // Samples are unwound and interned while the command runs (see ProfileBuilder).
+    let mut builder = profile::ProfileBuilder::new(symbolicate::kernel_text_start());
+    let (info, exit) = match record::record_command(&opts, &mut |events| builder.add_events(events))
+    {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = std::fs::remove_file(&args.output);
+            return Err(e);
+        }
     };
-    let kernel_base = kallsyms.as_ref().map_or(0, |k| k.kernel_text_start());
-    let mut binaries = BinaryCache::default();
-    let raw = profile::build(&recording, &mut binaries, kernel_base);
-    let profile = symbolicate::symbolicate(raw, &mut binaries, kallsyms);
-    emit::write_firefox(&profile, &args.output)?;
+    let exited = Instant::now();
+    let built = builder.finish(&info);
+    let profile = symbolicate::symbolicate(built.profile, &built.lib_binaries);
+    emit::write_firefox(&profile, output, &args.output)?;
     give_to_sudo_user(&args.output)?;
     let write_ms = exited.elapsed().as_secs_f64() * 1000.0;
 
@@ -148,8 +149,12 @@ fn record_main(args: RecordArgs) -> Result<i32> {
 }
 
 /// Under `sudo`, hands the output file to the user who ran sudo, so it is not root's.
+/// Only root can give a file away; a non-root run with a stale `SUDO_UID` keeps it.
 fn give_to_sudo_user(path: &Path) -> Result<()> {
     let id = |var: &str| std::env::var(var).ok().and_then(|v| v.parse::<u32>().ok());
+    if !nix::unistd::Uid::effective().is_root() {
+        return Ok(());
+    }
     if let (Some(uid), gid) = (id("SUDO_UID"), id("SUDO_GID")) {
         std::os::unix::fs::chown(path, Some(uid), gid)
             .with_context(|| format!("cannot give {} to uid {uid}", path.display()))?;

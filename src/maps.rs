@@ -1,37 +1,62 @@
 //! Which file backs which address of a process, as it changes over time. The recording's
 //! MMAP, FORK and exec COMM events are replayed in time order into [`AddressSpaces`], so
-//! that each sample is resolved against the map its process had when it was taken.
+//! that each sample is resolved against the map its process had when it was taken. Each
+//! region carries a payload `T`: whatever its user resolved once for the mapping (the
+//! library and how to turn addresses into the file's own), so that a frame costs only a
+//! binary search.
 
 use std::collections::HashMap;
 
-use crate::record::Mapping;
-
-/// The executable mappings of one process, sorted by start address, never overlapping.
-#[derive(Clone, Debug, Default)]
-pub struct AddressSpace {
-    mappings: Vec<Mapping>,
+/// A mapped range: `len` bytes at `start`, showing the file from `file_offset`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Region<T> {
+    pub start: u64,
+    pub len: u64,
+    pub file_offset: u64,
+    pub data: T,
 }
 
-impl AddressSpace {
-    /// Adds a mapping; whatever it overlaps is cut away, as `mmap(MAP_FIXED)` would do.
-    pub fn map(&mut self, new: Mapping) {
+impl<T> Region<T> {
+    /// The file offset of the byte at `address` (which must lie in the region).
+    pub fn file_offset_of(&self, address: u64) -> u64 {
+        address - self.start + self.file_offset
+    }
+}
+
+/// The executable regions of one process, sorted by start address, never overlapping.
+#[derive(Clone, Debug)]
+pub struct AddressSpace<T> {
+    regions: Vec<Region<T>>,
+}
+
+impl<T> Default for AddressSpace<T> {
+    fn default() -> Self {
+        AddressSpace {
+            regions: Vec::new(),
+        }
+    }
+}
+
+impl<T: Clone> AddressSpace<T> {
+    /// Adds a region; whatever it overlaps is cut away, as `mmap(MAP_FIXED)` would do.
+    pub fn map(&mut self, new: Region<T>) {
         let new_end = new.start + new.len;
-        let mut kept = Vec::with_capacity(self.mappings.len() + 2);
-        for old in self.mappings.drain(..) {
+        let mut kept = Vec::with_capacity(self.regions.len() + 2);
+        for old in self.regions.drain(..) {
             let old_end = old.start + old.len;
             if old_end <= new.start || old.start >= new_end {
                 kept.push(old);
                 continue;
             }
             if old.start < new.start {
-                kept.push(Mapping {
+                kept.push(Region {
                     len: new.start - old.start,
                     ..old.clone()
                 });
             }
             if old_end > new_end {
                 let cut = new_end - old.start;
-                kept.push(Mapping {
+                kept.push(Region {
                     start: new_end,
                     len: old_end - new_end,
                     file_offset: old.file_offset + cut,
@@ -41,30 +66,38 @@ impl AddressSpace {
         }
         kept.push(new);
         kept.sort_by_key(|m| m.start);
-        self.mappings = kept;
+        self.regions = kept;
     }
 
-    /// The mapping that contains `address`.
-    pub fn lookup(&self, address: u64) -> Option<&Mapping> {
-        let i = self.mappings.partition_point(|m| m.start <= address);
-        let m = self.mappings.get(i.checked_sub(1)?)?;
+    /// The region that contains `address`.
+    pub fn lookup(&self, address: u64) -> Option<&Region<T>> {
+        let i = self.regions.partition_point(|m| m.start <= address);
+        let m = self.regions.get(i.checked_sub(1)?)?;
         (address < m.start + m.len).then_some(m)
     }
 
-    pub fn mappings(&self) -> &[Mapping] {
-        &self.mappings
+    pub fn regions(&self) -> &[Region<T>] {
+        &self.regions
     }
 }
 
 /// The address spaces of every process seen so far, keyed by pid.
-#[derive(Clone, Debug, Default)]
-pub struct AddressSpaces {
-    spaces: HashMap<i32, AddressSpace>,
+#[derive(Clone, Debug)]
+pub struct AddressSpaces<T> {
+    spaces: HashMap<i32, AddressSpace<T>>,
 }
 
-impl AddressSpaces {
-    pub fn map(&mut self, mapping: Mapping) {
-        self.spaces.entry(mapping.pid).or_default().map(mapping);
+impl<T> Default for AddressSpaces<T> {
+    fn default() -> Self {
+        AddressSpaces {
+            spaces: HashMap::new(),
+        }
+    }
+}
+
+impl<T: Clone> AddressSpaces<T> {
+    pub fn map(&mut self, pid: i32, region: Region<T>) {
+        self.spaces.entry(pid).or_default().map(region);
     }
 
     /// A new process starts with a copy of its parent's mappings.
@@ -80,11 +113,11 @@ impl AddressSpaces {
         self.spaces.insert(pid, AddressSpace::default());
     }
 
-    pub fn lookup(&self, pid: i32, address: u64) -> Option<&Mapping> {
+    pub fn lookup(&self, pid: i32, address: u64) -> Option<&Region<T>> {
         self.spaces.get(&pid)?.lookup(address)
     }
 
-    pub fn space(&self, pid: i32) -> Option<&AddressSpace> {
+    pub fn space(&self, pid: i32) -> Option<&AddressSpace<T>> {
         self.spaces.get(&pid)
     }
 }
@@ -93,40 +126,39 @@ impl AddressSpaces {
 mod tests {
     use super::*;
 
-    fn m(start: u64, len: u64, off: u64, path: &str) -> Mapping {
-        Mapping {
-            pid: 1,
+    fn r(start: u64, len: u64, file_offset: u64, data: &'static str) -> Region<&'static str> {
+        Region {
             start,
             len,
-            file_offset: off,
-            path: path.into(),
-            build_id: None,
-            executable: true,
+            file_offset,
+            data,
         }
     }
 
     #[test]
     fn later_mapping_cuts_the_earlier_one() {
         let mut s = AddressSpace::default();
-        s.map(m(0x1000, 0x3000, 0, "a"));
-        s.map(m(0x2000, 0x1000, 0, "b"));
-        assert_eq!(s.lookup(0x1fff).unwrap().path, "a");
-        assert_eq!(s.lookup(0x2000).unwrap().path, "b");
+        s.map(r(0x1000, 0x3000, 0, "a"));
+        s.map(r(0x2000, 0x1000, 0, "b"));
+        assert_eq!(s.lookup(0x1fff).unwrap().data, "a");
+        assert_eq!(s.lookup(0x2000).unwrap().data, "b");
         let tail = s.lookup(0x3800).unwrap();
         assert_eq!(
-            (tail.path.as_str(), tail.start, tail.file_offset),
+            (tail.data, tail.start, tail.file_offset),
             ("a", 0x3000, 0x2000)
         );
+        assert_eq!(tail.file_offset_of(0x3800), 0x2800);
         assert!(s.lookup(0x4000).is_none());
         assert!(s.lookup(0xfff).is_none());
+        assert_eq!(s.regions().len(), 3);
     }
 
     #[test]
     fn fork_copies_and_exec_clears() {
         let mut spaces = AddressSpaces::default();
-        spaces.map(m(0x1000, 0x1000, 0, "a"));
+        spaces.map(1, r(0x1000, 0x1000, 0, "a"));
         spaces.fork(1, 2);
-        assert_eq!(spaces.lookup(2, 0x1800).unwrap().path, "a");
+        assert_eq!(spaces.lookup(2, 0x1800).unwrap().data, "a");
         spaces.exec(2);
         assert!(spaces.lookup(2, 0x1800).is_none());
         assert!(spaces.lookup(1, 0x1800).is_some());

@@ -51,12 +51,17 @@ pub struct UnwoundStack {
     pub restored_leaf_caller: bool,
 }
 
-/// Builds the stack of `sample` from its frame-pointer callchain. `frame_rule` gives the
-/// call frame rule at an absolute user address of the sample's process, when known.
-pub fn unwind_frame_pointers(
-    sample: &Sample,
-    frame_rule: &mut dyn FnMut(u64) -> Option<FrameRule>,
-) -> UnwoundStack {
+/// What the unwinder needs to know about the code of the sample's process.
+pub trait CodeLookup {
+    /// The call frame rule at an absolute address, when its module has CFI for it.
+    fn frame_rule(&mut self, address: u64) -> Option<FrameRule>;
+    /// Whether an absolute address lies in executable memory of the process.
+    fn is_code(&mut self, address: u64) -> bool;
+}
+
+/// Builds the stack of `sample` from its frame-pointer callchain, restoring the caller
+/// that the chain skips when the sampled function has no RBP frame.
+pub fn unwind_frame_pointers(sample: &Sample, code: &mut dyn CodeLookup) -> UnwoundStack {
     let kernel: Vec<CodeAddress> = sample
         .kernel_stack
         .iter()
@@ -79,22 +84,23 @@ pub fn unwind_frame_pointers(
     let mut restored = false;
     if let (Some(regs), Some(&leaf)) = (sample.user_regs, user_raw.first()) {
         if regs.ip == leaf {
-            if let Some(ra) = frameless_return_address(leaf, &sample.stack_copy, frame_rule) {
-                if user_raw.get(1) != Some(&ra) {
-                    user_raw.insert(1, ra);
-                    restored = true;
-                }
+            if let Some(ra) = frameless_return_address(leaf, &sample.stack_copy, code) {
+                // The kernel read the next entry at RBP + 8, and RBP still holds the
+                // caller's frame: that entry is the caller's caller, so the caller always
+                // goes in between (even when both are the same call site, in recursion).
+                user_raw.insert(1, ra);
+                restored = true;
             }
         }
     }
-    // In a sample taken in the kernel, the user "leaf" is where the thread entered the
-    // kernel: after a `syscall` instruction, so it is looked up like a return address.
-    let leaf_is_exact = kernel.is_empty();
+    // The user leaf is an exact instruction address even in a sample taken in the kernel:
+    // after a `syscall` it is the next instruction, still inside the wrapper, and after a
+    // fault or an interrupt it is the interrupted instruction itself.
     let user = user_raw
         .iter()
         .enumerate()
         .map(|(i, &a)| {
-            if i == 0 && leaf_is_exact {
+            if i == 0 {
                 CodeAddress::InstructionPointer(a)
             } else {
                 CodeAddress::ReturnAddress(a)
@@ -109,25 +115,38 @@ pub fn unwind_frame_pointers(
     }
 }
 
-/// The return address of a leaf that has no RBP frame, read from the stack copy.
+/// The return address of a leaf that has no RBP frame, read from the stack copy; only
+/// believed when it points into executable memory.
 fn frameless_return_address(
     leaf: u64,
     stack_copy: &[u8],
-    frame_rule: &mut dyn FnMut(u64) -> Option<FrameRule>,
+    code: &mut dyn CodeLookup,
 ) -> Option<u64> {
-    let FrameRule::SpOffset(offset) = frame_rule(leaf)? else {
+    let FrameRule::SpOffset(offset) = code.frame_rule(leaf)? else {
         return None;
     };
     let at = usize::try_from(offset.checked_sub(8)?).ok()?;
     let bytes = stack_copy.get(at..at + 8)?;
     let ra = u64::from_le_bytes(bytes.try_into().ok()?);
-    (ra != 0).then_some(ra)
+    code.is_code(ra).then_some(ra)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::record::UserRegs;
+
+    /// Code is 0x1000..0x4000; every address has the given rule.
+    struct Fake(Option<FrameRule>);
+
+    impl CodeLookup for Fake {
+        fn frame_rule(&mut self, _: u64) -> Option<FrameRule> {
+            self.0
+        }
+        fn is_code(&mut self, a: u64) -> bool {
+            (0x1000..0x4000).contains(&a)
+        }
+    }
 
     fn sample(user: &[u64], kernel: &[u64], sp_top: u64) -> Sample {
         let mut stack_copy = sp_top.to_le_bytes().to_vec();
@@ -147,48 +166,68 @@ mod tests {
         }
     }
 
+    fn raw(stack: &[CodeAddress]) -> Vec<u64> {
+        stack.iter().map(|a| a.raw()).collect()
+    }
+
     #[test]
     fn frameless_leaf_gets_its_caller_back() {
         // hot (0x1010, frameless) called from outer (return 0x2005), which main called
         // (return 0x3005); the RBP walk saw only main's return address.
         let s = sample(&[0x1010, 0x3005], &[], 0x2005);
-        let st = unwind_frame_pointers(&s, &mut |_| Some(FrameRule::SpOffset(8)));
-        assert_eq!(
-            st.user,
-            vec![
-                CodeAddress::InstructionPointer(0x1010),
-                CodeAddress::ReturnAddress(0x2005),
-                CodeAddress::ReturnAddress(0x3005)
-            ]
-        );
+        let st = unwind_frame_pointers(&s, &mut Fake(Some(FrameRule::SpOffset(8))));
+        assert_eq!(st.user[0], CodeAddress::InstructionPointer(0x1010));
+        assert_eq!(st.user[1], CodeAddress::ReturnAddress(0x2005));
+        assert_eq!(raw(&st.user), vec![0x1010, 0x2005, 0x3005]);
         assert!(st.restored_leaf_caller);
     }
 
     #[test]
-    fn framed_leaf_is_left_alone() {
-        let s = sample(&[0x1010, 0x2005, 0x3005], &[], 0x9999);
-        let st = unwind_frame_pointers(&s, &mut |_| Some(FrameRule::BpOffset(16)));
-        assert_eq!(st.user.len(), 3);
-        assert!(!st.restored_leaf_caller);
-        // An RSP-based rule that agrees with the chain inserts nothing either.
-        let s = sample(&[0x1010, 0x2005, 0x3005], &[], 0x2005);
-        let st = unwind_frame_pointers(&s, &mut |_| Some(FrameRule::SpOffset(8)));
-        assert_eq!(st.user.len(), 3);
+    fn return_address_is_read_at_the_cfa_offset() {
+        // After `push rbp` (CFA = RSP + 16) the return address is the second word.
+        let mut s = sample(&[0x1010, 0x3005], &[], 0xdead);
+        s.stack_copy[8..16].copy_from_slice(&0x2005u64.to_le_bytes());
+        let st = unwind_frame_pointers(&s, &mut Fake(Some(FrameRule::SpOffset(16))));
+        assert_eq!(raw(&st.user), vec![0x1010, 0x2005, 0x3005]);
     }
 
     #[test]
-    fn kernel_sample_marks_user_leaf_as_return_address() {
+    fn recursion_at_function_entry_keeps_every_level() {
+        // f called itself from the call site returning to 0x1020; sampled at f's entry.
+        let s = sample(&[0x1000, 0x1020, 0x3005], &[], 0x1020);
+        let st = unwind_frame_pointers(&s, &mut Fake(Some(FrameRule::SpOffset(8))));
+        assert_eq!(raw(&st.user), vec![0x1000, 0x1020, 0x1020, 0x3005]);
+    }
+
+    #[test]
+    fn framed_leaf_or_implausible_return_address_is_left_alone() {
+        let s = sample(&[0x1010, 0x2005, 0x3005], &[], 0x2777);
+        let st = unwind_frame_pointers(&s, &mut Fake(Some(FrameRule::BpOffset(16))));
+        assert_eq!(raw(&st.user), vec![0x1010, 0x2005, 0x3005]);
+        assert!(!st.restored_leaf_caller);
+        // A stack word that is not a code address is not taken for a return address.
+        let s = sample(&[0x1010, 0x3005], &[], 0x7fff_0000);
+        let st = unwind_frame_pointers(&s, &mut Fake(Some(FrameRule::SpOffset(8))));
+        assert_eq!(raw(&st.user), vec![0x1010, 0x3005]);
+        // Without CFI nothing is guessed.
+        let st = unwind_frame_pointers(&s, &mut Fake(None));
+        assert_eq!(raw(&st.user), vec![0x1010, 0x3005]);
+    }
+
+    #[test]
+    fn kernel_frames_are_separate_and_user_leaf_stays_exact() {
         let s = sample(
             &[0x1010, 0x2005],
             &[0xffff_ffff_8100_0010, 0xffff_ffff_8100_2000],
             0,
         );
-        let st = unwind_frame_pointers(&s, &mut |_| None);
+        let st = unwind_frame_pointers(&s, &mut Fake(None));
         assert_eq!(
             st.kernel[0],
             CodeAddress::InstructionPointer(0xffff_ffff_8100_0010)
         );
         assert_eq!(st.kernel[1].lookup_address(), 0xffff_ffff_8100_1fff);
-        assert_eq!(st.user[0], CodeAddress::ReturnAddress(0x1010));
+        assert_eq!(st.user[0], CodeAddress::InstructionPointer(0x1010));
+        assert_eq!(st.user[1].lookup_address(), 0x2004);
     }
 }

@@ -49,8 +49,11 @@ fn split_70_30_under_main_and_outer() {
         paths.len()
     );
     let summary = stderr(&o);
+    assert!(
+        summary.contains("cpu-clock") || summary.contains("cycles"),
+        "{summary}"
+    );
     for word in [
-        "cpu-clock",
         "samples",
         "lost",
         "threads",
@@ -461,18 +464,21 @@ fn unprivileged_user_records_without_kernel_frames_or_is_told_why() {
         return;
     }
     ok("nobody", &o);
-    assert!(
-        stderr(&o).contains("kernel frames not permitted"),
-        "{}",
-        stderr(&o)
-    );
     let p = load(&out);
     check_processed_profile(&p);
-    assert!(p["libs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|l| l["name"] != "[kernel.kallsyms]"));
+    if paranoid == 2 {
+        // Only user space of one's own processes may be sampled.
+        assert!(
+            stderr(&o).contains("kernel frames not permitted"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(p["libs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["name"] != "[kernel.kallsyms]"));
+    }
     let (hot, _) = count_run(&thread_paths(&p)[0].paths, &["main", "outer", "hot_a"]);
     assert!(hot > 200, "only {hot} samples in hot_a");
 }

@@ -1,14 +1,13 @@
 //! The worked examples of design §3, through the public pipeline and without privileges:
 //! seed 003 (stack interning and func grouping) from a synthetic recording.
 
-use sampler::binary::BinaryCache;
 use sampler::calltree::CallTree;
 use sampler::profile::{self, CodeKind};
-use sampler::record::{Event, EventKind, Mapping, Recording, Sample, SamplingEvent};
+use sampler::record::{Event, EventKind, Mapping, Recording, RecordingInfo, Sample, SamplingEvent};
 use sampler::symbolicate::{self, LibSymbols, Symbol, SymbolMap};
 
-/// The library is mapped at this address with file offset 0, and the file does not exist,
-/// so lib-relative addresses are file offsets: seed addresses are `BASE + 0x..`.
+/// The library is mapped at this address, and the file does not exist, so lib-relative
+/// addresses are file offsets: seed addresses are `BASE + 0x..`.
 const BASE: u64 = 0x5000_0000;
 
 fn sample(time_ns: u64, user_leaf_first: &[u64]) -> Event {
@@ -23,36 +22,29 @@ fn sample(time_ns: u64, user_leaf_first: &[u64]) -> Event {
     }
 }
 
-#[test]
-fn seed_003_interning_and_func_grouping() {
-    let mapping = Mapping {
+fn mapping(path: &str, file_offset: u64) -> Event {
+    let m = Mapping {
         pid: 10,
         start: BASE,
         len: 0x1000,
-        file_offset: 0,
-        path: "/nonexistent/seed003/app".into(),
+        file_offset,
+        path: path.into(),
         build_id: None,
         executable: true,
     };
-    // Leaf first. Caller entries are return addresses: the call at 0x03 returns to 0x04.
-    let events = vec![
-        Event {
-            time_ns: 0,
-            kind: EventKind::Mmap(mapping),
-        },
-        sample(1_000_000, &[BASE + 0x02]),
-        sample(2_000_000, &[BASE + 0x11, BASE + 0x04]),
-        sample(3_000_000, &[BASE + 0x11, BASE + 0x0a]),
-        sample(4_000_000, &[BASE + 0x15, BASE + 0x07]),
-        sample(5_000_000, &[BASE + 0x11, BASE + 0x04]),
-    ];
-    let recording = Recording {
+    Event {
+        time_ns: 0,
+        kind: EventKind::Mmap(m),
+    }
+}
+
+fn recording(events: Vec<Event>) -> Recording {
+    let info = RecordingInfo {
         event: SamplingEvent::CpuClock,
         frequency_hz: 1000,
         start_unix_ms: 0.0,
         start_ns: 0,
-        end_ns: 6_000_000,
-        events,
+        end_ns: events.last().map_or(0, |e| e.time_ns + 1_000_000),
         lost_samples: 0,
         throttled: 0,
         kernel_included: false,
@@ -60,7 +52,21 @@ fn seed_003_interning_and_func_grouping() {
         command: vec!["app".into()],
         root_pid: 10,
     };
-    let raw = profile::build(&recording, &mut BinaryCache::default(), 0);
+    Recording { info, events }
+}
+
+#[test]
+fn seed_003_interning_and_func_grouping() {
+    // Leaf first. Caller entries are return addresses: the call at 0x03 returns to 0x04.
+    let rec = recording(vec![
+        mapping("/nonexistent/seed003/app", 0),
+        sample(1_000_000, &[BASE + 0x02]),
+        sample(2_000_000, &[BASE + 0x11, BASE + 0x04]),
+        sample(3_000_000, &[BASE + 0x11, BASE + 0x0a]),
+        sample(4_000_000, &[BASE + 0x15, BASE + 0x07]),
+        sample(5_000_000, &[BASE + 0x11, BASE + 0x04]),
+    ]);
+    let raw = profile::build(&rec, None).profile;
 
     // Frames: 0x02, 0x03, 0x11, 0x09, 0x06, 0x15 (callers at return address - 1).
     let mut addresses: Vec<u64> = raw.address_frames.iter().map(|f| f.address).collect();
@@ -83,6 +89,7 @@ fn seed_003_interning_and_func_grouping() {
         raw.threads[0].samples[1].stack,
         raw.threads[0].samples[4].stack
     );
+    assert_eq!(raw.threads[0].samples[2].time_ms, 3.0);
 
     let sym = |address, name: &str| Symbol {
         address,
@@ -113,39 +120,11 @@ fn seed_003_interning_and_func_grouping() {
 
 #[test]
 fn address_without_symbol_stays_hex_and_lib_is_reported() {
-    let raw_profile = {
-        let mapping = Mapping {
-            pid: 10,
-            start: BASE,
-            len: 0x1000,
-            file_offset: 0x2000,
-            path: "/nonexistent/lib.so".into(),
-            build_id: None,
-            executable: true,
-        };
-        let recording = Recording {
-            event: SamplingEvent::CpuClock,
-            frequency_hz: 1000,
-            start_unix_ms: 0.0,
-            start_ns: 0,
-            end_ns: 2_000_000,
-            events: vec![
-                Event {
-                    time_ns: 0,
-                    kind: EventKind::Mmap(mapping),
-                },
-                sample(1_000_000, &[BASE + 0x10]),
-            ],
-            lost_samples: 0,
-            throttled: 0,
-            kernel_included: false,
-            max_stack: 127,
-            command: vec![],
-            root_pid: 10,
-        };
-        profile::build(&recording, &mut BinaryCache::default(), 0)
-    };
-    let p = symbolicate::apply(raw_profile, &[None]);
+    let rec = recording(vec![
+        mapping("/nonexistent/lib.so", 0x2000),
+        sample(1_000_000, &[BASE + 0x10]),
+    ]);
+    let p = symbolicate::apply(profile::build(&rec, None).profile, &[None]);
     assert_eq!(p.funcs[0].name, "0x2010");
     assert_eq!(p.libs[p.libs_without_symbols[0].index()].name, "lib.so");
 }

@@ -118,3 +118,95 @@ fn cpp_names_are_demangled() {
         "geometry::area(double, double)"
     );
 }
+
+#[test]
+fn a_function_both_inlined_and_called_is_one_func() {
+    // `scale` is inlined into `compute`, and its address is also taken, so an out-of-line
+    // copy with its own symbol exists.
+    let source = r#"
+        static inline __attribute__((always_inline)) double scale(double x) { return x * 3.5 + 1.0; }
+        double (*volatile table)(double) = scale;
+        __attribute__((noinline)) double compute(double x) { return scale(x) + scale(x + 1); }
+        int main(int argc, char **argv) { (void)argv; return (int)(compute(argc) + table(argc)); }
+    "#;
+    let bin = compile("cc", source, "c", "both");
+    let data = std::fs::read(&bin).unwrap();
+    let syms = LibSymbols::from_elf(&data).unwrap();
+    let (scale_start, _) = symbol_range(&data, "scale");
+    let (compute_start, compute_size) = symbol_range(&data, "compute");
+    let inlined_at = (compute_start..compute_start + compute_size)
+        .find(|&a| syms.lookup(a).frames.iter().any(|f| f.function == "scale"))
+        .expect("scale is inlined somewhere in compute");
+
+    // Two samples: main > compute > scale (inlined) and scale (called out of line).
+    use sampler::profile::*;
+    let lib = Lib {
+        name: "both".into(),
+        path: bin.display().to_string(),
+        build_id: None,
+        kind: LibKind::File,
+        base: 0,
+    };
+    let frame = |address| AddressFrame {
+        lib: Some(LibIndex(0)),
+        address,
+        kind: CodeKind::User,
+    };
+    let raw = RawProfile {
+        meta: Profile::from_named_stacks(&[]).meta,
+        libs: vec![lib],
+        address_frames: vec![frame(inlined_at), frame(scale_start)],
+        stacks: vec![
+            RawStack {
+                prefix: None,
+                frame: AddressFrameIndex(0),
+            },
+            RawStack {
+                prefix: None,
+                frame: AddressFrameIndex(1),
+            },
+        ],
+        processes: vec![Process {
+            pid: 1,
+            name: "both".into(),
+            start_ms: 0.0,
+            end_ms: None,
+        }],
+        threads: vec![Thread {
+            tid: 1,
+            process: ProcessIndex(0),
+            name: "both".into(),
+            is_main: true,
+            start_ms: 0.0,
+            end_ms: None,
+            samples: vec![
+                SampleRow {
+                    time_ms: 0.0,
+                    stack: RawStackIndex(0),
+                    weight: 1,
+                },
+                SampleRow {
+                    time_ms: 1.0,
+                    stack: RawStackIndex(1),
+                    weight: 1,
+                },
+            ],
+        }],
+    };
+    let p = sampler::symbolicate::apply(raw, &[Some(syms)]);
+    let scale_funcs: Vec<&Func> = p.funcs.iter().filter(|f| f.name == "scale").collect();
+    assert_eq!(
+        scale_funcs.len(),
+        1,
+        "inlined and out-of-line scale must be one func: {:?}",
+        p.funcs
+    );
+    let inline_frame = p
+        .frames
+        .iter()
+        .find(|f| p.funcs[f.func.index()].name == "scale" && f.inline_depth > 0);
+    assert!(
+        inline_frame.is_some(),
+        "the inlined copy is an inline frame"
+    );
+}

@@ -8,15 +8,16 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result};
+
 use flate2::write::GzEncoder;
 
 use crate::profile::Profile;
 
-/// Writes the Firefox Profiler profile to `path`, gzip-compressed when the name ends in
+/// Writes the Firefox Profiler profile into `file` (opened by the caller, so that a bad
+/// output path is reported before recording starts), gzip-compressed when `path` ends in
 /// `.gz`.
-pub fn write_firefox(profile: &Profile, path: &Path) -> Result<()> {
+pub fn write_firefox(profile: &Profile, file: File, path: &Path) -> Result<()> {
     let value = firefox::to_json(profile);
-    let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     let mut out = BufWriter::new(file);
     if path.extension().is_some_and(|e| e == "gz") {
         let mut gz = GzEncoder::new(out, flate2::Compression::default());

@@ -1,216 +1,229 @@
-//! From a [`Recording`] to a [`RawProfile`]: replay the event log in time order, keeping
-//! each process's library map and each thread's name current, unwind every sample, turn
-//! its addresses into (library, relative address) frames and intern its stack.
+//! From recorded events to a [`RawProfile`], incrementally: events are fed in time order
+//! (while the command still runs), each process's library map and each thread's name are
+//! kept current, every sample is unwound and its stack interned at once, and the sample's
+//! raw material (registers, stack copy) is dropped. Memory then grows with the number of
+//! unique stacks, not with the number of samples.
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use super::*;
-use crate::binary::{BinaryCache, FrameRule};
-use crate::maps::AddressSpaces;
-use crate::record::{EventKind, Mapping, Recording};
-use crate::unwind::{unwind_frame_pointers, CodeAddress};
+use crate::binary::{Binary, BinaryCache, FrameRule};
+use crate::maps::{AddressSpaces, Region};
+use crate::record::{Event, EventKind, Mapping, Recording, RecordingInfo, Sample};
+use crate::unwind::{unwind_frame_pointers, CodeAddress, CodeLookup};
 
 /// Name of the library that holds kernel frames (perf's name for it).
 pub const KERNEL_LIB_NAME: &str = "[kernel.kallsyms]";
 /// Name of the marker frame at the root of a stack whose outer frames are missing.
 pub const TRUNCATED_MARKER: &str = "[truncated]";
-/// Kernel addresses are the upper half of the x86-64 address space.
+/// Kernel addresses are the upper half of the x86-64 address space. Kernel frames are
+/// made relative to this when the kernel's text start is unknown (kallsyms hidden), which
+/// keeps them below 2^53, exact in JSON numbers.
 const KERNEL_SPACE_START: u64 = 0xffff_8000_0000_0000;
 
-struct Builder<'a> {
+/// What one mapping of a process was resolved to, once, when it was mapped.
+#[derive(Clone, Copy, Debug)]
+struct Module {
+    /// `None` for anonymous memory (JIT code, `[heap]`, …).
+    lib: Option<LibIndex>,
+    /// The file's own address of a byte is its file offset plus this, inside the segment
+    /// the mapping shows; `None` when the file could not be read (addresses stay file
+    /// offsets).
+    svma_delta: Option<i64>,
+}
+
+/// Per-thread state while building; times in CLOCK_MONOTONIC ns.
+struct ThreadState {
+    tid: i32,
+    process: ProcessIndex,
+    name: String,
     start_ns: u64,
-    binaries: &'a mut BinaryCache,
+    end_ns: Option<u64>,
+    samples: Vec<(u64, RawStackIndex)>,
+}
+
+struct ProcessState {
+    pid: i32,
+    name: String,
+    start_ns: u64,
+    end_ns: Option<u64>,
+}
+
+/// The raw profile and, for each of its libraries, the file that was verified to be the
+/// one that was mapped (same build ID), for the symbolicator to use.
+pub struct Built {
+    pub profile: RawProfile,
+    pub lib_binaries: Vec<Option<Arc<Binary>>>,
+}
+
+/// Builds a raw profile from events fed in time order.
+pub struct ProfileBuilder {
+    binaries: BinaryCache,
     kernel_base: u64,
-    spaces: AddressSpaces,
+    spaces: AddressSpaces<Module>,
     libs: Interner<Lib, LibIndex>,
+    lib_binaries: Vec<Option<Arc<Binary>>>,
     frames: Interner<AddressFrame, AddressFrameIndex>,
     stacks: Interner<RawStack, RawStackIndex>,
-    processes: Vec<Process>,
+    processes: Vec<ProcessState>,
     process_by_pid: HashMap<i32, ProcessIndex>,
-    threads: Vec<Thread<RawStackIndex>>,
+    threads: Vec<ThreadState>,
     thread_by_tid: HashMap<i32, usize>,
-    frame_rules: HashMap<(String, u64), Option<FrameRule>>,
+    frame_rules: HashMap<(LibIndex, u64), Option<FrameRule>>,
     truncated_stacks: u64,
     restored_callers: u64,
 }
 
-/// Builds the raw profile. `kernel_base` is the kernel's text start (from kallsyms), to
-/// which kernel frame addresses are made relative; 0 when unknown.
-pub fn build(recording: &Recording, binaries: &mut BinaryCache, kernel_base: u64) -> RawProfile {
-    let mut b = Builder {
-        start_ns: recording.start_ns,
-        binaries,
-        kernel_base,
-        spaces: AddressSpaces::default(),
-        libs: Interner::default(),
-        frames: Interner::default(),
-        stacks: Interner::default(),
-        processes: Vec::new(),
-        process_by_pid: HashMap::new(),
-        threads: Vec::new(),
-        thread_by_tid: HashMap::new(),
-        frame_rules: HashMap::new(),
-        truncated_stacks: 0,
-        restored_callers: 0,
-    };
-    let command_name = recording
-        .command
-        .first()
-        .map(|c| {
-            Path::new(c)
-                .file_name()
-                .map_or(c.clone(), |n| n.to_string_lossy().into_owned())
-        })
-        .unwrap_or_default();
-    b.thread(
-        recording.root_pid,
-        recording.root_pid,
-        0.0,
-        Some(&command_name),
-    );
-    for event in &recording.events {
-        let time_ms = b.ms(event.time_ns);
-        match &event.kind {
-            EventKind::Mmap(m) if m.executable => b.spaces.map(m.clone()),
-            EventKind::Mmap(_) => {}
-            EventKind::Comm {
-                pid,
-                tid,
-                name,
-                exec,
-            } => {
-                if *exec {
-                    b.spaces.exec(*pid);
-                }
-                let t = b.thread(*pid, *tid, time_ms, None);
-                b.threads[t].name = name.clone();
-                if pid == tid {
-                    let p = b.threads[t].process;
-                    b.processes[p.index()].name = name.clone();
-                }
-            }
-            EventKind::Fork {
-                pid,
-                ppid,
-                tid,
-                ptid,
-            } => {
-                if pid == tid && pid != ppid {
-                    b.spaces.fork(*ppid, *pid);
-                }
-                let parent_name = b
-                    .thread_by_tid
-                    .get(ptid)
-                    .map(|&t| b.threads[t].name.clone());
-                b.thread(*pid, *tid, time_ms, parent_name.as_deref());
-            }
-            EventKind::Exit { pid, tid } => {
-                if let Some(&t) = b.thread_by_tid.get(tid) {
-                    b.threads[t].end_ms = Some(time_ms);
-                }
-                if pid == tid {
-                    if let Some(&p) = b.process_by_pid.get(pid) {
-                        b.processes[p.index()].end_ms = Some(time_ms);
-                    }
-                }
-            }
-            EventKind::Sample(s) => {
-                let pid = s.pid;
-                let stack = {
-                    let spaces = &b.spaces;
-                    let binaries = &mut *b.binaries;
-                    let rules = &mut b.frame_rules;
-                    let mut rule = |address: u64| -> Option<FrameRule> {
-                        let m = spaces.lookup(pid, address)?;
-                        let binary = binaries.get(Path::new(&m.path))?;
-                        let svma = binary.file_offset_to_svma(address - m.start + m.file_offset)?;
-                        *rules
-                            .entry((m.path.clone(), svma))
-                            .or_insert_with(|| binary.frame_rule(svma))
-                    };
-                    unwind_frame_pointers(s, &mut rule)
-                };
-                if stack.truncated {
-                    b.truncated_stacks += 1;
-                }
-                if stack.restored_leaf_caller {
-                    b.restored_callers += 1;
-                }
-                let mut prefix = None;
-                if stack.truncated {
-                    let f = b.frames.intern(
-                        AddressFrame {
-                            lib: None,
-                            address: 0,
-                            kind: CodeKind::Marker,
-                        },
-                        AddressFrameIndex::new,
-                    );
-                    prefix = Some(
-                        b.stacks
-                            .intern(RawStack { prefix, frame: f }, RawStackIndex::new),
-                    );
-                }
-                for &addr in stack.user.iter().rev() {
-                    let frame = b.user_frame(pid, addr);
-                    prefix = Some(
-                        b.stacks
-                            .intern(RawStack { prefix, frame }, RawStackIndex::new),
-                    );
-                }
-                for &addr in stack.kernel.iter().rev() {
-                    let frame = b.kernel_frame(addr);
-                    prefix = Some(
-                        b.stacks
-                            .intern(RawStack { prefix, frame }, RawStackIndex::new),
-                    );
-                }
-                let t = b.thread(pid, s.tid, time_ms, None);
-                if let Some(stack) = prefix {
-                    b.threads[t].samples.push(SampleRow {
-                        time_ms,
-                        stack,
-                        weight: 1,
-                    });
-                }
-            }
-            EventKind::Lost { .. } | EventKind::Throttle => {}
-        }
-    }
-    let duration_ms = b.ms(recording.end_ns);
-    RawProfile {
-        meta: Meta {
-            start_unix_ms: recording.start_unix_ms,
-            interval_ms: 1000.0 / recording.frequency_hz.max(1) as f64,
-            duration_ms,
-            event: recording.event.name().to_string(),
-            frequency_hz: recording.frequency_hz,
-            command: recording.command.clone(),
-            lost_samples: recording.lost_samples,
-            throttled: recording.throttled,
-            kernel_included: recording.kernel_included,
-            truncated_stacks: b.truncated_stacks,
-            restored_callers: b.restored_callers,
-        },
-        libs: b.libs.items,
-        address_frames: b.frames.items,
-        stacks: b.stacks.items,
-        processes: b.processes,
-        threads: b.threads,
-    }
+/// Builds the raw profile of a whole recording at once (see [`ProfileBuilder`]).
+pub fn build(recording: &Recording, kernel_base: Option<u64>) -> Built {
+    let mut b = ProfileBuilder::new(kernel_base);
+    b.add_events(&recording.events);
+    b.finish(&recording.info)
 }
 
-impl Builder<'_> {
-    fn ms(&self, time_ns: u64) -> f64 {
-        time_ns.saturating_sub(self.start_ns) as f64 / 1e6
+impl ProfileBuilder {
+    /// `kernel_base` is the kernel's text start (from kallsyms), to which kernel frame
+    /// addresses are made relative; `None` when unknown.
+    pub fn new(kernel_base: Option<u64>) -> ProfileBuilder {
+        ProfileBuilder {
+            binaries: BinaryCache::default(),
+            kernel_base: kernel_base.unwrap_or(KERNEL_SPACE_START),
+            spaces: AddressSpaces::default(),
+            libs: Interner::default(),
+            lib_binaries: Vec::new(),
+            frames: Interner::default(),
+            stacks: Interner::default(),
+            processes: Vec::new(),
+            process_by_pid: HashMap::new(),
+            threads: Vec::new(),
+            thread_by_tid: HashMap::new(),
+            frame_rules: HashMap::new(),
+            truncated_stacks: 0,
+            restored_callers: 0,
+        }
+    }
+
+    /// Replays `events`, which come after every event fed before, in time order.
+    pub fn add_events(&mut self, events: &[Event]) {
+        for event in events {
+            let t = event.time_ns;
+            match &event.kind {
+                EventKind::Mmap(m) if m.executable => self.map(m),
+                EventKind::Mmap(_) => {}
+                EventKind::Comm {
+                    pid,
+                    tid,
+                    name,
+                    exec,
+                } => {
+                    if *exec {
+                        self.spaces.exec(*pid);
+                    }
+                    let th = self.thread(*pid, *tid, t, None);
+                    self.threads[th].name = name.clone();
+                    if pid == tid {
+                        let p = self.threads[th].process;
+                        self.processes[p.index()].name = name.clone();
+                    }
+                }
+                EventKind::Fork {
+                    pid,
+                    ppid,
+                    tid,
+                    ptid,
+                } => {
+                    if pid == tid && pid != ppid {
+                        self.spaces.fork(*ppid, *pid);
+                    }
+                    let parent_name = self
+                        .thread_by_tid
+                        .get(ptid)
+                        .map(|&th| self.threads[th].name.clone());
+                    self.thread(*pid, *tid, t, parent_name.as_deref());
+                }
+                EventKind::Exit { pid, tid } => {
+                    if let Some(&th) = self.thread_by_tid.get(tid) {
+                        self.threads[th].end_ns = Some(t);
+                    }
+                    if pid == tid {
+                        if let Some(&p) = self.process_by_pid.get(pid) {
+                            self.processes[p.index()].end_ns = Some(t);
+                        }
+                    }
+                }
+                EventKind::Sample(s) => self.sample(t, s),
+                EventKind::Lost { .. } | EventKind::Throttle => {}
+            }
+        }
+    }
+
+    /// The raw profile; times become milliseconds since `info.start_ns`.
+    pub fn finish(self, info: &RecordingInfo) -> Built {
+        let ms = |ns: u64| ns.saturating_sub(info.start_ns) as f64 / 1e6;
+        let processes = self
+            .processes
+            .into_iter()
+            .map(|p| Process {
+                pid: p.pid,
+                name: p.name,
+                start_ms: ms(p.start_ns),
+                end_ms: p.end_ns.map(ms),
+            })
+            .collect::<Vec<_>>();
+        let threads = self
+            .threads
+            .into_iter()
+            .map(|t| Thread {
+                tid: t.tid,
+                process: t.process,
+                is_main: processes[t.process.index()].pid == t.tid,
+                name: t.name,
+                start_ms: ms(t.start_ns),
+                end_ms: t.end_ns.map(ms),
+                samples: t
+                    .samples
+                    .into_iter()
+                    .map(|(time, stack)| SampleRow {
+                        time_ms: ms(time),
+                        stack,
+                        weight: 1,
+                    })
+                    .collect(),
+            })
+            .collect();
+        let profile = RawProfile {
+            meta: Meta {
+                start_unix_ms: info.start_unix_ms,
+                interval_ms: 1000.0 / info.frequency_hz.max(1) as f64,
+                duration_ms: ms(info.end_ns),
+                event: info.event.name().to_string(),
+                frequency_hz: info.frequency_hz,
+                command: info.command.clone(),
+                lost_samples: info.lost_samples,
+                throttled: info.throttled,
+                kernel_included: info.kernel_included,
+                truncated_stacks: self.truncated_stacks,
+                restored_callers: self.restored_callers,
+            },
+            libs: self.libs.items,
+            address_frames: self.frames.items,
+            stacks: self.stacks.items,
+            processes,
+            threads,
+        };
+        Built {
+            profile,
+            lib_binaries: self.lib_binaries,
+        }
     }
 
     /// The thread `tid` of process `pid`, created (with its process) on first sight.
-    fn thread(&mut self, pid: i32, tid: i32, time_ms: f64, name: Option<&str>) -> usize {
-        if let Some(&t) = self.thread_by_tid.get(&tid) {
-            if self.processes[self.threads[t].process.index()].pid == pid {
-                return t;
+    fn thread(&mut self, pid: i32, tid: i32, time_ns: u64, name: Option<&str>) -> usize {
+        if let Some(&th) = self.thread_by_tid.get(&tid) {
+            if self.processes[self.threads[th].process.index()].pid == pid {
+                return th;
             }
         }
         let process = match self.process_by_pid.get(&pid) {
@@ -218,11 +231,11 @@ impl Builder<'_> {
             None => {
                 let p = ProcessIndex::new(self.processes.len());
                 let process_name = name.map_or_else(|| format!("pid {pid}"), str::to_string);
-                self.processes.push(Process {
+                self.processes.push(ProcessState {
                     pid,
                     name: process_name,
-                    start_ms: time_ms,
-                    end_ms: None,
+                    start_ns: time_ns,
+                    end_ns: None,
                 });
                 self.process_by_pid.insert(pid, p);
                 p
@@ -232,76 +245,152 @@ impl Builder<'_> {
             || self.processes[process.index()].name.clone(),
             str::to_string,
         );
-        self.threads.push(Thread {
+        self.threads.push(ThreadState {
             tid,
             process,
             name,
-            is_main: pid == tid,
-            start_ms: time_ms,
-            end_ms: None,
+            start_ns: time_ns,
+            end_ns: None,
             samples: Vec::new(),
         });
         self.thread_by_tid.insert(tid, self.threads.len() - 1);
         self.threads.len() - 1
     }
 
-    fn user_frame(&mut self, pid: i32, addr: CodeAddress) -> AddressFrameIndex {
-        let lookup = addr.lookup_address();
-        let frame = match self.spaces.lookup(pid, lookup).cloned() {
-            Some(m) if !is_anonymous(&m) => {
-                let (lib, address) = self.lib_address(&m, lookup);
-                AddressFrame {
-                    lib: Some(lib),
-                    address,
-                    kind: CodeKind::User,
-                }
-            }
-            _ => AddressFrame {
+    /// Resolves a new mapping once: its library, and whether the file on disk is the one
+    /// that was mapped (a different build ID means it was replaced: its symbols and CFI
+    /// would be wrong, so it is not used).
+    fn map(&mut self, m: &Mapping) {
+        let module = if is_anonymous(m) {
+            Module {
                 lib: None,
-                address: lookup,
-                kind: CodeKind::User,
-            },
+                svma_delta: None,
+            }
+        } else {
+            let pseudo = m.path.starts_with('[');
+            let binary = if pseudo {
+                None
+            } else {
+                self.binaries.get(Path::new(&m.path))
+            };
+            let binary = binary.filter(|b| match (&m.build_id, &b.build_id) {
+                (Some(mapped), Some(on_disk)) => mapped == on_disk,
+                _ => true,
+            });
+            let svma_delta = binary
+                .as_ref()
+                .and_then(|b| b.file_offset_to_svma(m.file_offset))
+                .map(|svma| svma.wrapping_sub(m.file_offset) as i64);
+            let build_id = m
+                .build_id
+                .clone()
+                .or_else(|| binary.as_ref().and_then(|b| b.build_id.clone()));
+            let name = Path::new(&m.path)
+                .file_name()
+                .map_or(m.path.clone(), |n| n.to_string_lossy().into_owned());
+            let lib = Lib {
+                name,
+                path: m.path.clone(),
+                build_id,
+                kind: if pseudo {
+                    LibKind::Pseudo
+                } else {
+                    LibKind::File
+                },
+                base: 0,
+            };
+            let lib = self.libs.intern(lib, LibIndex::new);
+            if lib.index() == self.lib_binaries.len() {
+                self.lib_binaries.push(binary);
+            }
+            Module {
+                lib: Some(lib),
+                svma_delta,
+            }
         };
-        self.frames.intern(frame, AddressFrameIndex::new)
+        self.spaces.map(
+            m.pid,
+            Region {
+                start: m.start,
+                len: m.len,
+                file_offset: m.file_offset,
+                data: module,
+            },
+        );
     }
 
-    /// The library of mapping `m` and the lib-relative address of `lookup` in it.
-    fn lib_address(&mut self, m: &Mapping, lookup: u64) -> (LibIndex, u64) {
-        let file_offset = lookup - m.start + m.file_offset;
-        let pseudo = m.path.starts_with('[');
-        let binary = if pseudo {
-            None
-        } else {
-            self.binaries.get(Path::new(&m.path))
+    fn sample(&mut self, time_ns: u64, s: &Sample) {
+        let stack = {
+            let mut lookup = Lookup {
+                builder: self,
+                pid: s.pid,
+            };
+            unwind_frame_pointers(s, &mut lookup)
         };
-        let address = binary
-            .as_ref()
-            .and_then(|b| b.file_offset_to_svma(file_offset))
-            .unwrap_or(file_offset);
-        let build_id = m
-            .build_id
-            .clone()
-            .or_else(|| binary.as_ref().and_then(|b| b.build_id.clone()));
-        let name = Path::new(&m.path)
-            .file_name()
-            .map_or(m.path.clone(), |n| n.to_string_lossy().into_owned());
-        let lib = Lib {
-            name,
-            path: m.path.clone(),
-            build_id,
-            kind: if pseudo {
-                LibKind::Pseudo
-            } else {
-                LibKind::File
+        self.truncated_stacks += u64::from(stack.truncated);
+        self.restored_callers += u64::from(stack.restored_leaf_caller);
+        let mut prefix = None;
+        if stack.truncated {
+            let marker = AddressFrame {
+                lib: None,
+                address: 0,
+                kind: CodeKind::Marker,
+            };
+            let frame = self.frames.intern(marker, AddressFrameIndex::new);
+            prefix = Some(
+                self.stacks
+                    .intern(RawStack { prefix, frame }, RawStackIndex::new),
+            );
+        }
+        for &addr in stack.user.iter().rev() {
+            let frame = self.user_frame(s.pid, addr);
+            prefix = Some(
+                self.stacks
+                    .intern(RawStack { prefix, frame }, RawStackIndex::new),
+            );
+        }
+        for &addr in stack.kernel.iter().rev() {
+            let frame = self.kernel_frame(addr);
+            prefix = Some(
+                self.stacks
+                    .intern(RawStack { prefix, frame }, RawStackIndex::new),
+            );
+        }
+        let th = self.thread(s.pid, s.tid, time_ns, None);
+        if let Some(stack) = prefix {
+            self.threads[th].samples.push((time_ns, stack));
+        }
+    }
+
+    /// The (library, address in the file's own address space) of an absolute address.
+    fn resolve(&self, pid: i32, address: u64) -> Option<(Option<LibIndex>, u64)> {
+        let region = self.spaces.lookup(pid, address)?;
+        let file_offset = region.file_offset_of(address);
+        Some(match region.data {
+            Module { lib: None, .. } => (None, address),
+            Module { lib, svma_delta } => (
+                lib,
+                svma_delta.map_or(file_offset, |d| file_offset.wrapping_add(d as u64)),
+            ),
+        })
+    }
+
+    fn user_frame(&mut self, pid: i32, addr: CodeAddress) -> AddressFrameIndex {
+        let lookup = addr.lookup_address();
+        let (lib, address) = self.resolve(pid, lookup).unwrap_or((None, lookup));
+        self.frames.intern(
+            AddressFrame {
+                lib,
+                address,
+                kind: CodeKind::User,
             },
-            base: 0,
-        };
-        (self.libs.intern(lib, LibIndex::new), address)
+            AddressFrameIndex::new,
+        )
     }
 
     fn kernel_frame(&mut self, addr: CodeAddress) -> AddressFrameIndex {
         let lookup = addr.lookup_address();
-        let frame = if lookup >= KERNEL_SPACE_START {
+        let frame = if lookup >= self.kernel_base {
             let lib = self.libs.intern(
                 Lib {
                     name: KERNEL_LIB_NAME.into(),
@@ -312,9 +401,12 @@ impl Builder<'_> {
                 },
                 LibIndex::new,
             );
+            if lib.index() == self.lib_binaries.len() {
+                self.lib_binaries.push(None);
+            }
             AddressFrame {
                 lib: Some(lib),
-                address: lookup.wrapping_sub(self.kernel_base),
+                address: lookup - self.kernel_base,
                 kind: CodeKind::Kernel,
             }
         } else {
@@ -325,6 +417,30 @@ impl Builder<'_> {
             }
         };
         self.frames.intern(frame, AddressFrameIndex::new)
+    }
+}
+
+/// The unwinder's view of one process's code, through the builder's maps.
+struct Lookup<'a> {
+    builder: &'a mut ProfileBuilder,
+    pid: i32,
+}
+
+impl CodeLookup for Lookup<'_> {
+    fn frame_rule(&mut self, address: u64) -> Option<FrameRule> {
+        let (Some(lib), svma) = self.builder.resolve(self.pid, address)? else {
+            return None;
+        };
+        let binary = self.builder.lib_binaries[lib.index()].as_ref()?;
+        *self
+            .builder
+            .frame_rules
+            .entry((lib, svma))
+            .or_insert_with(|| binary.frame_rule(svma))
+    }
+
+    fn is_code(&mut self, address: u64) -> bool {
+        self.builder.spaces.lookup(self.pid, address).is_some()
     }
 }
 

@@ -11,7 +11,7 @@
 
 pub mod build;
 
-pub use build::build;
+pub use build::{build, Built, ProfileBuilder};
 
 macro_rules! index_type {
     ($(#[$doc:meta])* $name:ident) => {

@@ -70,8 +70,9 @@ pub struct Sample {
     /// The kernel's frame-pointer walk through user code, leaf first; the first entry is
     /// the user instruction pointer.
     pub user_stack: Vec<u64>,
-    /// Whether the callchain hit the kernel's frame limit, so the outermost frames are
-    /// missing.
+    /// Whether the callchain reached the kernel's frame limit, so the outermost frames are
+    /// missing. The callchain cannot tell a stack of exactly the limit from a longer one,
+    /// so such a stack counts as truncated too.
     pub callchain_truncated: bool,
     pub user_regs: Option<UserRegs>,
     /// A copy of user stack memory starting at `user_regs.sp`.

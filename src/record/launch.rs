@@ -51,6 +51,9 @@ impl GatedChild {
         }
         if pid == 0 {
             unsafe {
+                // The Rust runtime ignores SIGPIPE, and an ignored signal stays ignored
+                // across exec: give the command the default a shell would.
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
                 libc::sigprocmask(libc::SIG_UNBLOCK, &sigset, std::ptr::null_mut());
                 libc::close(gate_write.as_raw_fd());
                 let mut byte = 0u8;
@@ -84,6 +87,19 @@ impl GatedChild {
             _ => Ok(()),
         }
     }
+}
+
+/// Restores the default disposition of SIGCHLD, which we may have inherited as ignored:
+/// then the kernel would reap the command itself and its exit status would be lost.
+pub fn default_sigchld() -> io::Result<()> {
+    // SAFETY: installs no handler of ours (SIG_DFL), so no signal-safety rules apply.
+    unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGCHLD,
+            nix::sys::signal::SigHandler::SigDfl,
+        )
+    }?;
+    Ok(())
 }
 
 /// Blocks `signals` in the calling thread (and so in threads and children created later),

@@ -40,9 +40,9 @@ impl SamplingEvent {
     }
 }
 
-/// The result of a recording session: what was sampled and how, and the event log.
+/// What was sampled and how: everything about a recording session but its events.
 #[derive(Clone, Debug)]
-pub struct Recording {
+pub struct RecordingInfo {
     pub event: SamplingEvent,
     /// The sampling frequency actually requested from the kernel, in Hz.
     pub frequency_hz: u64,
@@ -52,8 +52,6 @@ pub struct Recording {
     pub start_ns: u64,
     /// CLOCK_MONOTONIC time (ns) at which recording stopped.
     pub end_ns: u64,
-    /// The events, sorted by time.
-    pub events: Vec<Event>,
     /// Samples the kernel could not write because a ring buffer was full (LOST records),
     /// plus samples it dropped itself (LOST_SAMPLES records).
     pub lost_samples: u64,
@@ -67,6 +65,13 @@ pub struct Recording {
     pub command: Vec<String>,
     /// The pid of the launched command.
     pub root_pid: i32,
+}
+
+/// A whole recording held in memory: its description and its events in time order.
+#[derive(Clone, Debug)]
+pub struct Recording {
+    pub info: RecordingInfo,
+    pub events: Vec<Event>,
 }
 
 /// What `sampler record` was asked to do.
@@ -204,9 +209,17 @@ fn open_events(
 ) -> Result<OpenEvents> {
     let cpus = online_cpus();
     let mut last_error = None;
-    for include_kernel in [true, false] {
-        for event in [SamplingEvent::Cycles, SamplingEvent::CpuClock] {
+    let attempts = [true, false].into_iter().flat_map(|kernel| {
+        [SamplingEvent::Cycles, SamplingEvent::CpuClock]
+            .into_iter()
+            .flat_map(move |event| [(kernel, event, true), (kernel, event, false)])
+    });
+    for (include_kernel, event, build_ids) in attempts {
+        {
             let mut attr = base_attr(frequency_hz, max_stack, include_kernel);
+            // Build IDs in MMAP2 records (Linux 5.12+) let us check that a file on disk is
+            // the one that was mapped; older kernels refuse the flag with EINVAL.
+            attr.set_build_id(u64::from(build_ids));
             match event {
                 SamplingEvent::Cycles => {
                     attr.type_ = pb::PERF_TYPE_HARDWARE;
@@ -234,7 +247,11 @@ fn open_events(
                         rings,
                     });
                 }
-                Err(e) => last_error = Some(e),
+                Err(e) => {
+                    if e.raw_os_error() != Some(libc::EINVAL) || !build_ids {
+                        last_error = Some(e);
+                    }
+                }
             }
         }
     }
@@ -264,14 +281,25 @@ struct Progress {
     tids: HashSet<i32>,
 }
 
-/// Launches `opts.command`, samples it until it exits, and returns what was recorded with
-/// the way the command ended. Ctrl-C and SIGTERM are forwarded to the command (a tty's
-/// Ctrl-C already reached it) and a second one kills it; recording then still finishes.
-pub fn record_command(opts: &RecordOptions) -> Result<(Recording, CommandExit)> {
+/// How far behind the drain time events are held back before they are handed on: the
+/// per-CPU buffers are each in time order but are read one after the other, and a record
+/// stamped just before a drain may still be being written. 50 ms is far more than that
+/// takes and keeps the pending events small.
+const REORDER_WINDOW_NS: u64 = 50_000_000;
+
+/// Launches `opts.command`, samples it until it exits, and hands the events to `sink` in
+/// time order, in batches, while the command runs. Returns what was recorded and the way
+/// the command ended. Ctrl-C and SIGTERM are forwarded to the command (a tty's Ctrl-C
+/// already reached it) and a second one kills it; recording then still finishes.
+pub fn record_command(
+    opts: &RecordOptions,
+    sink: &mut dyn FnMut(&[Event]),
+) -> Result<(RecordingInfo, CommandExit)> {
     let mut signals = SigSet::empty();
     signals.add(Signal::SIGINT);
     signals.add(Signal::SIGTERM);
     signals.add(Signal::SIGCHLD);
+    launch::default_sigchld()?;
     launch::block_signals(&signals)?;
     let signal_fd = SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
 
@@ -325,7 +353,7 @@ pub fn record_command(opts: &RecordOptions) -> Result<(Recording, CommandExit)> 
         bail!("could not run `{}`: {e}", opts.command[0]);
     }
 
-    let mut log: Vec<Event> = Vec::new();
+    let mut pending: Vec<Event> = Vec::new();
     let mut progress = Progress::default();
     let status_line = std::io::stderr().is_terminal();
     let mut last_status = Instant::now();
@@ -345,7 +373,12 @@ pub fn record_command(opts: &RecordOptions) -> Result<(Recording, CommandExit)> 
                 Err(e) => return Err(e).context("poll"),
             }
         }
-        drain_all(&mut events.rings, &parser, &mut log, &mut progress);
+        let drained_at = monotonic_ns();
+        drain_all(&mut events.rings, &parser, &mut pending, &mut progress);
+        pending.sort_by_key(|e| e.time_ns);
+        let ready = pending.partition_point(|e| e.time_ns + REORDER_WINDOW_NS <= drained_at);
+        sink(&pending[..ready]);
+        pending.drain(..ready);
         let mut child_exit = None;
         while let Ok(Some(info)) = signal_fd.read_signal() {
             let signo = info.ssi_signo as i32;
@@ -371,7 +404,9 @@ pub fn record_command(opts: &RecordOptions) -> Result<(Recording, CommandExit)> 
                 child_exit = Some(CommandExit::Signal(sig as i32))
             }
             Ok(_) => {}
-            Err(nix::errno::Errno::ECHILD) => child_exit = Some(CommandExit::Code(0)),
+            Err(nix::errno::Errno::ECHILD) => {
+                bail!("lost track of the command (it was reaped by someone else)")
+            }
             Err(e) => return Err(e).context("waitpid"),
         }
         if let Some(exit) = child_exit {
@@ -391,20 +426,20 @@ pub fn record_command(opts: &RecordOptions) -> Result<(Recording, CommandExit)> 
     for fd in &events.fds {
         let _ = sys::disable(fd);
     }
-    drain_all(&mut events.rings, &parser, &mut log, &mut progress);
+    drain_all(&mut events.rings, &parser, &mut pending, &mut progress);
     let end_ns = monotonic_ns();
     if status_line {
         eprint!("\r\x1b[K");
     }
     // Each CPU's buffer is in time order, but the buffers interleave.
-    log.sort_by_key(|e| e.time_ns);
-    let recording = Recording {
+    pending.sort_by_key(|e| e.time_ns);
+    sink(&pending);
+    let info = RecordingInfo {
         event: events.event,
         frequency_hz,
         start_unix_ms,
         start_ns,
         end_ns,
-        events: log,
         lost_samples: progress.lost,
         throttled: progress.throttled,
         kernel_included: events.kernel_included,
@@ -412,7 +447,7 @@ pub fn record_command(opts: &RecordOptions) -> Result<(Recording, CommandExit)> 
         command: opts.command.clone(),
         root_pid: child.pid.as_raw(),
     };
-    Ok((recording, exit))
+    Ok((info, exit))
 }
 
 fn drain_all(

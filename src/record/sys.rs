@@ -94,38 +94,94 @@ impl RingBuffer {
     pub fn drain(&mut self, mut each: impl FnMut(RingRecord<'_>)) -> usize {
         let (head_atomic, tail_atomic) = self.head_and_tail();
         let head = head_atomic.load(Ordering::Acquire);
-        let mut tail = tail_atomic.load(Ordering::Relaxed);
-        // SAFETY: the data area lies entirely inside the mapping; between the tail we own
-        // and the head the kernel published (with acquire ordering above) it does not write.
-        let data = unsafe {
-            std::slice::from_raw_parts(self.map.as_ptr().add(self.data_offset), self.data_size)
-        };
-        let mut count = 0;
-        while tail < head {
-            let start = (tail as usize) % self.data_size;
-            // A record header is 8 bytes and records are 8-byte aligned in a buffer whose
-            // size is a power of two, so the header itself never wraps.
-            let kind = u32::from_ne_bytes(data[start..start + 4].try_into().unwrap());
-            let misc = u16::from_ne_bytes(data[start + 4..start + 6].try_into().unwrap());
-            let size = u16::from_ne_bytes(data[start + 6..start + 8].try_into().unwrap()) as usize;
-            if size < 8 {
-                // A corrupt header: give up on the rest of this buffer's contents.
-                tail = head;
-                break;
-            }
-            let body_start = (start + 8) % self.data_size;
-            let body_len = size - 8;
-            let body = if body_start + body_len <= self.data_size {
-                (&data[body_start..body_start + body_len], &data[0..0])
-            } else {
-                let first = self.data_size - body_start;
-                (&data[body_start..], &data[..body_len - first])
-            };
-            each(RingRecord { kind, misc, body });
-            tail += size as u64;
-            count += 1;
+        let tail = tail_atomic.load(Ordering::Relaxed);
+        let available = (head - tail) as usize;
+        if available == 0 {
+            return 0;
         }
-        tail_atomic.store(tail, Ordering::Release);
+        // The readable bytes [tail, head) as one or two slices (when they wrap around).
+        let start = (tail as usize) % self.data_size;
+        let first_len = available.min(self.data_size - start);
+        // SAFETY: both ranges lie inside the data area of the mapping, and between the
+        // tail we own and the head the kernel published (acquire ordering above) the
+        // kernel does not write until we move the tail.
+        let (first, second) = unsafe {
+            let data = self.map.as_ptr().add(self.data_offset);
+            (
+                std::slice::from_raw_parts(data.add(start), first_len),
+                std::slice::from_raw_parts(data, available - first_len),
+            )
+        };
+        let count = parse_records(first, second, &mut each);
+        tail_atomic.store(head, Ordering::Release);
         count
+    }
+}
+
+/// Splits `first ++ second` into records. Records are 8-byte aligned and `first` ends at
+/// the end of the buffer, a multiple of 8, so a record header never straddles the two.
+fn parse_records(first: &[u8], second: &[u8], each: &mut impl FnMut(RingRecord<'_>)) -> usize {
+    let total = first.len() + second.len();
+    let mut at = 0;
+    let mut count = 0;
+    while at + 8 <= total {
+        let header = if at < first.len() {
+            &first[at..at + 8]
+        } else {
+            &second[at - first.len()..][..8]
+        };
+        let kind = u32::from_ne_bytes(header[0..4].try_into().unwrap());
+        let misc = u16::from_ne_bytes(header[4..6].try_into().unwrap());
+        let size = u16::from_ne_bytes(header[6..8].try_into().unwrap()) as usize;
+        if size < 8 || at + size > total {
+            // A corrupt or incomplete record: drop the rest of what was read.
+            break;
+        }
+        let (body_start, body_end) = (at + 8, at + size);
+        let body = if body_end <= first.len() {
+            (&first[body_start..body_end], &second[..0])
+        } else if body_start >= first.len() {
+            (
+                &second[body_start - first.len()..body_end - first.len()],
+                &second[..0],
+            )
+        } else {
+            (&first[body_start..], &second[..body_end - first.len()])
+        };
+        each(RingRecord { kind, misc, body });
+        at += size;
+        count += 1;
+    }
+    count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(kind: u32, body: &[u8]) -> Vec<u8> {
+        let mut r = kind.to_ne_bytes().to_vec();
+        r.extend_from_slice(&0u16.to_ne_bytes());
+        r.extend_from_slice(&((8 + body.len()) as u16).to_ne_bytes());
+        r.extend_from_slice(body);
+        r
+    }
+
+    #[test]
+    fn records_are_split_across_the_wrap() {
+        let mut bytes = record(1, &[1; 16]);
+        bytes.extend(record(2, &[2; 24]));
+        bytes.extend(record(3, &[3; 8]));
+        // Wrap inside the second record's body.
+        let (first, second) = bytes.split_at(40);
+        let mut seen = Vec::new();
+        let n = parse_records(first, second, &mut |r: RingRecord<'_>| {
+            let body: Vec<u8> = r.body.0.iter().chain(r.body.1).copied().collect();
+            seen.push((r.kind, body));
+        });
+        assert_eq!(n, 3);
+        assert_eq!(seen[0], (1, vec![1; 16]));
+        assert_eq!(seen[1], (2, vec![2; 24]));
+        assert_eq!(seen[2], (3, vec![3; 8]));
     }
 }

@@ -9,9 +9,9 @@ mod dwarf;
 pub mod symbols;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::sync::Arc;
 
-use crate::binary::BinaryCache;
+use crate::binary::Binary;
 use crate::profile::build::TRUNCATED_MARKER;
 use crate::profile::*;
 pub use dwarf::{DwarfInfo, SourceFrame};
@@ -24,6 +24,9 @@ pub struct AddressInfo {
     pub symbol: Option<Symbol>,
     /// Source frames, outer first: the real function, then each inlined call.
     pub frames: Vec<SourceFrame>,
+    /// For each of `frames`, the lib-relative start of the symbol of the same name, when
+    /// the function also exists out of line: its inlined and called copies are one func.
+    pub frame_symbols: Vec<Option<u64>>,
 }
 
 /// The symbol sources of one library.
@@ -52,12 +55,24 @@ impl LibSymbols {
             address: s.address - self.base,
             ..s.clone()
         });
-        let frames = self
+        let frames: Vec<SourceFrame> = self
             .dwarf
             .as_ref()
             .map(|d| d.frames(probe))
             .unwrap_or_default();
-        AddressInfo { symbol, frames }
+        let frame_symbols = frames
+            .iter()
+            .map(|f| {
+                self.symbols
+                    .by_name(&f.function)
+                    .map(|s| s.address.wrapping_sub(self.base))
+            })
+            .collect();
+        AddressInfo {
+            symbol,
+            frames,
+            frame_symbols,
+        }
     }
 }
 
@@ -151,14 +166,15 @@ impl Tables {
             FrameIndex::new,
         ));
         for (depth, sf) in info.frames.iter().enumerate().skip(1) {
-            let func = self.func(
-                FuncKey::Named(Some(lib), sf.function.clone(), sf.file.clone()),
-                || Func {
-                    name: sf.function.clone(),
-                    file: sf.file.clone(),
-                    lib: Some(lib),
-                },
-            );
+            let key = match info.frame_symbols.get(depth).copied().flatten() {
+                Some(address) => FuncKey::Symbol(lib, address),
+                None => FuncKey::Named(Some(lib), sf.function.clone(), sf.file.clone()),
+            };
+            let func = self.func(key, || Func {
+                name: sf.function.clone(),
+                file: sf.file.clone(),
+                lib: Some(lib),
+            });
             out.push(self.frames.intern(
                 Frame {
                     inline_depth: depth as u32,
@@ -250,19 +266,47 @@ pub fn read_kallsyms() -> Option<SymbolMap> {
     SymbolMap::from_kallsyms(&std::fs::read_to_string("/proc/kallsyms").ok()?)
 }
 
-/// Loads the symbols of every library of `raw` (through `binaries`, so files already read
-/// for unwinding are not read again) and symbolicates.
-pub fn symbolicate(
-    raw: RawProfile,
-    binaries: &mut BinaryCache,
-    kallsyms: Option<SymbolMap>,
-) -> Profile {
-    let mut kallsyms = kallsyms;
+/// The kernel's text start (`_text`), read from the first lines of `/proc/kallsyms`
+/// without loading the whole table; `None` when the addresses are hidden.
+pub fn kernel_text_start() -> Option<u64> {
+    use std::io::BufRead;
+    let file = std::fs::File::open("/proc/kallsyms").ok()?;
+    for line in std::io::BufReader::new(file)
+        .lines()
+        .take(KALLSYMS_TEXT_SEARCH_LINES)
+    {
+        let line = line.ok()?;
+        let mut parts = line.split_whitespace();
+        let (Some(addr), Some(_), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if name == "_text" || name == "_stext" {
+            let address = u64::from_str_radix(addr, 16).ok()?;
+            return (address != 0).then_some(address);
+        }
+    }
+    None
+}
+
+/// `_text` is among the first lines of kallsyms (after a few absolute symbols); past this
+/// many lines the full table is needed anyway.
+const KALLSYMS_TEXT_SEARCH_LINES: usize = 1000;
+
+/// Loads the symbols of every library of `raw` from the files the profile builder
+/// verified (`lib_binaries`, parallel to `raw.libs`), and symbolicates. Kernel symbols are
+/// read only when the profile has kernel frames.
+pub fn symbolicate(raw: RawProfile, lib_binaries: &[Option<Arc<Binary>>]) -> Profile {
+    let mut kallsyms = if raw.libs.iter().any(|l| l.kind == LibKind::Kernel) {
+        read_kallsyms()
+    } else {
+        None
+    };
     let lib_symbols: Vec<Option<LibSymbols>> = raw
         .libs
         .iter()
-        .map(|lib| match lib.kind {
-            LibKind::File => LibSymbols::from_elf(&binaries.get(Path::new(&lib.path))?.data),
+        .zip(lib_binaries)
+        .map(|(lib, binary)| match lib.kind {
+            LibKind::File => LibSymbols::from_elf(&binary.as_ref()?.data),
             LibKind::Kernel => Some(LibSymbols {
                 symbols: kallsyms.take()?,
                 dwarf: None,

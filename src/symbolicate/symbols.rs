@@ -2,7 +2,12 @@
 //! design §2 (the symbol with the highest start address at or below the address), and
 //! demangling of Rust and C++ names.
 
-use object::{Object, ObjectSymbol, SymbolKind};
+use std::collections::HashMap;
+
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+
+/// The name given to addresses in PLT stubs (calls into other libraries).
+pub const PLT_NAME: &str = "[plt]";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Symbol {
@@ -17,6 +22,7 @@ pub struct Symbol {
 #[derive(Clone, Debug, Default)]
 pub struct SymbolMap {
     symbols: Vec<Symbol>,
+    by_name: HashMap<String, usize>,
 }
 
 impl SymbolMap {
@@ -26,7 +32,16 @@ impl SymbolMap {
         // A stable sort keeps the caller's preference order among equal addresses.
         symbols.sort_by_key(|s| s.address);
         symbols.dedup_by_key(|s| s.address);
-        SymbolMap { symbols }
+        let mut by_name = HashMap::with_capacity(symbols.len());
+        for (i, s) in symbols.iter().enumerate() {
+            by_name.entry(s.name.clone()).or_insert(i);
+        }
+        SymbolMap { symbols, by_name }
+    }
+
+    /// The symbol named `name` (demangled), if there is one.
+    pub fn by_name(&self, name: &str) -> Option<&Symbol> {
+        self.by_name.get(name).map(|&i| &self.symbols[i])
     }
 
     pub fn is_empty(&self) -> bool {
@@ -37,10 +52,17 @@ impl SymbolMap {
         self.symbols.len()
     }
 
-    /// The symbol with the highest start address `<= address`.
+    /// The symbol with the highest start address `<= address` (design §2), unless that
+    /// symbol's size is known and the address lies past its end: then the address is in
+    /// code the table has no name for (a static function missing from `.dynsym`), and a
+    /// neighbour's name would be a lie.
     pub fn lookup(&self, address: u64) -> Option<&Symbol> {
         let i = self.symbols.partition_point(|s| s.address <= address);
-        self.symbols.get(i.checked_sub(1)?)
+        let s = self.symbols.get(i.checked_sub(1)?)?;
+        match s.size {
+            Some(size) if address >= s.address + size => None,
+            _ => Some(s),
+        }
     }
 
     /// The function symbols of an ELF file, from `.symtab` and `.dynsym`.
@@ -64,6 +86,19 @@ impl SymbolMap {
                 ))
             })
             .collect();
+        // Calls through the PLT land in stubs that have no symbols; name them by section.
+        for section in file.sections() {
+            if let Ok(".plt" | ".plt.sec" | ".plt.got") = section.name() {
+                if section.size() > 0 {
+                    let symbol = Symbol {
+                        address: section.address(),
+                        size: Some(section.size()),
+                        name: PLT_NAME.into(),
+                    };
+                    symbols.push((false, symbol));
+                }
+            }
+        }
         // Prefer sized, then global symbols where several share an address.
         symbols.sort_by_key(|(global, s)| (s.address, s.size.is_none(), !global));
         SymbolMap::new(symbols.into_iter().map(|(_, s)| s).collect())
@@ -148,6 +183,25 @@ mod tests {
         assert_eq!(map.lookup(0x11).unwrap().name, "doSomething");
         assert_eq!(map.lookup(0x15).unwrap().name, "someInterlude");
         assert!(map.lookup(0x00).is_none());
+    }
+
+    #[test]
+    fn a_sized_symbol_does_not_cover_addresses_past_its_end() {
+        let sized = |address, size, name: &str| Symbol {
+            address,
+            size: Some(size),
+            name: name.into(),
+        };
+        let map = SymbolMap::new(vec![
+            sized(0x100, 0x20, "exported"),
+            sized(0x200, 0x10, "next"),
+        ]);
+        assert_eq!(map.lookup(0x11f).unwrap().name, "exported");
+        assert!(
+            map.lookup(0x120).is_none(),
+            "a hidden static function after `exported`"
+        );
+        assert_eq!(map.by_name("next").unwrap().address, 0x200);
     }
 
     #[test]

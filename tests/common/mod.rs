@@ -51,10 +51,13 @@ pub fn perf_available(test: &str) -> bool {
             .args(["--", "true"])
             .output()
             .expect("sampler runs");
+        let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
         if out.status.success() {
             Ok(())
+        } else if why.contains("perf_event_paranoid") {
+            Err(why)
         } else {
-            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+            panic!("recording `true` failed for a reason other than permission: {why}");
         }
     });
     match result {
@@ -242,6 +245,15 @@ pub fn check_processed_profile(p: &Value) {
     check_index_column(st, "frame", frames, false, false);
     let ft = &shared["frameTable"];
     check_index_column(ft, "func", funcs, false, false);
+    for (i, a) in column(ft, "address").iter().enumerate() {
+        let a = a
+            .as_i64()
+            .unwrap_or_else(|| panic!("frame {i} address {a} is not an integer"));
+        assert!(
+            (-1..(1 << 53)).contains(&a),
+            "frame {i} address {a} is not -1 or an exact lib-relative address"
+        );
+    }
     check_index_column(ft, "lib", libs.len(), false, true);
     check_index_column(ft, "nativeSymbol", lens["nativeSymbols"], true, false);
     check_index_column(ft, "category", categories.len(), true, false);
