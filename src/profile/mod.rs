@@ -132,6 +132,29 @@ pub struct Thread<S> {
     pub samples: Vec<SampleRow<S>>,
 }
 
+impl<S> Thread<S> {
+    /// The same thread with each sample's stack index translated by `f`.
+    pub fn map_stacks<T>(self, f: impl Fn(S) -> T) -> Thread<T> {
+        Thread {
+            tid: self.tid,
+            process: self.process,
+            name: self.name,
+            is_main: self.is_main,
+            start_ms: self.start_ms,
+            end_ms: self.end_ms,
+            samples: self
+                .samples
+                .into_iter()
+                .map(|s| SampleRow {
+                    time_ms: s.time_ms,
+                    stack: f(s.stack),
+                    weight: s.weight,
+                })
+                .collect(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Process {
     pub pid: i32,

@@ -230,23 +230,7 @@ pub fn apply(raw: RawProfile, lib_symbols: &[Option<LibSymbols>]) -> Profile {
     let threads = raw
         .threads
         .into_iter()
-        .map(|t| Thread {
-            tid: t.tid,
-            process: t.process,
-            name: t.name,
-            is_main: t.is_main,
-            start_ms: t.start_ms,
-            end_ms: t.end_ms,
-            samples: t
-                .samples
-                .iter()
-                .map(|s| SampleRow {
-                    time_ms: s.time_ms,
-                    stack: stack_map[s.stack.index()],
-                    weight: s.weight,
-                })
-                .collect(),
-        })
+        .map(|t| t.map_stacks(|s| stack_map[s.index()]))
         .collect();
     Profile {
         meta: raw.meta,
