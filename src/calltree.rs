@@ -177,49 +177,6 @@ impl CallTree {
             format!("{head} > {}", self.compact_list(profile, &kids))
         }
     }
-
-    /// Self weight per function, summed over all its call nodes.
-    pub fn self_by_func(&self) -> HashMap<FuncIndex, u64> {
-        let mut m = HashMap::new();
-        for n in &self.nodes {
-            *m.entry(n.func).or_insert(0) += n.self_weight;
-        }
-        m
-    }
-
-    /// Renders the tree as indented text, one node per line, with running and self
-    /// percentages of the total, down to `max_depth` and hiding nodes below
-    /// `min_percent` of the total.
-    pub fn render_text(&self, profile: &Profile, max_depth: usize, min_percent: f64) -> String {
-        let total = self.total().max(1) as f64;
-        let mut out = String::from("  running     self  function\n");
-        let mut stack: Vec<(CallNodeIndex, usize)> = self
-            .sorted_children(profile, &self.roots)
-            .into_iter()
-            .rev()
-            .map(|r| (r, 0))
-            .collect();
-        while let Some((id, depth)) = stack.pop() {
-            let n = self.node(id);
-            let pct = 100.0 * n.running_weight as f64 / total;
-            if pct < min_percent {
-                continue;
-            }
-            out.push_str(&format!(
-                "{:>8.1}% {:>7.1}%  {}{}\n",
-                pct,
-                100.0 * n.self_weight as f64 / total,
-                "  ".repeat(depth),
-                profile.func_name(n.func)
-            ));
-            if depth + 1 < max_depth {
-                for c in self.sorted_children(profile, &n.children).into_iter().rev() {
-                    stack.push((c, depth + 1));
-                }
-            }
-        }
-        out
-    }
 }
 
 #[cfg(test)]

@@ -276,19 +276,6 @@ impl<T: Clone + Eq + std::hash::Hash, I: Copy> Interner<T, I> {
 }
 
 impl Profile {
-    /// The funcs of a stack, root first.
-    pub fn func_path(&self, stack: StackIndex) -> Vec<FuncIndex> {
-        let mut path = Vec::new();
-        let mut cur = Some(stack);
-        while let Some(s) = cur {
-            let st = self.stacks[s.index()];
-            path.push(self.frames[st.frame.index()].func);
-            cur = st.prefix;
-        }
-        path.reverse();
-        path
-    }
-
     pub fn func_name(&self, func: FuncIndex) -> &str {
         &self.funcs[func.index()].name
     }
