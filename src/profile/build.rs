@@ -299,10 +299,7 @@ impl ProfileBuilder {
                 },
                 base: 0,
             };
-            let lib = self.libs.intern(lib, LibIndex::new);
-            if lib.index() == self.lib_binaries.len() {
-                self.lib_binaries.push(binary);
-            }
+            let lib = self.intern_lib(lib, binary);
             Module {
                 lib: Some(lib),
                 svma_delta,
@@ -317,6 +314,16 @@ impl ProfileBuilder {
                 data: module,
             },
         );
+    }
+
+    /// Interns a library; the first time, records the verified file behind it (kept
+    /// parallel to the library table for the symbolicator).
+    fn intern_lib(&mut self, lib: Lib, binary: Option<Arc<Binary>>) -> LibIndex {
+        let index = self.libs.intern(lib, LibIndex::new);
+        if index.index() == self.lib_binaries.len() {
+            self.lib_binaries.push(binary);
+        }
+        index
     }
 
     fn sample(&mut self, time_ns: u64, s: &Sample) {
@@ -391,19 +398,14 @@ impl ProfileBuilder {
     fn kernel_frame(&mut self, addr: CodeAddress) -> AddressFrameIndex {
         let lookup = addr.lookup_address();
         let frame = if lookup >= self.kernel_base {
-            let lib = self.libs.intern(
-                Lib {
-                    name: KERNEL_LIB_NAME.into(),
-                    path: KERNEL_LIB_NAME.into(),
-                    build_id: None,
-                    kind: LibKind::Kernel,
-                    base: self.kernel_base,
-                },
-                LibIndex::new,
-            );
-            if lib.index() == self.lib_binaries.len() {
-                self.lib_binaries.push(None);
-            }
+            let kernel = Lib {
+                name: KERNEL_LIB_NAME.into(),
+                path: KERNEL_LIB_NAME.into(),
+                build_id: None,
+                kind: LibKind::Kernel,
+                base: self.kernel_base,
+            };
+            let lib = self.intern_lib(kernel, None);
             AddressFrame {
                 lib: Some(lib),
                 address: lookup - self.kernel_base,

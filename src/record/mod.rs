@@ -215,42 +215,40 @@ fn open_events(
             .flat_map(move |event| [(kernel, event, true), (kernel, event, false)])
     });
     for (include_kernel, event, build_ids) in attempts {
-        {
-            let mut attr = base_attr(frequency_hz, max_stack, include_kernel);
-            // Build IDs in MMAP2 records (Linux 5.12+) let us check that a file on disk is
-            // the one that was mapped; older kernels refuse the flag with EINVAL.
-            attr.set_build_id(u64::from(build_ids));
-            match event {
-                SamplingEvent::Cycles => {
-                    attr.type_ = pb::PERF_TYPE_HARDWARE;
-                    attr.config = pb::PERF_COUNT_HW_CPU_CYCLES as u64;
-                }
-                SamplingEvent::CpuClock => {
-                    attr.type_ = pb::PERF_TYPE_SOFTWARE;
-                    attr.config = pb::PERF_COUNT_SW_CPU_CLOCK as u64;
-                }
+        let mut attr = base_attr(frequency_hz, max_stack, include_kernel);
+        // Build IDs in MMAP2 records (Linux 5.12+) let us check that a file on disk is
+        // the one that was mapped; older kernels refuse the flag with EINVAL.
+        attr.set_build_id(u64::from(build_ids));
+        match event {
+            SamplingEvent::Cycles => {
+                attr.type_ = pb::PERF_TYPE_HARDWARE;
+                attr.config = pb::PERF_COUNT_HW_CPU_CYCLES as u64;
             }
-            match open_on_all_cpus(&attr, pid, &cpus) {
-                Ok(fds) => {
-                    let rings = fds
-                        .iter()
-                        .map(|fd| sys::RingBuffer::map(fd, mmap_pages))
-                        .collect::<std::io::Result<Vec<_>>>()
-                        .context(
-                            "could not map the perf ring buffers (try a smaller -m / --mmap-pages)",
-                        )?;
-                    return Ok(OpenEvents {
-                        event,
-                        kernel_included: include_kernel,
-                        attr,
-                        fds,
-                        rings,
-                    });
-                }
-                Err(e) => {
-                    if e.raw_os_error() != Some(libc::EINVAL) || !build_ids {
-                        last_error = Some(e);
-                    }
+            SamplingEvent::CpuClock => {
+                attr.type_ = pb::PERF_TYPE_SOFTWARE;
+                attr.config = pb::PERF_COUNT_SW_CPU_CLOCK as u64;
+            }
+        }
+        match open_on_all_cpus(&attr, pid, &cpus) {
+            Ok(fds) => {
+                let rings = fds
+                    .iter()
+                    .map(|fd| sys::RingBuffer::map(fd, mmap_pages))
+                    .collect::<std::io::Result<Vec<_>>>()
+                    .context(
+                        "could not map the perf ring buffers (try a smaller -m / --mmap-pages)",
+                    )?;
+                return Ok(OpenEvents {
+                    event,
+                    kernel_included: include_kernel,
+                    attr,
+                    fds,
+                    rings,
+                });
+            }
+            Err(e) => {
+                if e.raw_os_error() != Some(libc::EINVAL) || !build_ids {
+                    last_error = Some(e);
                 }
             }
         }
@@ -375,10 +373,11 @@ pub fn record_command(
         }
         let drained_at = monotonic_ns();
         drain_all(&mut events.rings, &parser, &mut pending, &mut progress);
-        pending.sort_by_key(|e| e.time_ns);
-        let ready = pending.partition_point(|e| e.time_ns + REORDER_WINDOW_NS <= drained_at);
-        sink(&pending[..ready]);
-        pending.drain(..ready);
+        hand_on(
+            &mut pending,
+            sink,
+            drained_at.saturating_sub(REORDER_WINDOW_NS),
+        );
         let mut child_exit = None;
         while let Ok(Some(info)) = signal_fd.read_signal() {
             let signo = info.ssi_signo as i32;
@@ -431,9 +430,7 @@ pub fn record_command(
     if status_line {
         eprint!("\r\x1b[K");
     }
-    // Each CPU's buffer is in time order, but the buffers interleave.
-    pending.sort_by_key(|e| e.time_ns);
-    sink(&pending);
+    hand_on(&mut pending, sink, u64::MAX);
     let info = RecordingInfo {
         event: events.event,
         frequency_hz,
@@ -448,6 +445,15 @@ pub fn record_command(
         root_pid: child.pid.as_raw(),
     };
     Ok((info, exit))
+}
+
+/// Hands the pending events stamped at or before `up_to_ns` to `sink`, in time order, and
+/// keeps the rest. Each CPU's buffer is in time order, but the buffers interleave.
+fn hand_on(pending: &mut Vec<Event>, sink: &mut dyn FnMut(&[Event]), up_to_ns: u64) {
+    pending.sort_by_key(|e| e.time_ns);
+    let ready = pending.partition_point(|e| e.time_ns <= up_to_ns);
+    sink(&pending[..ready]);
+    pending.drain(..ready);
 }
 
 fn drain_all(

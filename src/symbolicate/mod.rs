@@ -260,12 +260,7 @@ pub fn kernel_text_start() -> Option<u64> {
         .take(KALLSYMS_TEXT_SEARCH_LINES)
     {
         let line = line.ok()?;
-        let mut parts = line.split_whitespace();
-        let (Some(addr), Some(_), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
-            continue;
-        };
-        if name == "_text" || name == "_stext" {
-            let address = u64::from_str_radix(addr, 16).ok()?;
+        if let Some((address, _, "_text" | "_stext")) = symbols::kallsyms_line(&line) {
             return (address != 0).then_some(address);
         }
     }

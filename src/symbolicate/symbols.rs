@@ -106,28 +106,16 @@ impl SymbolMap {
 
     /// Parses `/proc/kallsyms` text; `None` when the addresses are hidden (all zero).
     pub fn from_kallsyms(text: &str) -> Option<SymbolMap> {
-        let mut symbols = Vec::new();
-        for line in text.lines() {
-            let mut parts = line.split_whitespace();
-            let (Some(addr), Some(kind), Some(name)) = (parts.next(), parts.next(), parts.next())
-            else {
-                continue;
-            };
-            if !matches!(kind, "T" | "t" | "W" | "w") {
-                continue;
-            }
-            let Ok(address) = u64::from_str_radix(addr, 16) else {
-                continue;
-            };
-            if address == 0 {
-                continue;
-            }
-            symbols.push(Symbol {
+        let symbols: Vec<Symbol> = text
+            .lines()
+            .filter_map(kallsyms_line)
+            .filter(|&(address, kind, _)| address != 0 && matches!(kind, "T" | "t" | "W" | "w"))
+            .map(|(address, _, name)| Symbol {
                 address,
                 size: None,
                 name: name.to_string(),
-            });
-        }
+            })
+            .collect();
         (!symbols.is_empty()).then(|| SymbolMap::new(symbols))
     }
 
@@ -139,6 +127,13 @@ impl SymbolMap {
             .or(self.symbols.first())
             .map_or(0, |s| s.address)
     }
+}
+
+/// One line of `/proc/kallsyms`: address, type letter, name (a module name may follow).
+pub fn kallsyms_line(line: &str) -> Option<(u64, &str, &str)> {
+    let mut parts = line.split_whitespace();
+    let (addr, kind, name) = (parts.next()?, parts.next()?, parts.next()?);
+    Some((u64::from_str_radix(addr, 16).ok()?, kind, name))
 }
 
 /// Demangles a Rust (legacy or v0, without the hash) or C++ symbol name; other names are
