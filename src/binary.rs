@@ -2,9 +2,7 @@
 //! the address the file's own tables use), its build ID, and its call frame information
 //! (`.eh_frame`), read once per file and shared by the unwinder and the symbolicator.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use gimli::{
     BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, UnwindContext, UnwindSection,
@@ -41,6 +39,12 @@ pub struct Binary {
     pub path: PathBuf,
     pub data: Vec<u8>,
     pub build_id: Option<Vec<u8>>,
+    /// The `.gnu_debuglink` of a stripped file: the debug file's name and its CRC-32.
+    pub debuglink: Option<(String, u32)>,
+    /// Whether the file has DWARF (`.debug_info`) and a full symbol table (`.symtab`),
+    /// or needs a separate debug file for them.
+    pub has_dwarf: bool,
+    pub has_symtab: bool,
     pub segments: Vec<LoadSegment>,
     eh_frame: Option<SectionData>,
     eh_frame_hdr: Option<SectionData>,
@@ -59,20 +63,8 @@ impl Binary {
     }
 
     pub fn from_bytes(path: PathBuf, data: Vec<u8>) -> Option<Binary> {
-        let (build_id, segments, eh_frame, eh_frame_hdr, text_address) = {
+        let mut binary = {
             let file = object::File::parse(&*data).ok()?;
-            let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
-            let segments = file
-                .segments()
-                .map(|s| {
-                    let (offset, size) = s.file_range();
-                    LoadSegment {
-                        file_offset: offset,
-                        vaddr: s.address(),
-                        file_size: size,
-                    }
-                })
-                .collect();
             let section = |name: &str| {
                 let s = file.section_by_name(name)?;
                 Some(SectionData {
@@ -80,24 +72,36 @@ impl Binary {
                     bytes: s.uncompressed_data().ok()?.into_owned(),
                 })
             };
-            let text_address = file.section_by_name(".text").map_or(0, |s| s.address());
-            (
-                build_id,
-                segments,
-                section(".eh_frame"),
-                section(".eh_frame_hdr"),
-                text_address,
-            )
+            Binary {
+                path,
+                // Filled in below, once `file` no longer borrows the bytes.
+                data: Vec::new(),
+                build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec),
+                debuglink: file
+                    .gnu_debuglink()
+                    .ok()
+                    .flatten()
+                    .map(|(name, crc)| (String::from_utf8_lossy(name).into_owned(), crc)),
+                has_dwarf: file.section_by_name(".debug_info").is_some(),
+                has_symtab: file.symbol_table().is_some(),
+                segments: file
+                    .segments()
+                    .map(|s| {
+                        let (offset, size) = s.file_range();
+                        LoadSegment {
+                            file_offset: offset,
+                            vaddr: s.address(),
+                            file_size: size,
+                        }
+                    })
+                    .collect(),
+                eh_frame: section(".eh_frame"),
+                eh_frame_hdr: section(".eh_frame_hdr"),
+                text_address: file.section_by_name(".text").map_or(0, |s| s.address()),
+            }
         };
-        Some(Binary {
-            path,
-            data,
-            build_id,
-            segments,
-            eh_frame,
-            eh_frame_hdr,
-            text_address,
-        })
+        binary.data = data;
+        Some(binary)
     }
 
     /// The address in the file's own address space (its "SVMA", what symbols and DWARF
@@ -150,21 +154,5 @@ impl Binary {
             }
             _ => None,
         }
-    }
-}
-
-/// Binaries by path, each read at most once. A file that cannot be read is remembered as
-/// such, so it is not tried again for every address.
-#[derive(Default)]
-pub struct BinaryCache {
-    files: HashMap<PathBuf, Option<Arc<Binary>>>,
-}
-
-impl BinaryCache {
-    pub fn get(&mut self, path: &Path) -> Option<Arc<Binary>> {
-        self.files
-            .entry(path.to_path_buf())
-            .or_insert_with(|| Binary::open(path).map(Arc::new))
-            .clone()
     }
 }

@@ -13,12 +13,14 @@
 //!    producing the final [`profile::Profile`].
 //! 5. [`calltree`] and [`emit`]: the CallNode tree and the output formats.
 //!
-//! [`binary`] and [`maps`] are shared, perf-free helpers: what a mapped ELF file is, and
-//! which file backs which address in a process over time.
+//! [`binary`], [`locate`] and [`maps`] are shared, perf-free helpers: what a mapped ELF
+//! file is, where a mapped file and its debug file are found, and which file backs which
+//! address in a process over time.
 
 pub mod binary;
 pub mod calltree;
 pub mod emit;
+pub mod locate;
 pub mod maps;
 pub mod profile;
 pub mod record;

@@ -26,6 +26,22 @@ struct Cli {
 enum Command {
     /// Run a command and profile it: `sampler record [-F HZ] [-o FILE] -- CMD ARGS...`
     Record(RecordArgs),
+    /// Print the function, inlined calls and source line of addresses in an ELF file, as
+    /// the profile would name them (like `addr2line -f -i -C`, innermost call first).
+    Symbolize(SymbolizeArgs),
+}
+
+#[derive(clap::Args)]
+struct SymbolizeArgs {
+    /// The ELF file (executable or shared library).
+    #[arg(short = 'e', long = "exe")]
+    exe: PathBuf,
+    /// Root of separate debug files (.build-id/xx/rest.debug, .gnu_debuglink paths).
+    #[arg(long = "debug-root", default_value = symbolicate::DEFAULT_DEBUG_ROOT)]
+    debug_root: PathBuf,
+    /// Addresses in the file's own address space (hex, `0x` optional); read from stdin,
+    /// whitespace-separated, when none are given.
+    addresses: Vec<String>,
 }
 
 #[derive(clap::Args)]
@@ -39,6 +55,9 @@ struct RecordArgs {
     /// Data pages per CPU ring buffer (a power of two).
     #[arg(short = 'm', long = "mmap-pages", default_value_t = 128)]
     mmap_pages: usize,
+    /// Root of separate debug files (.build-id/xx/rest.debug, .gnu_debuglink paths).
+    #[arg(long = "debug-root", default_value = symbolicate::DEFAULT_DEBUG_ROOT)]
+    debug_root: PathBuf,
     /// The command to profile, with its arguments.
     #[arg(
         trailing_var_arg = true,
@@ -53,6 +72,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Record(args) => record_main(args),
+        Command::Symbolize(args) => symbolize_main(args).map(|()| 0),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
@@ -93,7 +113,10 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     };
     let exited = Instant::now();
     let built = builder.finish(&info);
-    let profile = symbolicate::symbolicate(built.profile, &built.lib_binaries);
+    let symbol_options = symbolicate::SymbolOptions {
+        debug_root: args.debug_root.clone(),
+    };
+    let profile = symbolicate::symbolicate(built.profile, &built.lib_binaries, &symbol_options);
     emit::write_firefox(&profile, output, &args.output)?;
     give_to_sudo_user(&args.output)?;
     let write_ms = exited.elapsed().as_secs_f64() * 1000.0;
@@ -129,23 +152,81 @@ fn record_main(args: RecordArgs) -> Result<i32> {
             m.throttled
         );
     }
-    if !profile.libs_without_symbols.is_empty() {
-        let names: Vec<&str> = profile
-            .libs_without_symbols
-            .iter()
-            .map(|l| profile.libs[l.index()].name.as_str())
-            .collect();
-        eprintln!(
-            "sampler: no symbols for some addresses in: {}",
-            names.join(", ")
-        );
-    }
+    print_symbol_gaps(&profile);
     eprintln!(
         "sampler: wrote {} ({:.0} ms after the command ended); open it at https://profiler.firefox.com (\"Load a profile from file\")",
         args.output.display(),
         write_ms
     );
     Ok(exit.shell_code())
+}
+
+/// Tells which sampled libraries lack names or debug information, and why, so that a
+/// `0x…` frame or a missing line is explained.
+fn print_symbol_gaps(profile: &profile::Profile) {
+    for (missing, heading) in [
+        (
+            profile::Missing::Symbols,
+            "frames left as addresses (0x…), for want of symbols",
+        ),
+        (
+            profile::Missing::DebugInfo,
+            "no source lines or inlined calls (install the debug package, or pass --debug-root)",
+        ),
+    ] {
+        let gaps: Vec<_> = profile
+            .symbol_gaps
+            .iter()
+            .filter(|g| g.missing == missing)
+            .collect();
+        if gaps.is_empty() {
+            continue;
+        }
+        eprintln!("sampler: {heading}:");
+        for g in gaps {
+            eprintln!("sampler:   {}: {}", profile.libs[g.lib.index()].name, g.why);
+        }
+    }
+}
+
+/// `sampler symbolize`: each address, then its functions innermost first, each followed
+/// by `file:line` (`??:0` where unknown).
+fn symbolize_main(args: SymbolizeArgs) -> Result<()> {
+    use std::io::{Read, Write};
+    let binary = sampler::binary::Binary::open(&args.exe)
+        .with_context(|| format!("cannot read {} as an ELF file", args.exe.display()))?;
+    let opts = symbolicate::SymbolOptions {
+        debug_root: args.debug_root,
+    };
+    let path = args.exe.canonicalize().unwrap_or(args.exe.clone());
+    let syms = symbolicate::LibSymbols::load(&binary, &path.to_string_lossy(), &opts)
+        .context("not an ELF file")?;
+    let mut input = String::new();
+    let words: Vec<&str> = if args.addresses.is_empty() {
+        std::io::stdin().read_to_string(&mut input)?;
+        input.split_whitespace().collect()
+    } else {
+        args.addresses.iter().map(String::as_str).collect()
+    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for word in words {
+        let hex = word.trim_start_matches("0x").trim_start_matches("0X");
+        let address =
+            u64::from_str_radix(hex, 16).with_context(|| format!("{word} is not a hex address"))?;
+        writeln!(out, "0x{address:x}")?;
+        let info = syms.lookup(address);
+        if info.frames.is_empty() {
+            let name = info.symbol.map_or("??".to_string(), |s| s.name);
+            writeln!(out, "{name}\n??:0")?;
+        }
+        for f in info.frames.iter().rev() {
+            let file = f.file.as_deref().unwrap_or("??");
+            let line = f.line.unwrap_or(0);
+            writeln!(out, "{}\n{file}:{line}", f.function)?;
+        }
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// Under `sudo`, hands the output file to the user who ran sudo, so it is not root's.

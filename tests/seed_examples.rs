@@ -103,10 +103,9 @@ fn seed_003_interning_and_func_grouping() {
     ]);
     let p = symbolicate::apply(
         raw,
-        &[Some(LibSymbols {
+        &[Ok(LibSymbols {
             symbols,
-            dwarf: None,
-            base: 0,
+            ..LibSymbols::default()
         })],
     );
     assert_eq!(p.funcs.len(), 3, "one func per function, not per address");
@@ -115,7 +114,7 @@ fn seed_003_interning_and_func_grouping() {
         tree.to_compact_string(&p),
         "main:5,1 > { doSomething:3,3 ; someInterlude:1,1 }"
     );
-    assert!(p.libs_without_symbols.is_empty());
+    assert!(p.symbol_gaps.is_empty());
 }
 
 #[test]
@@ -124,7 +123,13 @@ fn address_without_symbol_stays_hex_and_lib_is_reported() {
         mapping("/nonexistent/lib.so", 0x2000),
         sample(1_000_000, &[BASE + 0x10]),
     ]);
-    let p = symbolicate::apply(profile::build(&rec, None).profile, &[None]);
+    let p = symbolicate::apply(
+        profile::build(&rec, None).profile,
+        &[Err("the file cannot be read".into())],
+    );
     assert_eq!(p.funcs[0].name, "0x2010");
-    assert_eq!(p.libs[p.libs_without_symbols[0].index()].name, "lib.so");
+    let gap = &p.symbol_gaps[0];
+    assert_eq!(p.libs[gap.lib.index()].name, "lib.so");
+    assert_eq!(gap.missing, profile::Missing::Symbols);
+    assert_eq!(gap.why, "the file cannot be read");
 }

@@ -193,7 +193,7 @@ fn a_function_both_inlined_and_called_is_one_func() {
             ],
         }],
     };
-    let p = sampler::symbolicate::apply(raw, &[Some(syms)]);
+    let p = sampler::symbolicate::apply(raw, &[Ok(syms)]);
     let scale_funcs: Vec<&Func> = p.funcs.iter().filter(|f| f.name == "scale").collect();
     assert_eq!(
         scale_funcs.len(),

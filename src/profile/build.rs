@@ -9,7 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::*;
-use crate::binary::{Binary, BinaryCache, FrameRule};
+use crate::binary::{Binary, FrameRule};
+use crate::locate::{FileFinder, MappedFile};
 use crate::maps::{AddressSpaces, Region};
 use crate::record::{Event, EventKind, Mapping, Recording, RecordingInfo, Sample};
 use crate::unwind::{unwind_frame_pointers, CodeAddress, CodeLookup};
@@ -23,16 +24,30 @@ pub const TRUNCATED_MARKER: &str = "[truncated]";
 /// keeps them below 2^53, exact in JSON numbers.
 const KERNEL_SPACE_START: u64 = 0xffff_8000_0000_0000;
 
+/// The pseudo-path of the kernel's vdso mapping.
+const VDSO_NAME: &str = "[vdso]";
+
 /// What one mapping of a process was resolved to, once, when it was mapped.
 #[derive(Clone, Copy, Debug)]
 struct Module {
-    /// `None` for anonymous memory (JIT code, `[heap]`, …).
     lib: Option<LibIndex>,
-    /// The file's own address of a byte is its file offset plus this, inside the segment
-    /// the mapping shows; `None` when the file could not be read (addresses stay file
-    /// offsets).
-    svma_delta: Option<i64>,
+    translate: Translate,
 }
+
+/// How an address in a mapping becomes an address of its library.
+#[derive(Clone, Copy, Debug)]
+enum Translate {
+    /// JIT code: the absolute address is what the perf map names.
+    Absolute,
+    /// The file could not be read: addresses stay file offsets.
+    FileOffset,
+    /// The file's own address of a byte is its file offset plus this, inside the segment
+    /// the mapping shows.
+    Delta(i64),
+}
+
+/// The file behind a library, or why there is none.
+pub type LibFile = Result<Arc<Binary>, String>;
 
 /// Per-thread state while building; times in CLOCK_MONOTONIC ns.
 struct ThreadState {
@@ -55,16 +70,16 @@ struct ProcessState {
 /// one that was mapped (same build ID), for the symbolicator to use.
 pub struct Built {
     pub profile: RawProfile,
-    pub lib_binaries: Vec<Option<Arc<Binary>>>,
+    pub lib_binaries: Vec<LibFile>,
 }
 
 /// Builds a raw profile from events fed in time order.
 pub struct ProfileBuilder {
-    binaries: BinaryCache,
+    files: FileFinder,
     kernel_base: u64,
     spaces: AddressSpaces<Module>,
     libs: Interner<Lib, LibIndex>,
-    lib_binaries: Vec<Option<Arc<Binary>>>,
+    lib_binaries: Vec<LibFile>,
     frames: Interner<AddressFrame, AddressFrameIndex>,
     stacks: Interner<RawStack, RawStackIndex>,
     processes: Vec<ProcessState>,
@@ -88,7 +103,7 @@ impl ProfileBuilder {
     /// addresses are made relative; `None` when unknown.
     pub fn new(kernel_base: Option<u64>) -> ProfileBuilder {
         ProfileBuilder {
-            binaries: BinaryCache::default(),
+            files: FileFinder::default(),
             kernel_base: kernel_base.unwrap_or(KERNEL_SPACE_START),
             spaces: AddressSpaces::default(),
             libs: Interner::default(),
@@ -257,68 +272,108 @@ impl ProfileBuilder {
         self.threads.len() - 1
     }
 
-    /// Resolves a new mapping once: its library, and whether the file on disk is the one
-    /// that was mapped (a different build ID means it was replaced: its symbols and CFI
+    /// Resolves a new mapping once: its library, and the file that was mapped (found
+    /// through [`FileFinder`], which checks the build ID: a replaced file's symbols and CFI
     /// would be wrong, so it is not used).
     fn map(&mut self, m: &Mapping) {
-        let module = if is_anonymous(m) {
-            Module {
-                lib: None,
-                svma_delta: None,
-            }
+        let (module, file_offset) = if is_anonymous(m) {
+            // Anonymous executable memory is JIT code, named (if at all) by the
+            // process's perf map; its addresses stay absolute.
+            let module = self.fileless_module(
+                format!("perf-{}.map", m.pid),
+                format!("/tmp/perf-{}.map", m.pid),
+                LibKind::PerfMap,
+                Translate::Absolute,
+            );
+            (module, m.file_offset)
+        } else if m.path.starts_with('[') && m.path != VDSO_NAME {
+            let module = self.fileless_module(
+                m.path.clone(),
+                m.path.clone(),
+                LibKind::Pseudo,
+                Translate::FileOffset,
+            );
+            (module, m.file_offset)
         } else {
-            let pseudo = m.path.starts_with('[');
-            let binary = if pseudo {
-                None
+            let end = m.start + m.len;
+            let (found, file_offset) = if m.path == VDSO_NAME {
+                // The image read from memory starts at the mapping.
+                (self.files.vdso(m.pid, m.start, end), 0)
             } else {
-                self.binaries.get(Path::new(&m.path))
+                let mapped = MappedFile {
+                    pid: m.pid,
+                    path: &m.path,
+                    start: m.start,
+                    end,
+                    build_id: m.build_id.as_deref(),
+                };
+                (self.files.mapped(&mapped), m.file_offset)
             };
-            let binary = binary.filter(|b| match (&m.build_id, &b.build_id) {
-                (Some(mapped), Some(on_disk)) => mapped == on_disk,
-                _ => true,
-            });
-            let svma_delta = binary
+            let binary = found.map(|(b, _)| b);
+            let translate = binary
                 .as_ref()
-                .and_then(|b| b.file_offset_to_svma(m.file_offset))
-                .map(|svma| svma.wrapping_sub(m.file_offset) as i64);
+                .ok()
+                .and_then(|b| b.file_offset_to_svma(file_offset))
+                .map_or(Translate::FileOffset, |svma| {
+                    Translate::Delta(svma.wrapping_sub(file_offset) as i64)
+                });
             let build_id = m
                 .build_id
                 .clone()
-                .or_else(|| binary.as_ref().and_then(|b| b.build_id.clone()));
-            let name = Path::new(&m.path)
+                .or_else(|| binary.as_ref().ok().and_then(|b| b.build_id.clone()));
+            let path = m.path.strip_suffix(" (deleted)").unwrap_or(&m.path);
+            let name = Path::new(path)
                 .file_name()
-                .map_or(m.path.clone(), |n| n.to_string_lossy().into_owned());
+                .map_or(path.to_string(), |n| n.to_string_lossy().into_owned());
             let lib = Lib {
                 name,
-                path: m.path.clone(),
+                path: path.to_string(),
                 build_id,
-                kind: if pseudo {
-                    LibKind::Pseudo
-                } else {
-                    LibKind::File
-                },
+                kind: LibKind::File,
                 base: 0,
             };
             let lib = self.intern_lib(lib, binary);
-            Module {
+            let module = Module {
                 lib: Some(lib),
-                svma_delta,
-            }
+                translate,
+            };
+            (module, file_offset)
         };
         self.spaces.map(
             m.pid,
             Region {
                 start: m.start,
                 len: m.len,
-                file_offset: m.file_offset,
+                file_offset,
                 data: module,
             },
         );
     }
 
+    /// The module of memory with no file behind it.
+    fn fileless_module(
+        &mut self,
+        name: String,
+        path: String,
+        kind: LibKind,
+        translate: Translate,
+    ) -> Module {
+        let lib = Lib {
+            name,
+            path,
+            build_id: None,
+            kind,
+            base: 0,
+        };
+        Module {
+            lib: Some(self.intern_lib(lib, Err("no file".into()))),
+            translate,
+        }
+    }
+
     /// Interns a library; the first time, records the verified file behind it (kept
     /// parallel to the library table for the symbolicator).
-    fn intern_lib(&mut self, lib: Lib, binary: Option<Arc<Binary>>) -> LibIndex {
+    fn intern_lib(&mut self, lib: Lib, binary: LibFile) -> LibIndex {
         let index = self.libs.intern(lib, LibIndex::new);
         if index.index() == self.lib_binaries.len() {
             self.lib_binaries.push(binary);
@@ -373,13 +428,12 @@ impl ProfileBuilder {
     fn resolve(&self, pid: i32, address: u64) -> Option<(Option<LibIndex>, u64)> {
         let region = self.spaces.lookup(pid, address)?;
         let file_offset = region.file_offset_of(address);
-        Some(match region.data {
-            Module { lib: None, .. } => (None, address),
-            Module { lib, svma_delta } => (
-                lib,
-                svma_delta.map_or(file_offset, |d| file_offset.wrapping_add(d as u64)),
-            ),
-        })
+        let address = match region.data.translate {
+            Translate::Absolute => address,
+            Translate::FileOffset => file_offset,
+            Translate::Delta(d) => file_offset.wrapping_add(d as u64),
+        };
+        Some((region.data.lib, address))
     }
 
     fn user_frame(&mut self, pid: i32, addr: CodeAddress) -> AddressFrameIndex {
@@ -405,7 +459,7 @@ impl ProfileBuilder {
                 kind: LibKind::Kernel,
                 base: self.kernel_base,
             };
-            let lib = self.intern_lib(kernel, None);
+            let lib = self.intern_lib(kernel, Err("no file".into()));
             AddressFrame {
                 lib: Some(lib),
                 address: lookup - self.kernel_base,
@@ -433,7 +487,7 @@ impl CodeLookup for Lookup<'_> {
         let (Some(lib), svma) = self.builder.resolve(self.pid, address)? else {
             return None;
         };
-        let binary = self.builder.lib_binaries[lib.index()].as_ref()?;
+        let binary = self.builder.lib_binaries[lib.index()].as_ref().ok()?;
         *self
             .builder
             .frame_rules

@@ -78,8 +78,11 @@ pub enum LibKind {
     File,
     /// The kernel image with its modules; addresses are relative to `Lib::base`.
     Kernel,
-    /// Memory with a pseudo-name and no file, like `[vdso]`.
+    /// Memory with a pseudo-name and no file, like `[vsyscall]`.
     Pseudo,
+    /// A process's anonymous executable memory (JIT code), named by the process's
+    /// `/tmp/perf-PID.map`; addresses are absolute.
+    PerfMap,
 }
 
 /// A library: a file that code was sampled in.
@@ -243,8 +246,24 @@ pub struct Profile {
     pub stacks: Vec<Stack>,
     pub processes: Vec<Process>,
     pub threads: Vec<Thread<StackIndex>>,
-    /// Libraries in which some frame found no symbol (the frame stays `0x…`).
-    pub libs_without_symbols: Vec<LibIndex>,
+    /// Sampled libraries whose names or debug information are incomplete, and why.
+    pub symbol_gaps: Vec<SymbolGap>,
+}
+
+/// What a sampled library lacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Missing {
+    /// Some of its frames found no symbol and stay `0x…`.
+    Symbols,
+    /// Its frames are named, but have no file/line and no inline frames.
+    DebugInfo,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SymbolGap {
+    pub lib: LibIndex,
+    pub missing: Missing,
+    pub why: String,
 }
 
 /// Interns values into a table, giving each distinct value one index.
@@ -354,7 +373,7 @@ impl Profile {
                 end_ms: None,
                 samples: rows,
             }],
-            libs_without_symbols: Vec::new(),
+            symbol_gaps: Vec::new(),
         }
     }
 }

@@ -2,9 +2,9 @@
 //! functions the compiler inlined there, each with its file and line.
 
 use std::borrow::Cow;
-use std::rc::Rc;
+use std::sync::Arc;
 
-use gimli::{EndianRcSlice, RunTimeEndian};
+use gimli::{EndianArcSlice, RunTimeEndian};
 use object::{Object, ObjectSection};
 
 /// One function level at an address.
@@ -18,7 +18,7 @@ pub struct SourceFrame {
     pub line: Option<u32>,
 }
 
-type Reader = EndianRcSlice<RunTimeEndian>;
+type Reader = EndianArcSlice<RunTimeEndian>;
 
 pub struct DwarfInfo {
     context: addr2line::Context<Reader>,
@@ -39,7 +39,7 @@ impl DwarfInfo {
                 .section_by_name(id.name())
                 .and_then(|s| s.uncompressed_data().ok())
                 .unwrap_or(Cow::Borrowed(&[]));
-            Ok(EndianRcSlice::new(Rc::from(&*data), endian))
+            Ok(EndianArcSlice::new(Arc::from(&*data), endian))
         };
         let dwarf = gimli::Dwarf::load(load).ok()?;
         let context = addr2line::Context::from_dwarf(dwarf).ok()?;

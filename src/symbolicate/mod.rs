@@ -2,17 +2,23 @@
 //! produces the final [`Profile`], in which one address with inlined calls becomes one
 //! frame per inline depth (outer first, sharing the outer function's native symbol).
 //!
-//! A library that cannot be read, or has no symbols, leaves its addresses as `0x…`
-//! names; nothing here fails the run.
+//! Sources, per kind of library: the mapped ELF file (`.symtab`, `.dynsym`, DWARF) and its
+//! separate debug file (found by [`crate::locate::find_debug_file`]); `/proc/kallsyms`
+//! for the kernel, whose frames are named `[kernel] name`; `/tmp/perf-PID.map` for a
+//! process's JIT code. A library that cannot be read, or has no symbols, leaves its
+//! addresses as `0x…` names and is listed in [`Profile::symbol_gaps`] with the reason;
+//! nothing here fails the run.
 
 mod dwarf;
 pub mod symbols;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
 
 use crate::binary::Binary;
-use crate::profile::build::TRUNCATED_MARKER;
+use crate::locate::find_debug_file;
+pub use crate::locate::DEFAULT_DEBUG_ROOT;
+use crate::profile::build::{LibFile, TRUNCATED_MARKER};
 use crate::profile::*;
 pub use dwarf::{DwarfInfo, SourceFrame};
 pub use symbols::{demangle, Symbol, SymbolMap};
@@ -29,22 +35,84 @@ pub struct AddressInfo {
     pub frame_symbols: Vec<Option<u64>>,
 }
 
+/// Where symbolication looks for what files do not carry themselves.
+#[derive(Clone, Debug)]
+pub struct SymbolOptions {
+    /// The root of separate debug files (`.build-id/xx/rest.debug`, and debuglink paths).
+    pub debug_root: PathBuf,
+}
+
+impl Default for SymbolOptions {
+    fn default() -> Self {
+        SymbolOptions {
+            debug_root: PathBuf::from(DEFAULT_DEBUG_ROOT),
+        }
+    }
+}
+
 /// The symbol sources of one library.
+#[derive(Default)]
 pub struct LibSymbols {
     pub symbols: SymbolMap,
     pub dwarf: Option<DwarfInfo>,
     /// Added to a lib-relative address to get the address the tables use.
     pub base: u64,
+    /// The separate debug file that was used, if any.
+    pub debug_file: Option<PathBuf>,
+    /// Why the library has no DWARF (no file/line, no inline frames), when it has none.
+    pub no_debug_info: Option<String>,
 }
 
 impl LibSymbols {
-    /// Loads the symbols of an ELF file held in `data`.
+    /// Loads the symbols of an ELF file held in `data`, with nothing from elsewhere.
     pub fn from_elf(data: &[u8]) -> Option<LibSymbols> {
         let file = object::File::parse(data).ok()?;
+        let dwarf = DwarfInfo::load(&file);
         Some(LibSymbols {
-            symbols: SymbolMap::from_elf(&file),
-            dwarf: DwarfInfo::load(&file),
+            symbols: SymbolMap::from_elf(&[&file]),
+            no_debug_info: dwarf.is_none().then(|| "no DWARF in the file".to_string()),
+            dwarf,
+            ..LibSymbols::default()
+        })
+    }
+
+    /// Loads the symbols of `binary`, mapped from `mapped_path`: its own, and those of its
+    /// separate debug file when it lacks DWARF or a full symbol table.
+    pub fn load(binary: &Binary, mapped_path: &str, opts: &SymbolOptions) -> Option<LibSymbols> {
+        let file = object::File::parse(&*binary.data).ok()?;
+        let (debug, rejected) = if binary.has_dwarf && binary.has_symtab {
+            (None, Vec::new())
+        } else {
+            find_debug_file(binary, mapped_path, &opts.debug_root)
+        };
+        let debug_object = debug
+            .as_ref()
+            .and_then(|d| object::File::parse(&*d.binary.data).ok());
+        // The debug file's full symbol table first: of two names at one address, it has
+        // the better one.
+        let mut files: Vec<&object::File> = debug_object.iter().collect();
+        files.push(&file);
+        let symbols = SymbolMap::from_elf(&files);
+        let dwarf = match (binary.has_dwarf, &debug_object) {
+            (true, _) | (false, None) => DwarfInfo::load(&file),
+            (false, Some(d)) => DwarfInfo::load(d),
+        };
+        let no_debug_info = dwarf.is_none().then(|| match rejected.first() {
+            Some(path) => format!("{} does not match the file (build ID)", path.display()),
+            None => match &binary.build_id {
+                Some(id) => format!(
+                    "no DWARF, and no debug file {}",
+                    build_id_debug_path(&opts.debug_root, id).display()
+                ),
+                None => "no DWARF, and no build ID to find a debug file by".to_string(),
+            },
+        });
+        Some(LibSymbols {
+            symbols,
+            dwarf,
             base: 0,
+            debug_file: debug.map(|d| d.path),
+            no_debug_info,
         })
     }
 
@@ -129,7 +197,13 @@ impl Tables {
             // No symbol: name the frame after the DWARF function if there is one, else
             // after the address.
             let outer = info.frames.first();
-            let name = outer.map_or_else(|| format!("0x{:x}", raw.address), |f| f.function.clone());
+            let name = match outer {
+                Some(f) => f.function.clone(),
+                None if raw.kind == CodeKind::Kernel => {
+                    format!("{KERNEL_PREFIX}0x{:x}", raw.address)
+                }
+                None => format!("0x{:x}", raw.address),
+            };
             let file = outer.and_then(|f| f.file.clone());
             let func = self.func(FuncKey::Named(raw.lib, name.clone(), file.clone()), || {
                 Func {
@@ -188,33 +262,66 @@ impl Tables {
     }
 }
 
-/// Turns a raw profile into the final one, given the symbols of each library (`None`
-/// where a library has none).
-pub fn apply(raw: RawProfile, lib_symbols: &[Option<LibSymbols>]) -> Profile {
+/// Turns a raw profile into the final one, given the symbols of each library (or why a
+/// library has none).
+pub fn apply(raw: RawProfile, lib_symbols: &[Result<LibSymbols, String>]) -> Profile {
     // Each unique address is looked up once.
     let infos: Vec<Option<AddressInfo>> = raw
         .address_frames
         .iter()
         .map(|af| {
-            let syms = lib_symbols.get(af.lib?.index())?.as_ref()?;
+            let syms = lib_symbols.get(af.lib?.index())?.as_ref().ok()?;
             Some(syms.lookup(af.address))
         })
         .collect();
     let mut tables = Tables::default();
-    let mut libs_without_symbols = Vec::new();
+    let mut unnamed: Vec<LibIndex> = Vec::new();
+    let mut sampled: Vec<LibIndex> = Vec::new();
     let expanded: Vec<Vec<FrameIndex>> = raw
         .address_frames
         .iter()
         .zip(&infos)
         .map(|(af, info)| {
             if let (Some(lib), CodeKind::User | CodeKind::Kernel) = (af.lib, af.kind) {
-                if info.as_ref().is_none_or(|i| i.symbol.is_none())
-                    && !libs_without_symbols.contains(&lib)
-                {
-                    libs_without_symbols.push(lib);
+                if !sampled.contains(&lib) {
+                    sampled.push(lib);
+                }
+                if info.as_ref().is_none_or(|i| i.symbol.is_none()) && !unnamed.contains(&lib) {
+                    unnamed.push(lib);
                 }
             }
             tables.expand(af, info.as_ref())
+        })
+        .collect();
+    let symbol_gaps = sampled
+        .into_iter()
+        .filter_map(|lib| {
+            let syms = lib_symbols.get(lib.index());
+            let (missing, why) = if unnamed.contains(&lib) {
+                let why = match syms {
+                    Some(Err(why)) => why.clone(),
+                    Some(Ok(s)) if s.symbols.is_empty() => "no symbol table".to_string(),
+                    Some(Ok(s)) => match &s.no_debug_info {
+                        Some(why) => format!("only exported symbols; {why}"),
+                        None => "addresses outside every symbol".to_string(),
+                    },
+                    None => "not loaded".to_string(),
+                };
+                (Missing::Symbols, why)
+            } else {
+                let Some(Ok(LibSymbols {
+                    no_debug_info: Some(why),
+                    ..
+                })) = syms
+                else {
+                    return None;
+                };
+                if raw.libs[lib.index()].kind != LibKind::File {
+                    return None;
+                }
+                (Missing::DebugInfo, why.clone())
+            };
+            Some(SymbolGap { lib, missing, why })
         })
         .collect();
     let mut stacks: Interner<Stack, StackIndex> = Interner::default();
@@ -241,13 +348,19 @@ pub fn apply(raw: RawProfile, lib_symbols: &[Option<LibSymbols>]) -> Profile {
         stacks: stacks.items,
         processes: raw.processes,
         threads,
-        libs_without_symbols,
+        symbol_gaps,
     }
 }
 
-/// Reads the kernel's symbols from `/proc/kallsyms`; `None` when they are hidden.
+/// Kernel functions are named `[kernel] name`, so they stand out wherever names are
+/// shown without their library (terminal, folded stacks).
+pub const KERNEL_PREFIX: &str = "[kernel] ";
+
+/// Reads the kernel's symbols from `/proc/kallsyms`, named `[kernel] name`; `None` when
+/// they are hidden.
 pub fn read_kallsyms() -> Option<SymbolMap> {
-    SymbolMap::from_kallsyms(&std::fs::read_to_string("/proc/kallsyms").ok()?)
+    let map = SymbolMap::from_kallsyms(&std::fs::read_to_string("/proc/kallsyms").ok()?)?;
+    Some(map.renamed(|name| format!("{KERNEL_PREFIX}{name}")))
 }
 
 /// The kernel's text start (`_text`), read from the first lines of `/proc/kallsyms`
@@ -271,28 +384,55 @@ pub fn kernel_text_start() -> Option<u64> {
 /// many lines the full table is needed anyway.
 const KALLSYMS_TEXT_SEARCH_LINES: usize = 1000;
 
+/// The debug file path GDB's build-ID scheme gives a build ID.
+fn build_id_debug_path(root: &Path, id: &[u8]) -> PathBuf {
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let split = hex.len().min(2);
+    root.join(".build-id")
+        .join(&hex[..split])
+        .join(format!("{}.debug", &hex[split..]))
+}
+
 /// Loads the symbols of every library of `raw` from the files the profile builder
 /// verified (`lib_binaries`, parallel to `raw.libs`), and symbolicates. Kernel symbols are
-/// read only when the profile has kernel frames.
-pub fn symbolicate(raw: RawProfile, lib_binaries: &[Option<Arc<Binary>>]) -> Profile {
-    let mut kallsyms = if raw.libs.iter().any(|l| l.kind == LibKind::Kernel) {
-        read_kallsyms()
-    } else {
-        None
-    };
-    let lib_symbols: Vec<Option<LibSymbols>> = raw
-        .libs
-        .iter()
-        .zip(lib_binaries)
-        .map(|(lib, binary)| match lib.kind {
-            LibKind::File => LibSymbols::from_elf(&binary.as_ref()?.data),
-            LibKind::Kernel => Some(LibSymbols {
-                symbols: kallsyms.take()?,
-                dwarf: None,
-                base: lib.base,
-            }),
-            LibKind::Pseudo => None,
-        })
-        .collect();
+/// read only when the profile has kernel frames. Libraries load in parallel.
+pub fn symbolicate(raw: RawProfile, lib_binaries: &[LibFile], opts: &SymbolOptions) -> Profile {
+    let lib_symbols: Vec<Result<LibSymbols, String>> = std::thread::scope(|scope| {
+        let loads: Vec<_> = raw
+            .libs
+            .iter()
+            .zip(lib_binaries)
+            .map(|(lib, binary)| scope.spawn(move || load_lib(lib, binary, opts)))
+            .collect();
+        loads
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("reading it failed".into())))
+            .collect()
+    });
     apply(raw, &lib_symbols)
+}
+
+/// The symbols of one library, or why there are none.
+fn load_lib(lib: &Lib, binary: &LibFile, opts: &SymbolOptions) -> Result<LibSymbols, String> {
+    match lib.kind {
+        LibKind::File => {
+            let binary = binary.as_ref().map_err(String::clone)?;
+            LibSymbols::load(binary, &lib.path, opts).ok_or_else(|| "not an ELF file".into())
+        }
+        LibKind::Kernel => Ok(LibSymbols {
+            symbols: read_kallsyms()
+                .ok_or("/proc/kallsyms hides addresses (kernel.kptr_restrict; run as root)")?,
+            base: lib.base,
+            ..LibSymbols::default()
+        }),
+        LibKind::PerfMap => {
+            let text = std::fs::read_to_string(&lib.path)
+                .map_err(|_| format!("JIT code, but no {} was written", lib.path))?;
+            Ok(LibSymbols {
+                symbols: SymbolMap::from_perf_map(&text),
+                ..LibSymbols::default()
+            })
+        }
+        LibKind::Pseudo => Err("no file behind it".into()),
+    }
 }

@@ -65,45 +65,112 @@ impl SymbolMap {
         }
     }
 
-    /// The function symbols of an ELF file, from `.symtab` and `.dynsym`.
-    pub fn from_elf(file: &object::File<'_>) -> SymbolMap {
-        let mut symbols: Vec<(bool, Symbol)> = file
-            .symbols()
-            .chain(file.dynamic_symbols())
-            .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.address() != 0)
-            .filter_map(|s| {
-                let name = s.name().ok()?;
-                if name.is_empty() {
-                    return None;
-                }
-                Some((
-                    s.is_global(),
-                    Symbol {
-                        address: s.address(),
-                        size: (s.size() > 0).then_some(s.size()),
-                        name: demangle(name),
-                    },
-                ))
-            })
-            .collect();
-        // Calls through the PLT land in stubs that have no symbols; name them by section.
-        for section in file.sections() {
-            if let Ok(".plt" | ".plt.sec" | ".plt.got") = section.name() {
-                if section.size() > 0 {
-                    let symbol = Symbol {
-                        address: section.address(),
-                        size: Some(section.size()),
-                        name: PLT_NAME.into(),
-                    };
-                    symbols.push((false, symbol));
-                }
-            }
-        }
-        // Prefer sized, then global symbols where several share an address.
-        symbols.sort_by_key(|(global, s)| (s.address, s.size.is_none(), !global));
-        SymbolMap::new(symbols.into_iter().map(|(_, s)| s).collect())
+    /// The same symbols under new names.
+    pub fn renamed(self, rename: impl Fn(&str) -> String) -> SymbolMap {
+        SymbolMap::new(
+            self.symbols
+                .into_iter()
+                .map(|s| Symbol {
+                    name: rename(&s.name),
+                    ..s
+                })
+                .collect(),
+        )
     }
 
+    /// The function symbols of ELF files that describe one address space (a file and
+    /// its separate debug file), from `.symtab` and `.dynsym`. Where several symbols start
+    /// at one address, the earlier file wins, then sized, then global symbols.
+    pub fn from_elf(files: &[&object::File<'_>]) -> SymbolMap {
+        let mut symbols: Vec<(usize, bool, Symbol)> = Vec::new();
+        for (rank, file) in files.iter().enumerate() {
+            symbols.extend(elf_symbols(file).map(|(global, s)| (rank, global, s)));
+        }
+        symbols.sort_by_key(|(rank, global, s)| (s.address, *rank, s.size.is_none(), !global));
+        SymbolMap::new(symbols.into_iter().map(|(_, _, s)| s).collect())
+    }
+
+    /// Parses a JIT's perf map (`/tmp/perf-PID.map`): lines of `START SIZE name`, hex
+    /// numbers with or without `0x`. Code can be replaced at an address; the entry
+    /// written last wins.
+    pub fn from_perf_map(text: &str) -> SymbolMap {
+        let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+        let mut symbols: Vec<Symbol> = text
+            .lines()
+            .filter_map(|line| {
+                let mut parts = line.trim().splitn(3, ' ');
+                let (start, size, name) = (parts.next()?, parts.next()?, parts.next()?);
+                Some(Symbol {
+                    address: hex(start)?,
+                    size: hex(size).filter(|&s| s > 0),
+                    name: demangle(name.trim()),
+                })
+            })
+            .collect();
+        symbols.reverse();
+        SymbolMap::new(symbols)
+    }
+}
+
+/// Functions, and the untyped labels that assembly code defines in executable sections
+/// (`_start`, `_dl_start_user`): they name code nothing else names. A separate debug
+/// file's `.text` holds no bytes (`SHT_NOBITS`), so the section's flags decide, not its
+/// kind.
+fn is_code_symbol(file: &object::File<'_>, s: &object::Symbol<'_, '_>) -> bool {
+    match s.kind() {
+        SymbolKind::Text => true,
+        SymbolKind::Unknown => s
+            .section_index()
+            .and_then(|i| file.section_by_index(i).ok())
+            .is_some_and(|section| match section.flags() {
+                object::SectionFlags::Elf { sh_flags, .. } => {
+                    sh_flags.0 & object::elf::SHF_EXECINSTR.0 != 0
+                }
+                _ => false,
+            }),
+        _ => false,
+    }
+}
+
+/// The named function symbols of one ELF file (with whether each is global), and a
+/// `[plt]` pseudo-symbol over each PLT section.
+fn elf_symbols<'a>(file: &'a object::File<'_>) -> impl Iterator<Item = (bool, Symbol)> + 'a {
+    let functions = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.is_definition() && s.address() != 0 && is_code_symbol(file, s))
+        .filter_map(|s| {
+            let name = s.name().ok()?;
+            if name.is_empty() {
+                return None;
+            }
+            Some((
+                s.is_global(),
+                Symbol {
+                    address: s.address(),
+                    size: (s.size() > 0).then_some(s.size()),
+                    name: demangle(name),
+                },
+            ))
+        });
+    // Calls through the PLT land in stubs that have no symbols; name them by section.
+    let plt = file.sections().filter_map(|section| {
+        let name = section.name().ok()?;
+        (matches!(name, ".plt" | ".plt.sec" | ".plt.got") && section.size() > 0).then(|| {
+            (
+                false,
+                Symbol {
+                    address: section.address(),
+                    size: Some(section.size()),
+                    name: PLT_NAME.into(),
+                },
+            )
+        })
+    });
+    functions.chain(plt)
+}
+
+impl SymbolMap {
     /// Parses `/proc/kallsyms` text; `None` when the addresses are hidden (all zero).
     pub fn from_kallsyms(text: &str) -> Option<SymbolMap> {
         let symbols: Vec<Symbol> = text

@@ -1,0 +1,344 @@
+//! Where the bytes of a mapped file are, and where its debug information lives.
+//!
+//! A mapping names a path, but the file at that path today may not be the one that was
+//! mapped: it may have been deleted or replaced since (then the kernel still has the
+//! mapped one, under `/proc/PID/map_files/`), or the process may live in another mount
+//! namespace, a container, where the path means something else (then it is reached
+//! through `/proc/PID/root`). The vdso has no file at all; its image is read from the
+//! process's memory. The build ID the kernel reported with the mapping decides which
+//! candidate is the right one.
+//!
+//! Separate debug files are found as GDB finds them: by build ID under
+//! `DEBUG_ROOT/.build-id/xx/rest.debug`, then by `.gnu_debuglink` next to the file, in its
+//! `.debug/` directory and under `DEBUG_ROOT/dir/`. A debug file counts only when its
+//! build ID (or, without one, the link's CRC-32) matches.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::binary::Binary;
+
+/// Where distributions install separate debug files.
+pub const DEFAULT_DEBUG_ROOT: &str = "/usr/lib/debug";
+
+/// The suffix the kernel gives the path of a mapped file that was unlinked.
+const DELETED_SUFFIX: &str = " (deleted)";
+
+/// A file mapped into a process, as the recording saw it.
+#[derive(Clone, Copy, Debug)]
+pub struct MappedFile<'a> {
+    pub pid: i32,
+    pub path: &'a str,
+    pub start: u64,
+    pub end: u64,
+    /// The build ID the kernel reported with the mapping, when it did.
+    pub build_id: Option<&'a [u8]>,
+}
+
+/// How a mapped file was found, for the summary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// The path as named.
+    Path,
+    /// Through `/proc/PID/root` (another mount namespace).
+    ProcessRoot,
+    /// Through `/proc/PID/map_files` (deleted or replaced since it was mapped).
+    MapFiles,
+    /// The vdso image read from memory.
+    Memory,
+}
+
+/// Opens mapped files and caches them: by path for files that match what was mapped, and
+/// by build ID, so one library shared by many processes (or containers) is read once.
+#[derive(Default)]
+pub struct FileFinder {
+    by_path: HashMap<PathBuf, Option<Arc<Binary>>>,
+    by_build_id: HashMap<Vec<u8>, Arc<Binary>>,
+    other_mount_ns: HashMap<i32, bool>,
+    own_vdso: Option<Option<Arc<Binary>>>,
+}
+
+impl FileFinder {
+    /// The file behind a mapping, or `None` (with the reason) when no candidate can be
+    /// read or matches the build ID the kernel reported.
+    pub fn mapped(&mut self, m: &MappedFile) -> Result<(Arc<Binary>, Found), String> {
+        if let Some(b) = m.build_id.and_then(|id| self.by_build_id.get(id)) {
+            return Ok((b.clone(), Found::Path));
+        }
+        let (path, deleted) = match m.path.strip_suffix(DELETED_SUFFIX) {
+            Some(p) => (p, true),
+            None => (m.path, false),
+        };
+        let mut candidates = Vec::new();
+        if !deleted {
+            if self.in_other_mount_ns(m.pid) {
+                let inside = Path::new(path).strip_prefix("/").unwrap_or(Path::new(path));
+                candidates.push((
+                    Path::new(&format!("/proc/{}/root", m.pid)).join(inside),
+                    Found::ProcessRoot,
+                ));
+            }
+            candidates.push((PathBuf::from(path), Found::Path));
+        }
+        candidates.push((
+            PathBuf::from(format!(
+                "/proc/{}/map_files/{:x}-{:x}",
+                m.pid, m.start, m.end
+            )),
+            Found::MapFiles,
+        ));
+        let mut mismatched = false;
+        for (candidate, how) in candidates {
+            // Paths under /proc/PID name different files over time; only real paths
+            // are cached by path.
+            let binary = if how == Found::Path {
+                self.by_path
+                    .entry(candidate.clone())
+                    .or_insert_with(|| Binary::open(&candidate).map(Arc::new))
+                    .clone()
+            } else {
+                Binary::open(&candidate).map(Arc::new)
+            };
+            let Some(binary) = binary else { continue };
+            match (m.build_id, &binary.build_id) {
+                (Some(mapped), Some(on_disk)) if mapped != on_disk.as_slice() => {
+                    mismatched = true;
+                    continue;
+                }
+                _ => {}
+            }
+            if let Some(id) = &binary.build_id {
+                self.by_build_id.insert(id.clone(), binary.clone());
+            }
+            return Ok((binary, how));
+        }
+        Err(if mismatched {
+            "the file was replaced after it was mapped".into()
+        } else if deleted {
+            "the file was deleted and the process is gone".into()
+        } else {
+            "the file cannot be read".into()
+        })
+    }
+
+    /// The vdso image of process `pid`, mapped at `start..end`: read from the process's
+    /// memory, or, when that is gone, from sampler's own vdso (the same kernel's image).
+    pub fn vdso(&mut self, pid: i32, start: u64, end: u64) -> Result<(Arc<Binary>, Found), String> {
+        if let Some(b) = read_memory(pid, start, end).and_then(vdso_binary) {
+            if let Some(id) = &b.build_id {
+                if let Some(known) = self.by_build_id.get(id) {
+                    return Ok((known.clone(), Found::Memory));
+                }
+                self.by_build_id.insert(id.clone(), b.clone());
+            }
+            return Ok((b, Found::Memory));
+        }
+        self.own_vdso
+            .get_or_insert_with(|| {
+                own_vdso_range()
+                    .and_then(|(s, e)| read_memory(0, s, e))
+                    .and_then(vdso_binary)
+            })
+            .clone()
+            .map(|b| (b, Found::Memory))
+            .ok_or_else(|| "the vdso image cannot be read".into())
+    }
+
+    fn in_other_mount_ns(&mut self, pid: i32) -> bool {
+        *self.other_mount_ns.entry(pid).or_insert_with(|| {
+            let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/mnt")).ok();
+            match (ns(&pid.to_string()), ns("self")) {
+                (Some(theirs), Some(ours)) => theirs != ours,
+                _ => false,
+            }
+        })
+    }
+}
+
+fn vdso_binary(bytes: Vec<u8>) -> Option<Arc<Binary>> {
+    Binary::from_bytes(PathBuf::from("[vdso]"), bytes).map(Arc::new)
+}
+
+/// `end - start` bytes of process `pid`'s memory (`0`: sampler's own), through
+/// `/proc/PID/mem` (which needs the right to trace the process: root, or its parent).
+fn read_memory(pid: i32, start: u64, end: u64) -> Option<Vec<u8>> {
+    let len = usize::try_from(end.checked_sub(start)?).ok()?;
+    if len > MAX_VDSO_BYTES {
+        return None;
+    }
+    let path = match pid {
+        0 => "/proc/self/mem".to_string(),
+        pid => format!("/proc/{pid}/mem"),
+    };
+    let mut bytes = vec![0; len];
+    File::open(path)
+        .ok()?
+        .read_exact_at(&mut bytes, start)
+        .ok()?;
+    Some(bytes)
+}
+
+/// The vdso is two to four pages; anything much larger is not a vdso.
+const MAX_VDSO_BYTES: usize = 1 << 20;
+
+/// Where sampler's own vdso is mapped.
+fn own_vdso_range() -> Option<(u64, u64)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+    let (start, end) = line.split_whitespace().next()?.split_once('-')?;
+    Some((
+        u64::from_str_radix(start, 16).ok()?,
+        u64::from_str_radix(end, 16).ok()?,
+    ))
+}
+
+/// A separate debug file that was found for a binary.
+pub struct DebugFile {
+    pub path: PathBuf,
+    pub binary: Binary,
+}
+
+/// Finds the separate debug file of `binary`, which was mapped from `mapped_path`, under
+/// `debug_root`. Candidates whose build ID (or CRC-32) does not match are skipped; their
+/// paths are returned for the summary.
+pub fn find_debug_file(
+    binary: &Binary,
+    mapped_path: &str,
+    debug_root: &Path,
+) -> (Option<DebugFile>, Vec<PathBuf>) {
+    let mut rejected = Vec::new();
+    let mut candidates: Vec<(PathBuf, Option<u32>)> = Vec::new();
+    if let Some(id) = binary.build_id.as_deref().filter(|id| id.len() >= 2) {
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        candidates.push((
+            debug_root
+                .join(".build-id")
+                .join(&hex[..2])
+                .join(format!("{}.debug", &hex[2..])),
+            None,
+        ));
+    }
+    if let Some((name, crc)) = &binary.debuglink {
+        let path = Path::new(
+            mapped_path
+                .strip_suffix(DELETED_SUFFIX)
+                .unwrap_or(mapped_path),
+        );
+        if let Some(dir) = path.parent() {
+            let relative = dir.strip_prefix("/").unwrap_or(dir);
+            for candidate in [
+                dir.join(name),
+                dir.join(".debug").join(name),
+                debug_root.join(relative).join(name),
+            ] {
+                // A link to the file itself (a debuglink left in an unstripped file).
+                if candidate != path {
+                    candidates.push((candidate, Some(*crc)));
+                }
+            }
+        }
+    }
+    for (path, crc) in candidates {
+        let Ok(data) = std::fs::read(&path) else {
+            continue;
+        };
+        let matches = match (&binary.build_id, crc) {
+            (Some(_), _) => {
+                let debug_id = object::File::parse(&*data).ok().and_then(|f| {
+                    object::Object::build_id(&f)
+                        .ok()
+                        .flatten()
+                        .map(<[u8]>::to_vec)
+                });
+                debug_id == binary.build_id
+            }
+            (None, Some(crc)) => crc32(&data) == crc,
+            (None, None) => false,
+        };
+        if !matches {
+            rejected.push(path);
+            continue;
+        }
+        if let Some(debug) = Binary::from_bytes(path.clone(), data) {
+            return (
+                Some(DebugFile {
+                    path,
+                    binary: debug,
+                }),
+                rejected,
+            );
+        }
+    }
+    (None, rejected)
+}
+
+/// The CRC-32 (IEEE) that `.gnu_debuglink` records of the debug file.
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = flate2::Crc::new();
+    crc.update(data);
+    crc.sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_vdso_is_an_elf_image_with_clock_gettime() {
+        let (start, end) = own_vdso_range().expect("every x86-64 process has a vdso");
+        let b = vdso_binary(read_memory(0, start, end).unwrap()).expect("an ELF image");
+        let file = object::File::parse(&*b.data).unwrap();
+        use object::{Object, ObjectSymbol};
+        assert!(file
+            .dynamic_symbols()
+            .any(|s| s.name().is_ok_and(|n| n.ends_with("clock_gettime"))));
+    }
+
+    #[test]
+    fn own_executable_through_map_files_or_path() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let line = maps
+            .lines()
+            .find(|l| l.contains(" r-xp ") && l.ends_with(exe.to_str().unwrap()))
+            .unwrap();
+        let (range, _) = line.split_once(' ').unwrap();
+        let (s, e) = range.split_once('-').unwrap();
+        let (start, end) = (
+            u64::from_str_radix(s, 16).unwrap(),
+            u64::from_str_radix(e, 16).unwrap(),
+        );
+        let pid = std::process::id() as i32;
+        let mut finder = FileFinder::default();
+        let deleted = format!("{}{DELETED_SUFFIX}", exe.display());
+        let m = MappedFile {
+            pid,
+            path: &deleted,
+            start,
+            end,
+            build_id: None,
+        };
+        match finder.mapped(&m) {
+            Ok((b, how)) => {
+                assert_eq!(how, Found::MapFiles);
+                assert_eq!(b.data, std::fs::read(&exe).unwrap());
+            }
+            // map_files needs CAP_SYS_ADMIN.
+            Err(e) => assert!(!nix::unistd::Uid::effective().is_root(), "{e}"),
+        }
+        let wrong_id = [0u8; 20];
+        let m = MappedFile {
+            pid: i32::MAX,
+            path: exe.to_str().unwrap(),
+            build_id: Some(&wrong_id),
+            ..m
+        };
+        assert_eq!(
+            finder.mapped(&m).unwrap_err(),
+            "the file was replaced after it was mapped"
+        );
+    }
+}
