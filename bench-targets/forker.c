@@ -5,15 +5,10 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "now.h"
 
 static double seconds = 1.0;
 static volatile double sink;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 __attribute__((noinline)) void child_work(void) {
     double end = now() + seconds;

@@ -3,6 +3,7 @@
  * Built with -O2 -g. Usage: inline3 [seconds] (default 2). */
 #include <stdlib.h>
 #include <time.h>
+#include "now.h"
 
 static volatile double sink;
 
@@ -22,12 +23,6 @@ static inline __attribute__((always_inline)) double level1(long n) {
 
 __attribute__((noinline)) void work(long n) {
     sink = level1(n);
-}
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 int main(int argc, char **argv) {

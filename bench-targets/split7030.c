@@ -1,10 +1,14 @@
 /* Single-threaded target with a known call tree: main > outer > {hot_a ~70%, hot_b ~30%}.
  * Both hot functions run the same loop; hot_a gets 7 units of work per round, hot_b 3.
  * Usage: split7030 [seconds] (default 2), or split7030 -n ROUNDS for a fixed amount of
- * work (what overhead benchmarks time). */
+ * work (what overhead benchmarks time). With --unlink-self first, it deletes its own
+ * executable before it starts working (a profiler must then read the file through
+ * /proc/PID/map_files). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include "now.h"
 
 static volatile double sink;
 
@@ -28,13 +32,16 @@ __attribute__((noinline)) void outer(long unit) {
     rounds++; /* keeps hot_b from being a tail call, which would hide outer */
 }
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--unlink-self") == 0) {
+        char self[4096];
+        ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (len < 0) return 2;
+        self[len] = 0;
+        if (unlink(self) != 0) return 2;
+        argc--;
+        argv++;
+    }
     if (argc > 2 && strcmp(argv[1], "-n") == 0) {
         for (long r = atol(argv[2]); r > 0; r--) outer(100000);
         return 0;

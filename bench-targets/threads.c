@@ -5,15 +5,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
+#include "now.h"
 
 static double seconds = 2.0;
 static volatile double sink;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void spin(double until) {
     while (now() < until) {

@@ -15,6 +15,7 @@ pub struct LoadSegment {
     pub file_offset: u64,
     pub vaddr: u64,
     pub file_size: u64,
+    pub executable: bool,
 }
 
 /// How to find the canonical frame address (the caller's stack pointer) at an address.
@@ -92,6 +93,10 @@ impl Binary {
                             file_offset: offset,
                             vaddr: s.address(),
                             file_size: size,
+                            executable: matches!(
+                                s.flags(),
+                                object::SegmentFlags::Elf { p_flags, .. } if p_flags.0 & object::elf::PF_X.0 != 0
+                            ),
                         }
                     })
                     .collect(),
@@ -104,14 +109,22 @@ impl Binary {
         Some(binary)
     }
 
-    /// The address in the file's own address space (its "SVMA", what symbols and DWARF
-    /// use) of the byte at `file_offset`: found through the load segment that contains it,
-    /// since a segment's `p_vaddr` and `p_offset` may differ.
-    pub fn file_offset_to_svma(&self, file_offset: u64) -> Option<u64> {
-        self.segments
-            .iter()
-            .find(|s| file_offset >= s.file_offset && file_offset < s.file_offset + s.file_size)
-            .map(|s| s.vaddr + (file_offset - s.file_offset))
+    /// What to add to a file offset inside an executable mapping of `len` bytes from
+    /// `file_offset` to get the address in the file's own address space (its "SVMA", what
+    /// symbols and DWARF use): `p_vaddr - p_offset` of the executable load segment the
+    /// mapping shows. Mappings start at a page boundary, so with tightly packed segments
+    /// (lld's layout) the first page of a code mapping also holds the end of the segment
+    /// before it, whose `p_vaddr - p_offset` differs: the executable one is the one meant.
+    pub fn code_svma_delta(&self, file_offset: u64, len: u64) -> Option<i64> {
+        let overlapping = || {
+            self.segments.iter().filter(move |s| {
+                s.file_offset < file_offset + len && file_offset < s.file_offset + s.file_size
+            })
+        };
+        let segment = overlapping()
+            .find(|s| s.executable)
+            .or_else(|| overlapping().next())?;
+        Some(segment.vaddr.wrapping_sub(segment.file_offset) as i64)
     }
 
     /// The frame rule at `svma` from `.eh_frame`, when the CFA is RSP- or RBP-based.
@@ -154,5 +167,60 @@ impl Binary {
             }
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binary(segments: Vec<LoadSegment>) -> Binary {
+        Binary {
+            path: PathBuf::from("test"),
+            data: Vec::new(),
+            build_id: None,
+            debuglink: None,
+            has_dwarf: false,
+            has_symtab: false,
+            segments,
+            eh_frame: None,
+            eh_frame_hdr: None,
+            text_address: 0,
+        }
+    }
+
+    fn segment(file_offset: u64, vaddr: u64, file_size: u64, executable: bool) -> LoadSegment {
+        LoadSegment {
+            file_offset,
+            vaddr,
+            file_size,
+            executable,
+        }
+    }
+
+    #[test]
+    fn code_mapping_takes_the_executable_segment_it_shares_a_page_with() {
+        // lld's layout (rustc's default linker): the code segment starts mid-page, right
+        // after the read-only one, and sits 0x1000 higher in memory than in the file.
+        let b = binary(vec![
+            segment(0, 0, 0x169bc, false),
+            segment(0x169c0, 0x179c0, 0x3efc0, true),
+            segment(0x55980, 0x57980, 0x2908, false),
+        ]);
+        // The kernel maps the code from the page that holds its start.
+        assert_eq!(b.code_svma_delta(0x16000, 0x40000), Some(0x1000));
+        // GNU ld's layout: the code segment is page-aligned, p_vaddr = p_offset.
+        let b = binary(vec![
+            segment(0, 0, 0x600, false),
+            segment(0x1000, 0x1000, 0x200, true),
+        ]);
+        assert_eq!(b.code_svma_delta(0x1000, 0x1000), Some(0));
+        // A library linked at 0x100000 (bench-targets' libhot.so).
+        let b = binary(vec![
+            segment(0, 0x100000, 0x418, false),
+            segment(0x1000, 0x101000, 0x10d, true),
+        ]);
+        assert_eq!(b.code_svma_delta(0x1000, 0x1000), Some(0x100000));
+        assert_eq!(b.code_svma_delta(0x9000, 0x1000), None, "no segment there");
     }
 }

@@ -57,7 +57,7 @@ pub enum Found {
 pub struct FileFinder {
     by_path: HashMap<PathBuf, Option<Arc<Binary>>>,
     by_build_id: HashMap<Vec<u8>, Arc<Binary>>,
-    other_mount_ns: HashMap<i32, bool>,
+    own_mount_ns: Option<Option<PathBuf>>,
     own_vdso: Option<Option<Arc<Binary>>>,
 }
 
@@ -147,14 +147,15 @@ impl FileFinder {
             .ok_or_else(|| "the vdso image cannot be read".into())
     }
 
+    /// Whether process `pid` lives in another mount namespace. Asked anew for every
+    /// mapping: a process can enter a namespace and exec (what `unshare` does).
     fn in_other_mount_ns(&mut self, pid: i32) -> bool {
-        *self.other_mount_ns.entry(pid).or_insert_with(|| {
-            let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/mnt")).ok();
-            match (ns(&pid.to_string()), ns("self")) {
-                (Some(theirs), Some(ours)) => theirs != ours,
-                _ => false,
-            }
-        })
+        let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/mnt")).ok();
+        let ours = self.own_mount_ns.get_or_insert_with(|| ns("self"));
+        match (ns(&pid.to_string()), ours) {
+            (Some(theirs), Some(ours)) => theirs != *ours,
+            _ => false,
+        }
     }
 }
 
@@ -211,15 +212,8 @@ pub fn find_debug_file(
 ) -> (Option<DebugFile>, Vec<PathBuf>) {
     let mut rejected = Vec::new();
     let mut candidates: Vec<(PathBuf, Option<u32>)> = Vec::new();
-    if let Some(id) = binary.build_id.as_deref().filter(|id| id.len() >= 2) {
-        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-        candidates.push((
-            debug_root
-                .join(".build-id")
-                .join(&hex[..2])
-                .join(format!("{}.debug", &hex[2..])),
-            None,
-        ));
+    if let Some(id) = &binary.build_id {
+        candidates.push((build_id_path(debug_root, id), None));
     }
     if let Some((name, crc)) = &binary.debuglink {
         let path = Path::new(
@@ -273,6 +267,17 @@ pub fn find_debug_file(
         }
     }
     (None, rejected)
+}
+
+/// Where GDB's scheme puts the debug file of build ID `id` under `debug_root`:
+/// `.build-id/` + the first byte in hex + `/` + the rest in hex + `.debug`.
+pub fn build_id_path(debug_root: &Path, id: &[u8]) -> PathBuf {
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let split = hex.len().min(2);
+    debug_root
+        .join(".build-id")
+        .join(&hex[..split])
+        .join(format!("{}.debug", &hex[split..]))
 }
 
 /// The CRC-32 (IEEE) that `.gnu_debuglink` records of the debug file.

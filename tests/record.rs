@@ -397,7 +397,11 @@ fn kernel_frames_are_named_and_categorised() {
             let name = strings[shared["funcTable"]["name"][func].as_u64().unwrap() as usize]
                 .as_str()
                 .unwrap();
-            if !name.starts_with("0x") {
+            assert!(
+                name.starts_with("[kernel] "),
+                "kernel frames are named `[kernel] name`, not {name}"
+            );
+            if !name.starts_with("[kernel] 0x") {
                 named += 1;
             }
         }

@@ -1,5 +1,7 @@
 //! The symbolicator against binaries compiled by the test: ELF symbols, DWARF lines,
-//! inline chains and demangling. Needs only a C and a C++ compiler.
+//! inline chains, demangling, DWARF 4 and 5 with and without compressed sections, and
+//! separate debug files found by `.gnu_debuglink`. Needs a C and a C++ compiler and GNU
+//! binutils (objcopy, strip); no privileges.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -8,22 +10,180 @@ use object::{Object, ObjectSymbol};
 use sampler::symbolicate::LibSymbols;
 
 fn compile(compiler: &str, source: &str, ext: &str, name: &str) -> PathBuf {
+    compile_with(compiler, source, ext, name, &[])
+}
+
+/// Compiles `source` with `-O2 -g` and `flags` (bench-targets' headers are on the
+/// include path) into a fresh directory.
+fn compile_with(compiler: &str, source: &str, ext: &str, name: &str, flags: &[&str]) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("target")
         .join("test-tmp")
         .join(format!("sym-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join(format!("{name}.{ext}"));
+    std::fs::create_dir_all(src.parent().unwrap()).unwrap();
     std::fs::write(&src, source).unwrap();
     let out = dir.join(name);
     let status = Command::new(compiler)
-        .args(["-O2", "-g", "-fno-omit-frame-pointer", "-o"])
+        .args(["-O2", "-g", "-fno-omit-frame-pointer", "-I"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("bench-targets"))
+        .args(flags)
+        .arg("-o")
         .arg(&out)
         .arg(&src)
         .status()
         .unwrap_or_else(|e| panic!("{compiler} runs: {e}"));
-    assert!(status.success());
+    assert!(status.success(), "{compiler} {flags:?} failed");
     out
+}
+
+fn inline3_source() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("bench-targets/inline3.c"))
+        .unwrap()
+}
+
+/// What the symbolicator says about every byte of function `name` in `data`.
+fn lookups(syms: &LibSymbols, data: &[u8], name: &str) -> Vec<sampler::symbolicate::AddressInfo> {
+    let (start, size) = symbol_range(data, name);
+    (start..start + size).map(|a| syms.lookup(a)).collect()
+}
+
+/// The DWARF version of the first unit, and how `.debug_info` is compressed.
+fn dwarf_layout(data: &[u8]) -> (u16, &'static str) {
+    use object::ObjectSection;
+    let file = object::File::parse(data).unwrap();
+    let (section, how) = match file.section_by_name(".zdebug_info") {
+        Some(s) => (s, "zlib-gnu"),
+        None => {
+            let s = file.section_by_name(".debug_info").unwrap();
+            let compressed = matches!(s.flags(), object::SectionFlags::Elf { sh_flags, .. }
+                if sh_flags.0 & object::elf::SHF_COMPRESSED.0 != 0);
+            (s, if compressed { "zlib" } else { "none" })
+        }
+    };
+    let bytes = section.uncompressed_data().unwrap();
+    // A unit header: 4-byte length (32-bit DWARF), then the 2-byte version.
+    (u16::from_le_bytes([bytes[4], bytes[5]]), how)
+}
+
+#[test]
+fn dwarf_4_and_5_compressed_or_not_give_the_same_answers() {
+    let source = inline3_source();
+    // Compression must not change a single answer; DWARF 4 and 5 (gcc emits slightly
+    // different line tables for them) must both give the inline chain and the names.
+    let variants: [(&[&str], u16, &str); 4] = [
+        (&["-gdwarf-5"], 5, "none"),
+        (&["-gdwarf-5", "-gz=zlib"], 5, "zlib"),
+        (&["-gdwarf-4"], 4, "none"),
+        (&["-gdwarf-4", "-gz=zlib-gnu"], 4, "zlib-gnu"),
+    ];
+    let mut uncompressed = None;
+    for (i, (flags, version, compression)) in variants.iter().enumerate() {
+        // The same file name in each variant's directory, so the answers can be equal.
+        let bin = compile_with("cc", &source, "c", &format!("v{i}/inline3"), flags);
+        let data = std::fs::read(&bin).unwrap();
+        assert_eq!(
+            dwarf_layout(&data),
+            (*version, *compression),
+            "{flags:?} gives the layout under test"
+        );
+        let syms = LibSymbols::from_elf(&data).unwrap();
+        assert!(syms.dwarf.is_some(), "{flags:?}: DWARF is read");
+        let answers: Vec<_> = lookups(&syms, &data, "work")
+            .into_iter()
+            .map(|mut a| {
+                // Each variant lives in its own directory.
+                for f in &mut a.frames {
+                    f.file = f.file.take().map(|p| p.replace(&format!("/v{i}/"), "/"));
+                }
+                a
+            })
+            .collect();
+        let names: Vec<&str> = answers
+            .iter()
+            .max_by_key(|a| a.frames.len())
+            .unwrap()
+            .frames
+            .iter()
+            .map(|f| f.function.as_str())
+            .collect();
+        assert_eq!(names, ["work", "level1", "level2", "level3"], "{flags:?}");
+        if *compression == "none" {
+            uncompressed = Some(answers);
+        } else {
+            assert_eq!(
+                uncompressed.as_ref(),
+                Some(&answers),
+                "{flags:?} answers as the same DWARF uncompressed"
+            );
+        }
+    }
+}
+
+/// Runs a GNU binutils command in `dir`.
+fn binutils(dir: &Path, program: &str, args: &[&str]) {
+    let status = Command::new(program)
+        .current_dir(dir)
+        .args(args)
+        .status()
+        .unwrap_or_else(|e| panic!("{program} runs: {e}"));
+    assert!(status.success(), "{program} {args:?}");
+}
+
+#[test]
+fn debuglink_without_build_id_is_matched_by_crc() {
+    let source = inline3_source();
+    let bin = compile_with("cc", &source, "c", "linked", &["-Wl,--build-id=none"]);
+    let dir = bin.parent().unwrap();
+    let original = std::fs::read(&bin).unwrap();
+    let expected = lookups(&LibSymbols::from_elf(&original).unwrap(), &original, "work");
+    binutils(
+        dir,
+        "objcopy",
+        &["--only-keep-debug", "linked", "linked.debug"],
+    );
+    binutils(dir, "strip", &["--strip-all", "linked"]);
+    binutils(
+        dir,
+        "objcopy",
+        &["--add-gnu-debuglink=linked.debug", "linked"],
+    );
+
+    let load = || {
+        let binary = sampler::binary::Binary::open(&bin).unwrap();
+        assert!(binary.build_id.is_none() && binary.debuglink.is_some());
+        let opts = sampler::symbolicate::SymbolOptions {
+            debug_root: dir.join("no-debug-root"),
+        };
+        LibSymbols::load(&binary, bin.to_str().unwrap(), &opts).unwrap()
+    };
+    let syms = load();
+    assert_eq!(
+        syms.debug_file.as_deref(),
+        Some(dir.join("linked.debug").as_path())
+    );
+    let (start, size) = symbol_range(&original, "work");
+    let got: Vec<_> = (start..start + size).map(|a| syms.lookup(a)).collect();
+    assert_eq!(
+        got, expected,
+        "the debug file answers as the unstripped file did"
+    );
+
+    // A debug file whose CRC differs (rebuilt, or changed since) is not used.
+    let mut changed = std::fs::read(dir.join("linked.debug")).unwrap();
+    changed.push(0);
+    std::fs::write(dir.join("linked.debug"), changed).unwrap();
+    let syms = load();
+    assert!(syms.dwarf.is_none() && syms.debug_file.is_none());
+    assert!(
+        syms.no_debug_info
+            .as_deref()
+            .unwrap()
+            .contains("does not match"),
+        "{:?}",
+        syms.no_debug_info
+    );
 }
 
 fn symbol_range(data: &[u8], name: &str) -> (u64, u64) {
@@ -37,10 +197,7 @@ fn symbol_range(data: &[u8], name: &str) -> (u64, u64) {
 
 #[test]
 fn inline_chain_lines_and_symbols_of_a_compiled_program() {
-    let source = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("bench-targets/inline3.c"),
-    )
-    .unwrap();
+    let source = inline3_source();
     let bin = compile("cc", &source, "c", "inline3");
     let data = std::fs::read(&bin).unwrap();
     let syms = LibSymbols::from_elf(&data).expect("an ELF file");

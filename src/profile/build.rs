@@ -313,10 +313,8 @@ impl ProfileBuilder {
             let translate = binary
                 .as_ref()
                 .ok()
-                .and_then(|b| b.file_offset_to_svma(file_offset))
-                .map_or(Translate::FileOffset, |svma| {
-                    Translate::Delta(svma.wrapping_sub(file_offset) as i64)
-                });
+                .and_then(|b| b.code_svma_delta(file_offset, m.len))
+                .map_or(Translate::FileOffset, Translate::Delta);
             let build_id = m
                 .build_id
                 .clone()

@@ -13,11 +13,11 @@ mod dwarf;
 pub mod symbols;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::binary::Binary;
-use crate::locate::find_debug_file;
 pub use crate::locate::DEFAULT_DEBUG_ROOT;
+use crate::locate::{build_id_path, find_debug_file};
 use crate::profile::build::{LibFile, TRUNCATED_MARKER};
 use crate::profile::*;
 pub use dwarf::{DwarfInfo, SourceFrame};
@@ -102,7 +102,7 @@ impl LibSymbols {
             None => match &binary.build_id {
                 Some(id) => format!(
                     "no DWARF, and no debug file {}",
-                    build_id_debug_path(&opts.debug_root, id).display()
+                    build_id_path(&opts.debug_root, id).display()
                 ),
                 None => "no DWARF, and no build ID to find a debug file by".to_string(),
             },
@@ -300,11 +300,19 @@ pub fn apply(raw: RawProfile, lib_symbols: &[Result<LibSymbols, String>]) -> Pro
             let (missing, why) = if unnamed.contains(&lib) {
                 let why = match syms {
                     Some(Err(why)) => why.clone(),
-                    Some(Ok(s)) if s.symbols.is_empty() => "no symbol table".to_string(),
-                    Some(Ok(s)) => match &s.no_debug_info {
-                        Some(why) => format!("only exported symbols; {why}"),
-                        None => "addresses outside every symbol".to_string(),
-                    },
+                    Some(Ok(s)) => {
+                        let what = if s.symbols.is_empty() {
+                            "no symbol table"
+                        } else if s.no_debug_info.is_some() {
+                            "only exported symbols"
+                        } else {
+                            "addresses outside every symbol"
+                        };
+                        match &s.no_debug_info {
+                            Some(why) => format!("{what}; {why}"),
+                            None => what.to_string(),
+                        }
+                    }
                     None => "not loaded".to_string(),
                 };
                 (Missing::Symbols, why)
@@ -383,15 +391,6 @@ pub fn kernel_text_start() -> Option<u64> {
 /// `_text` is among the first lines of kallsyms (after a few absolute symbols); past this
 /// many lines the full table is needed anyway.
 const KALLSYMS_TEXT_SEARCH_LINES: usize = 1000;
-
-/// The debug file path GDB's build-ID scheme gives a build ID.
-fn build_id_debug_path(root: &Path, id: &[u8]) -> PathBuf {
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    let split = hex.len().min(2);
-    root.join(".build-id")
-        .join(&hex[..split])
-        .join(format!("{}.debug", &hex[split..]))
-}
 
 /// Loads the symbols of every library of `raw` from the files the profile builder
 /// verified (`lib_binaries`, parallel to `raw.libs`), and symbolicates. Kernel symbols are

@@ -112,6 +112,14 @@ impl SymbolMap {
     }
 }
 
+/// A `.symtab` name without its symbol version (`clock_gettime@@GLIBC_2.17`).
+fn without_version(name: &str) -> &str {
+    match name.find('@') {
+        Some(i) if i > 0 => &name[..i],
+        _ => name,
+    }
+}
+
 /// Functions, and the untyped labels that assembly code defines in executable sections
 /// (`_start`, `_dl_start_user`): they name code nothing else names. A separate debug
 /// file's `.text` holds no bytes (`SHT_NOBITS`), so the section's flags decide, not its
@@ -149,7 +157,7 @@ fn elf_symbols<'a>(file: &'a object::File<'_>) -> impl Iterator<Item = (bool, Sy
                 Symbol {
                     address: s.address(),
                     size: (s.size() > 0).then_some(s.size()),
-                    name: demangle(name),
+                    name: demangle(without_version(name)),
                 },
             ))
         });

@@ -330,8 +330,18 @@ pub struct ThreadPaths {
     pub paths: Vec<Vec<String>>,
 }
 
-/// For every thread, every sample's path of function names, root first.
-pub fn thread_paths(p: &Value) -> Vec<ThreadPaths> {
+/// One frame of a sample's stack, as the profile describes it.
+#[derive(Clone, Debug)]
+pub struct FrameInfo {
+    pub name: String,
+    pub lib: Option<String>,
+    pub inline_depth: u64,
+    pub line: Option<u64>,
+    pub file: Option<String>,
+}
+
+/// For every thread, every sample's stack of frames, root first.
+pub fn thread_frames(p: &Value) -> Vec<(ThreadPaths, Vec<Vec<FrameInfo>>)> {
     let shared = &p["shared"];
     let strings: Vec<&str> = shared["stringArray"]
         .as_array()
@@ -339,39 +349,71 @@ pub fn thread_paths(p: &Value) -> Vec<ThreadPaths> {
         .iter()
         .map(|s| s.as_str().unwrap())
         .collect();
+    let libs: Vec<&str> = p["libs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
     let st = &shared["stackTable"];
     let ft = &shared["frameTable"];
-    let func_name = column(&shared["funcTable"], "name");
+    let fu = &shared["funcTable"];
+    let index = |v: &Value| v.as_i64().filter(|&i| i >= 0).map(|i| i as usize);
+    let frame_info = |frame: usize| {
+        let func = column(ft, "func")[frame].as_u64().unwrap() as usize;
+        FrameInfo {
+            name: strings[column(fu, "name")[func].as_u64().unwrap() as usize].to_string(),
+            lib: index(&column(ft, "lib")[frame]).map(|l| libs[l].to_string()),
+            inline_depth: column(ft, "inlineDepth")[frame].as_u64().unwrap(),
+            line: column(ft, "line")[frame].as_u64(),
+            file: index(&column(fu, "source")[func]).map(|s| {
+                let name = column(&shared["sources"], "filename")[s].as_u64().unwrap();
+                strings[name as usize].to_string()
+            }),
+        }
+    };
     let path_of = |mut stack: usize| {
-        let mut names = Vec::new();
+        let mut frames = Vec::new();
         loop {
-            let frame = column(st, "frame")[stack].as_u64().unwrap() as usize;
-            let func = column(ft, "func")[frame].as_u64().unwrap() as usize;
-            names.push(strings[func_name[func].as_u64().unwrap() as usize].to_string());
+            frames.push(frame_info(
+                column(st, "frame")[stack].as_u64().unwrap() as usize
+            ));
             let off = column(st, "prefixOffset")[stack].as_u64().unwrap() as usize;
             if off == 0 {
                 break;
             }
             stack -= off;
         }
-        names.reverse();
-        names
+        frames.reverse();
+        frames
     };
     p["threads"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|t| ThreadPaths {
-            name: t["name"].as_str().unwrap().to_string(),
-            pid: t["pid"].as_str().unwrap().to_string(),
-            tid: t["tid"].as_i64().unwrap(),
-            paths: column(&t["samples"], "stack")
+        .map(|t| {
+            let stacks: Vec<Vec<FrameInfo>> = column(&t["samples"], "stack")
                 .iter()
                 .filter_map(|s| s.as_u64())
                 .map(|s| path_of(s as usize))
-                .collect(),
+                .collect();
+            let thread = ThreadPaths {
+                name: t["name"].as_str().unwrap().to_string(),
+                pid: t["pid"].as_str().unwrap().to_string(),
+                tid: t["tid"].as_i64().unwrap(),
+                paths: stacks
+                    .iter()
+                    .map(|s| s.iter().map(|f| f.name.clone()).collect())
+                    .collect(),
+            };
+            (thread, stacks)
         })
         .collect()
+}
+
+/// For every thread, every sample's path of function names, root first.
+pub fn thread_paths(p: &Value) -> Vec<ThreadPaths> {
+    thread_frames(p).into_iter().map(|(t, _)| t).collect()
 }
 
 /// Whether `path` contains `want` as a contiguous run of functions.

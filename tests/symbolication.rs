@@ -1,0 +1,449 @@
+//! End-to-end symbolication on real recordings: shared libraries of the system and of
+//! bench-targets (PIE, a library whose addresses differ from its file offsets), the vdso,
+//! JIT code named by a perf map, Rust names and inline frames, kernel names, separate
+//! debug files under a test-controlled debug root, and files that are no longer where
+//! the process mapped them from (deleted, or in another mount namespace). Each test is
+//! skipped (visibly) where perf recording is not permitted.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use object::{Object, ObjectSegment};
+
+fn ok(test: &str, o: &std::process::Output) {
+    assert!(o.status.success(), "{test}: sampler failed: {}", stderr(o));
+}
+
+/// The stacks (root first) of every sample of every thread.
+fn all_stacks(p: &serde_json::Value) -> Vec<Vec<FrameInfo>> {
+    thread_frames(p).into_iter().flat_map(|(_, s)| s).collect()
+}
+
+/// Records `cmd`, checks that sampler succeeded and that the profile is well-formed, and
+/// returns sampler's output and the profile.
+fn record_checked(
+    test: &str,
+    extra: &[&str],
+    cmd: &[&str],
+) -> (std::process::Output, serde_json::Value) {
+    let (o, path) = record(extra, cmd);
+    ok(test, &o);
+    let p = load(&path);
+    check_processed_profile(&p);
+    (o, p)
+}
+
+/// The stacks that pass through function `name`.
+fn through<'a>(stacks: &'a [Vec<FrameInfo>], name: &str) -> Vec<&'a Vec<FrameInfo>> {
+    stacks
+        .iter()
+        .filter(|s| s.iter().any(|f| f.name == name))
+        .collect()
+}
+
+fn is_hex_name(name: &str) -> bool {
+    name.starts_with("0x")
+}
+
+#[test]
+fn shared_libraries_pie_and_vdso_are_named() {
+    let test = "shared_libraries_pie_and_vdso_are_named";
+    if !perf_available(test) {
+        return;
+    }
+    // The layouts this test is about: a PIE executable, and a library whose code sits at
+    // addresses other than its file offsets.
+    let exe = std::fs::read(target("uselibs")).unwrap();
+    assert_eq!(
+        object::File::parse(&*exe).unwrap().kind(),
+        object::ObjectKind::Dynamic,
+        "uselibs is PIE"
+    );
+    let lib = std::fs::read(target("libhot.so")).unwrap();
+    let lib = object::File::parse(&*lib).unwrap();
+    let text = lib
+        .segments()
+        .find(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags, .. } if p_flags.0 & object::elf::PF_X.0 != 0))
+        .unwrap();
+    assert_ne!(text.address(), text.file_range().0, "p_vaddr != p_offset");
+    let libc_debug = build_id_path(
+        Path::new("/usr/lib/debug"),
+        Path::new("/lib/x86_64-linux-gnu/libc.so.6"),
+    );
+    assert!(
+        libc_debug.exists(),
+        "{test} needs libc's debug file {} (Debian package libc6-dbg; .ci/run installs it)",
+        libc_debug.display()
+    );
+
+    let (o, p) = record_checked(test, &[], &[&target("uselibs"), "0.4"]);
+    let stacks = all_stacks(&p);
+
+    // Every frame in these libraries has a name.
+    let libs = [
+        "uselibs",
+        "libhot.so",
+        "libc.so.6",
+        "libm.so.6",
+        "[vdso]",
+        "libstdc++.so.6.0.30",
+    ];
+    let mut named_in = std::collections::BTreeMap::new();
+    for f in stacks.iter().flatten() {
+        let Some(lib) = f.lib.as_deref() else {
+            continue;
+        };
+        let lib = if lib.starts_with("libstdc++.so") {
+            "libstdc++.so.6.0.30"
+        } else {
+            lib
+        };
+        if libs.contains(&lib) {
+            assert!(!is_hex_name(&f.name), "unnamed frame {} in {lib}", f.name);
+            *named_in.entry(lib).or_insert(0) += 1;
+        }
+    }
+    eprintln!("{test}: named frames per library {named_in:?}");
+
+    // Each phase's time is in its library, under the phase's function.
+    let phase = |name: &str, lib: &str| {
+        let under = through(&stacks, name);
+        let in_lib = under
+            .iter()
+            .filter(|s| {
+                s.last()
+                    .and_then(|f| f.lib.as_deref())
+                    .is_some_and(|l| l.starts_with(lib))
+            })
+            .count();
+        eprintln!(
+            "{test}: {name}: {in_lib} of {} samples in {lib}",
+            under.len()
+        );
+        assert!(under.len() > 50, "{name}: only {} samples", under.len());
+        assert!(
+            in_lib * 10 >= under.len() * 6,
+            "{name}: {in_lib} of {} samples in {lib}",
+            under.len()
+        );
+        under
+    };
+    let own = phase("in_own_lib(double)", "libhot.so");
+    let (n, share) = count_run(
+        &own.iter()
+            .map(|s| s.iter().map(|f| f.name.clone()).collect())
+            .collect::<Vec<_>>(),
+        &["main", "in_own_lib(double)", "lib_outer", "lib_hot"],
+    );
+    assert!(
+        share > 80.0,
+        "main > in_own_lib > lib_outer > lib_hot: {n} ({share:.0}%)"
+    );
+    let lib_hot = own
+        .iter()
+        .filter_map(|s| s.last())
+        .find(|f| f.name == "lib_hot")
+        .unwrap();
+    assert!(lib_hot.file.as_deref().unwrap().ends_with("libhot.c"));
+    assert!(lib_hot.line.is_some(), "lines from libhot.so's DWARF");
+
+    phase("in_libm(double)", "libm.so.6");
+    let libc = phase("in_libc(double)", "libc.so.6");
+    // memchr runs in an internal IFUNC variant that only the debug file names.
+    assert!(
+        libc.iter()
+            .filter_map(|s| s.last())
+            .any(|f| f.name.starts_with("__memchr_")),
+        "libc's internal __memchr_* variant is named from its debug file"
+    );
+    let cxx = phase("in_libstdcxx(double)", "libstdc++.so");
+    assert!(cxx
+        .iter()
+        .filter_map(|s| s.last())
+        .any(|f| f.name == "std::_Hash_bytes(void const*, unsigned long, unsigned long)"));
+    let vdso: Vec<&FrameInfo> = stacks
+        .iter()
+        .flatten()
+        .filter(|f| f.lib.as_deref() == Some("[vdso]"))
+        .collect();
+    assert!(vdso.len() > 50, "only {} vdso frames", vdso.len());
+    assert!(
+        vdso.iter().all(|f| f.name.contains("clock_gettime")),
+        "vdso frames are clock_gettime: {:?}",
+        vdso.iter()
+            .map(|f| &f.name)
+            .collect::<std::collections::BTreeSet<_>>()
+    );
+    let summary = stderr(&o);
+    assert!(
+        !summary.contains("frames left as addresses"),
+        "no library lacks symbols: {summary}"
+    );
+}
+
+#[test]
+fn jit_code_is_named_from_the_perf_map() {
+    let test = "jit_code_is_named_from_the_perf_map";
+    if !perf_available(test) {
+        return;
+    }
+    let (_, p) = record_checked(test, &[], &[&target("jit"), "1"]);
+    let threads = thread_frames(&p);
+    let pid = threads[0].0.pid.clone();
+    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    let stacks: Vec<Vec<FrameInfo>> = threads.into_iter().flat_map(|(_, s)| s).collect();
+    let paths: Vec<Vec<String>> = stacks
+        .iter()
+        .map(|s| s.iter().map(|f| f.name.clone()).collect())
+        .collect();
+    let (a, _) = count_run(&paths, &["main", "run_jit", "jit_hot_a"]);
+    let (b, _) = count_run(&paths, &["main", "run_jit", "jit_hot_b"]);
+    let share = 100.0 * a as f64 / (a + b).max(1) as f64;
+    eprintln!(
+        "{test}: jit_hot_a {a}, jit_hot_b {b} ({share:.1}% a) of {}",
+        paths.len()
+    );
+    assert!(a + b > paths.len() / 2, "most samples are in the JIT code");
+    assert!((60.0..80.0).contains(&share), "jit_hot_a share {share:.1}%");
+    let jit_lib = stacks
+        .iter()
+        .flatten()
+        .find(|f| f.name == "jit_hot_a")
+        .and_then(|f| f.lib.clone());
+    assert_eq!(jit_lib, Some(format!("perf-{pid}.map")));
+}
+
+#[test]
+fn rust_names_are_demangled_with_inline_frames() {
+    let test = "rust_names_are_demangled_with_inline_frames";
+    if !perf_available(test) {
+        return;
+    }
+    let (_, p) = record_checked(test, &[], &[&target("rust_inline"), "1"]);
+    let stacks = all_stacks(&p);
+    let chain = [
+        "rust_inline::run",
+        "rust_inline::work",
+        "rust_inline::level1",
+        "rust_inline::level2",
+    ];
+    let with_chain: Vec<&Vec<FrameInfo>> = stacks
+        .iter()
+        .filter(|s| {
+            s.windows(4).any(|w| {
+                w.iter().zip(chain).all(|(f, name)| f.name == name)
+                    && w[1].inline_depth == 0
+                    && w[2].inline_depth == 1
+                    && w[3].inline_depth == 2
+            })
+        })
+        .collect();
+    let trait_method = "<rust_inline::Squares<u64> as rust_inline::Summer>::total";
+    let in_trait = through(&stacks, trait_method).len();
+    eprintln!(
+        "{test}: {} samples in work > level1 > level2 (inlined), {in_trait} in {trait_method}, of {}",
+        with_chain.len(),
+        stacks.len()
+    );
+    assert!(
+        with_chain.len() * 4 > stacks.len(),
+        "work's inlined chain is most of the time"
+    );
+    assert!(in_trait * 20 > stacks.len(), "the trait method is seen");
+    let level2 = with_chain[0]
+        .iter()
+        .find(|f| f.name == "rust_inline::level2")
+        .unwrap();
+    assert!(level2.file.as_deref().unwrap().ends_with("rust_inline.rs"));
+    assert!(level2.line.is_some());
+    for f in stacks.iter().flatten() {
+        let hash = f.name.split("::").any(|part| {
+            part.len() == 17
+                && part.starts_with('h')
+                && part[1..].chars().all(|c| c.is_ascii_hexdigit())
+        });
+        assert!(
+            !hash && !f.name.starts_with("_ZN") && !f.name.starts_with("_R"),
+            "mangled or hashed: {}",
+            f.name
+        );
+    }
+}
+
+/// Runs `cmd` and panics with its stderr when it fails.
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Splits `binary` into a stripped copy and a debug file with GNU tools; returns the
+/// stripped copy and the debug file.
+fn split_debug(binary: &str, dir: &Path) -> (PathBuf, PathBuf) {
+    let stripped = dir.join("stripped");
+    let debug = dir.join("stripped.debug");
+    std::fs::copy(binary, &stripped).unwrap();
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&stripped)
+        .arg(&debug));
+    run(Command::new("strip").arg("--strip-all").arg(&stripped));
+    (stripped, debug)
+}
+
+/// `ROOT/.build-id/xx/rest.debug` for the build ID of `binary`.
+fn build_id_path(root: &Path, binary: &Path) -> PathBuf {
+    let data = std::fs::read(binary).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let id = file.build_id().unwrap().expect("the file has a build ID");
+    sampler::locate::build_id_path(root, id)
+}
+
+#[test]
+fn stripped_binary_uses_its_debug_file_from_the_debug_root() {
+    let test = "stripped_binary_uses_its_debug_file_from_the_debug_root";
+    if !perf_available(test) {
+        return;
+    }
+    let dir = tempdir();
+    let (stripped, debug) = split_debug(&target("inline3"), &dir);
+    let root = dir.join("debug-root");
+    let installed = build_id_path(&root, &stripped);
+    std::fs::create_dir_all(installed.parent().unwrap()).unwrap();
+    std::fs::rename(&debug, &installed).unwrap();
+    let exe = stripped.display().to_string();
+
+    let (_, p) = record_checked(test, &["--debug-root", root.to_str().unwrap()], &[&exe]);
+    let stacks = all_stacks(&p);
+    let chain = stacks
+        .iter()
+        .filter(|s| {
+            let names: Vec<&str> = s.iter().map(|f| f.name.as_str()).collect();
+            names
+                .windows(5)
+                .any(|w| w == ["main", "work", "level1", "level2", "level3"])
+        })
+        .count();
+    eprintln!(
+        "{test}: {chain} of {} samples in main > work > level1 > level2 > level3",
+        stacks.len()
+    );
+    assert!(
+        chain * 2 > stacks.len(),
+        "the inline chain comes from the debug file"
+    );
+    let level3 = stacks
+        .iter()
+        .flatten()
+        .find(|f| f.name == "level3")
+        .unwrap();
+    assert_eq!(level3.inline_depth, 3);
+    assert!(level3.file.as_deref().unwrap().ends_with("inline3.c") && level3.line.is_some());
+
+    // Without the debug root there are no names, and the summary says which file and why.
+    let (o, p) = record_checked(test, &[], &[&exe]);
+    let unnamed = all_stacks(&p)
+        .iter()
+        .flatten()
+        .filter(|f| f.lib.as_deref() == Some("stripped"))
+        .all(|f| is_hex_name(&f.name));
+    assert!(
+        unnamed,
+        "a stripped file without its debug file has no names"
+    );
+    let summary = stderr(&o);
+    assert!(
+        summary.contains("frames left as addresses") && summary.contains("stripped: "),
+        "{summary}"
+    );
+
+    // A debug file whose build ID differs is ignored, and the summary says so.
+    let other_root = dir.join("wrong-root");
+    let wrong = build_id_path(&other_root, &stripped);
+    std::fs::create_dir_all(wrong.parent().unwrap()).unwrap();
+    let (_, other_debug) = split_debug(&target("split7030"), &tempdir());
+    std::fs::copy(&other_debug, &wrong).unwrap();
+    let (o, p) = record_checked(
+        test,
+        &["--debug-root", other_root.to_str().unwrap()],
+        &[&exe],
+    );
+    let names: Vec<String> = all_stacks(&p)
+        .iter()
+        .flatten()
+        .filter(|f| f.lib.as_deref() == Some("stripped"))
+        .map(|f| f.name.clone())
+        .collect();
+    assert!(
+        names.iter().all(|n| is_hex_name(n)),
+        "split7030's debug file must not name inline3: {names:?}"
+    );
+    assert!(stderr(&o).contains("does not match"), "{}", stderr(&o));
+}
+
+#[test]
+fn deleted_executable_is_read_through_map_files() {
+    let test = "deleted_executable_is_read_through_map_files";
+    if !perf_available(test) {
+        return;
+    }
+    let dir = tempdir();
+    let copy = dir.join("split7030-deleted");
+    std::fs::copy(target("split7030"), &copy).unwrap();
+    let (_, p) = record_checked(test, &[], &[copy.to_str().unwrap(), "--unlink-self", "1"]);
+    assert!(!copy.exists(), "the target deleted itself");
+    assert_split7030_named(test, &p);
+}
+
+/// split7030's symbols were read: most samples are in main > outer > hot_a (~70%).
+fn assert_split7030_named(test: &str, p: &serde_json::Value) {
+    let paths: Vec<Vec<String>> = thread_paths(p).into_iter().flat_map(|t| t.paths).collect();
+    let (n, share) = count_run(&paths, &["main", "outer", "hot_a"]);
+    eprintln!("{test}: {n} samples ({share:.0}%) in main > outer > hot_a");
+    assert!(share > 40.0, "{test}: {share:.0}% in main > outer > hot_a");
+}
+
+#[test]
+fn binary_in_another_mount_namespace_is_read_through_proc_root() {
+    let test = "binary_in_another_mount_namespace_is_read_through_proc_root";
+    if !perf_available(test) {
+        return;
+    }
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("SKIPPED {test}: making a mount namespace needs root");
+        return;
+    }
+    // Inside the namespace, a tmpfs hides the directory's real content: the program's
+    // path exists only there.
+    let dir = tempdir();
+    let mount = dir.join("ns");
+    std::fs::create_dir_all(&mount).unwrap();
+    let inner = mount.join("split7030");
+    let script = format!(
+        "mount -t tmpfs tmpfs {m} && cp {src} {inner} && exec {inner} 1",
+        m = mount.display(),
+        src = target("split7030"),
+        inner = inner.display()
+    );
+    let unshare = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &script,
+    ];
+    let (_, p) = record_checked(test, &[], &unshare);
+    assert!(
+        !inner.exists(),
+        "outside the namespace the program does not exist"
+    );
+    assert_split7030_named(test, &p);
+}
