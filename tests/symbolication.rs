@@ -362,6 +362,21 @@ fn stripped_binary_uses_its_debug_file_from_the_debug_root() {
         summary.contains("frames left as addresses") && summary.contains("stripped: "),
         "{summary}"
     );
+    // The profile says the same to whoever opens it.
+    let extra = p["meta"]["extra"].as_array().unwrap();
+    let symbols = extra.iter().find(|e| e["label"] == "Symbols").unwrap();
+    let entry = symbols["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["label"] == "stripped")
+        .expect("the stripped file is listed in the profile's Symbols section");
+    let value = entry["value"].as_str().unwrap();
+    assert!(
+        value.starts_with("some frames unnamed: ")
+            && value.contains("no DWARF, and no debug file /usr/lib/debug/.build-id/"),
+        "{value}"
+    );
 
     // A debug file whose build ID differs is ignored, and the summary says so.
     let other_root = dir.join("wrong-root");

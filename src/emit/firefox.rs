@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use crate::profile::{CodeKind, Lib, Profile};
+use crate::profile::{CodeKind, Lib, Missing, Profile};
 
 /// `PROCESSED_PROFILE_VERSION` of the Firefox Profiler this writer targets.
 pub const PROCESSED_PROFILE_VERSION: u32 = 70;
@@ -49,6 +49,26 @@ pub fn breakpad_id(build_id: &[u8]) -> String {
     let mut s: String = guid.iter().map(|b| format!("{b:02X}")).collect();
     s.push('0');
     s
+}
+
+/// One entry per sampled library that lacks names or debug information, saying why, so
+/// that `0x…` frames are explained where they are seen.
+fn symbol_gap_entries(profile: &Profile) -> Vec<Value> {
+    profile
+        .symbol_gaps
+        .iter()
+        .map(|g| {
+            let what = match g.missing {
+                Missing::Symbols => "some frames unnamed",
+                Missing::DebugInfo => "no source lines or inlined calls",
+            };
+            json!({
+                "label": profile.libs[g.lib.index()].name,
+                "format": "string",
+                "value": format!("{what}: {}", g.why),
+            })
+        })
+        .collect()
 }
 
 fn lib_json(lib: &Lib) -> Value {
@@ -238,6 +258,9 @@ pub fn to_json(profile: &Profile) -> Value {
                     { "label": "Truncated stacks", "format": "integer", "value": meta.truncated_stacks },
                     { "label": "Kernel frames", "format": "string", "value": if meta.kernel_included { "yes" } else { "no" } },
                 ],
+            }, {
+                "label": "Symbols",
+                "entries": symbol_gap_entries(profile),
             }],
         },
         "libs": profile.libs.iter().map(lib_json).collect::<Vec<_>>(),
