@@ -2,12 +2,25 @@
 //! the address the file's own tables use), its build ID, and its call frame information
 //! (`.eh_frame`), read once per file and shared by the unwinder and the symbolicator.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use gimli::{
     BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, UnwindContext, UnwindSection,
 };
 use object::{Object, ObjectSection, ObjectSegment};
+
+/// Reads a whole file into one shared buffer, allocated once at its final size (files
+/// with DWARF can be hundreds of megabytes; a second copy would double the peak).
+pub fn read_shared(path: &Path) -> std::io::Result<Arc<[u8]>> {
+    let mut file = std::fs::File::open(path)?;
+    let len = usize::try_from(file.metadata()?.len()).map_err(std::io::Error::other)?;
+    let mut data: Arc<[u8]> = std::iter::repeat_n(0u8, len).collect();
+    let buffer = Arc::get_mut(&mut data).expect("a new buffer has one owner");
+    file.read_exact(buffer)?;
+    Ok(data)
+}
 
 /// One `PT_LOAD` segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,7 +51,7 @@ struct SectionData {
 #[derive(Debug)]
 pub struct Binary {
     pub path: PathBuf,
-    pub data: Vec<u8>,
+    pub data: Arc<[u8]>,
     pub build_id: Option<Vec<u8>>,
     /// The `.gnu_debuglink` of a stripped file: the debug file's name and its CRC-32.
     pub debuglink: Option<(String, u32)>,
@@ -59,11 +72,12 @@ const DWARF_REG_RSP: u16 = 7;
 impl Binary {
     /// Reads and parses `path`. `None` when the file cannot be read or is not ELF.
     pub fn open(path: &Path) -> Option<Binary> {
-        let data = std::fs::read(path).ok()?;
-        Binary::from_bytes(path.to_path_buf(), data)
+        Binary::from_bytes(path.to_path_buf(), read_shared(path).ok()?)
     }
 
-    pub fn from_bytes(path: PathBuf, data: Vec<u8>) -> Option<Binary> {
+    /// Parses an ELF image held in `data`, which the binary keeps and shares: DWARF
+    /// readers borrow its uncompressed sections rather than copying them.
+    pub fn from_bytes(path: PathBuf, data: Arc<[u8]>) -> Option<Binary> {
         let mut binary = {
             let file = object::File::parse(&*data).ok()?;
             let section = |name: &str| {
@@ -76,7 +90,7 @@ impl Binary {
             Binary {
                 path,
                 // Filled in below, once `file` no longer borrows the bytes.
-                data: Vec::new(),
+                data: Arc::from(Vec::new()),
                 build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec),
                 debuglink: file
                     .gnu_debuglink()
@@ -177,7 +191,7 @@ mod tests {
     fn binary(segments: Vec<LoadSegment>) -> Binary {
         Binary {
             path: PathBuf::from("test"),
-            data: Vec::new(),
+            data: Arc::from(Vec::new()),
             build_id: None,
             debuglink: None,
             has_dwarf: false,

@@ -160,7 +160,7 @@ impl FileFinder {
 }
 
 fn vdso_binary(bytes: Vec<u8>) -> Option<Arc<Binary>> {
-    Binary::from_bytes(PathBuf::from("[vdso]"), bytes).map(Arc::new)
+    Binary::from_bytes(PathBuf::from("[vdso]"), Arc::from(bytes)).map(Arc::new)
 }
 
 /// `end - start` bytes of process `pid`'s memory (`0`: sampler's own), through
@@ -236,7 +236,7 @@ pub fn find_debug_file(
         }
     }
     for (path, crc) in candidates {
-        let Ok(data) = std::fs::read(&path) else {
+        let Ok(data) = crate::binary::read_shared(&path) else {
             continue;
         };
         let matches = match (&binary.build_id, crc) {
@@ -329,7 +329,7 @@ mod tests {
         match finder.mapped(&m) {
             Ok((b, how)) => {
                 assert_eq!(how, Found::MapFiles);
-                assert_eq!(b.data, std::fs::read(&exe).unwrap());
+                assert_eq!(*b.data, *std::fs::read(&exe).unwrap());
             }
             // map_files needs CAP_SYS_ADMIN.
             Err(e) => assert!(!nix::unistd::Uid::effective().is_root(), "{e}"),

@@ -12,6 +12,9 @@ use object::{Object, ObjectSection};
 pub struct SourceFrame {
     /// Demangled function name (`"??"` when DWARF has none).
     pub function: String,
+    /// The name as the symbol table would store it (the linkage name, mangled), to find
+    /// the function's own symbol by.
+    pub linkage_name: Option<String>,
     pub file: Option<String>,
     /// The line executing in this function: for an outer level, the line of the call
     /// that was inlined.
@@ -25,21 +28,41 @@ pub struct DwarfInfo {
 }
 
 impl DwarfInfo {
-    /// Loads the DWARF sections of `file` (compressed ones are inflated); `None` when it
-    /// has no `.debug_info`.
-    pub fn load(file: &object::File<'_>) -> Option<DwarfInfo> {
+    /// Loads the DWARF sections of `file`, whose bytes are `data`: uncompressed sections
+    /// are borrowed from `data`, compressed ones inflated. `None` when the file has no
+    /// `.debug_info`.
+    pub fn load(file: &object::File<'_>, data: &Arc<[u8]>) -> Option<DwarfInfo> {
         file.section_by_name(".debug_info")?;
         let endian = if file.is_little_endian() {
             RunTimeEndian::Little
         } else {
             RunTimeEndian::Big
         };
+        let whole = EndianArcSlice::new(data.clone(), endian);
         let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
-            let data: Cow<[u8]> = file
+            // Location lists say where variables live, which naming code never needs;
+            // leaving them out saves reading (and inflating) them.
+            if matches!(
+                id,
+                gimli::SectionId::DebugLoc | gimli::SectionId::DebugLocLists
+            ) {
+                return Ok(EndianArcSlice::new(Arc::from(&[][..]), endian));
+            }
+            let bytes = file
                 .section_by_name(id.name())
                 .and_then(|s| s.uncompressed_data().ok())
                 .unwrap_or(Cow::Borrowed(&[]));
-            Ok(EndianArcSlice::new(Arc::from(&*data), endian))
+            // A borrowed section lies inside `data`: share it rather than copy it.
+            let within = match &bytes {
+                Cow::Borrowed(slice) => (slice.as_ptr() as usize)
+                    .checked_sub(data.as_ptr() as usize)
+                    .filter(|start| start + slice.len() <= data.len()),
+                Cow::Owned(_) => None,
+            };
+            Ok(match within {
+                Some(start) => whole.range(start..start + bytes.len()),
+                None => EndianArcSlice::new(Arc::from(&*bytes), endian),
+            })
         };
         let dwarf = gimli::Dwarf::load(load).ok()?;
         let context = addr2line::Context::from_dwarf(dwarf).ok()?;
@@ -59,12 +82,17 @@ impl DwarfInfo {
                 .as_ref()
                 .and_then(|f| f.demangle().ok().map(Cow::into_owned))
                 .unwrap_or_else(|| "??".to_string());
+            let linkage_name = frame
+                .function
+                .as_ref()
+                .and_then(|f| f.raw_name().ok().map(Cow::into_owned));
             let (file, line) = frame
                 .location
                 .as_ref()
                 .map_or((None, None), |l| (l.file.map(str::to_string), l.line));
             out.push(SourceFrame {
                 function,
+                linkage_name,
                 file,
                 line,
             });

@@ -14,6 +14,7 @@ pub mod symbols;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::binary::Binary;
 pub use crate::locate::DEFAULT_DEBUG_ROOT;
@@ -66,8 +67,9 @@ pub struct LibSymbols {
 impl LibSymbols {
     /// Loads the symbols of an ELF file held in `data`, with nothing from elsewhere.
     pub fn from_elf(data: &[u8]) -> Option<LibSymbols> {
-        let file = object::File::parse(data).ok()?;
-        let dwarf = DwarfInfo::load(&file);
+        let data: Arc<[u8]> = Arc::from(data);
+        let file = object::File::parse(&*data).ok()?;
+        let dwarf = DwarfInfo::load(&file, &data);
         Some(LibSymbols {
             symbols: SymbolMap::from_elf(&[&file]),
             no_debug_info: dwarf.is_none().then(|| "no DWARF in the file".to_string()),
@@ -93,9 +95,9 @@ impl LibSymbols {
         let mut files: Vec<&object::File> = debug_object.iter().collect();
         files.push(&file);
         let symbols = SymbolMap::from_elf(&files);
-        let dwarf = match (binary.has_dwarf, &debug_object) {
-            (true, _) | (false, None) => DwarfInfo::load(&file),
-            (false, Some(d)) => DwarfInfo::load(d),
+        let dwarf = match (binary.has_dwarf, &debug, &debug_object) {
+            (false, Some(debug), Some(object)) => DwarfInfo::load(object, &debug.binary.data),
+            _ => DwarfInfo::load(&file, &binary.data),
         };
         let no_debug_info = dwarf.is_none().then(|| match rejected.first() {
             Some(path) => format!("{} does not match the file (build ID)", path.display()),
@@ -119,20 +121,26 @@ impl LibSymbols {
     /// Looks up a lib-relative address.
     pub fn lookup(&self, address: u64) -> AddressInfo {
         let probe = address.wrapping_add(self.base);
-        let symbol = self.symbols.lookup(probe).map(|s| Symbol {
-            address: s.address - self.base,
-            ..s.clone()
-        });
         let frames: Vec<SourceFrame> = self
             .dwarf
             .as_ref()
             .map(|d| d.frames(probe))
             .unwrap_or_default();
+        let symbol = self.symbols.lookup_stored(probe).map(|s| Symbol {
+            address: s.address - self.base,
+            // DWARF usually has the outer function under the same linkage name, already
+            // demangled.
+            name: match frames.first() {
+                Some(f) if f.linkage_name.as_deref() == Some(s.name.as_str()) => f.function.clone(),
+                _ => self.symbols.display_name(s),
+            },
+            size: s.size,
+        });
         let frame_symbols = frames
             .iter()
             .map(|f| {
                 self.symbols
-                    .by_name(&f.function)
+                    .by_name(f.linkage_name.as_deref()?)
                     .map(|s| s.address.wrapping_sub(self.base))
             })
             .collect();

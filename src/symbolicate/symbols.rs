@@ -19,15 +19,21 @@ pub struct Symbol {
 }
 
 /// Symbols sorted by start address, at most one per address.
+///
+/// ELF names are kept as the file has them (mangled) and demangled only when looked up:
+/// a profile names a few hundred functions, a large binary has hundreds of thousands.
 #[derive(Clone, Debug, Default)]
 pub struct SymbolMap {
     symbols: Vec<Symbol>,
+    /// By the name as stored (mangled, for ELF symbols).
     by_name: HashMap<String, usize>,
+    /// Whether stored names are mangled and demangled on lookup.
+    mangled: bool,
 }
 
 impl SymbolMap {
     /// Builds the map; of several symbols at one address the first one given wins, so
-    /// callers list preferred symbols (sized, global) first.
+    /// callers list preferred symbols (sized, global) first. Names are used as given.
     pub fn new(mut symbols: Vec<Symbol>) -> SymbolMap {
         // A stable sort keeps the caller's preference order among equal addresses.
         symbols.sort_by_key(|s| s.address);
@@ -36,10 +42,15 @@ impl SymbolMap {
         for (i, s) in symbols.iter().enumerate() {
             by_name.entry(s.name.clone()).or_insert(i);
         }
-        SymbolMap { symbols, by_name }
+        SymbolMap {
+            symbols,
+            by_name,
+            mangled: false,
+        }
     }
 
-    /// The symbol named `name` (demangled), if there is one.
+    /// The symbol whose name, as the file stores it (mangled: a DWARF linkage name), is
+    /// `name`.
     pub fn by_name(&self, name: &str) -> Option<&Symbol> {
         self.by_name.get(name).map(|&i| &self.symbols[i])
     }
@@ -55,8 +66,16 @@ impl SymbolMap {
     /// The symbol with the highest start address `<= address` (design §2), unless that
     /// symbol's size is known and the address lies past its end: then the address is in
     /// code the table has no name for (a static function missing from `.dynsym`), and a
-    /// neighbour's name would be a lie.
-    pub fn lookup(&self, address: u64) -> Option<&Symbol> {
+    /// neighbour's name would be a lie. The name is demangled.
+    pub fn lookup(&self, address: u64) -> Option<Symbol> {
+        self.lookup_stored(address).map(|s| Symbol {
+            name: self.display_name(s),
+            ..s.clone()
+        })
+    }
+
+    /// [`SymbolMap::lookup`], with the name as stored (mangled, for ELF symbols).
+    pub fn lookup_stored(&self, address: u64) -> Option<&Symbol> {
         let i = self.symbols.partition_point(|s| s.address <= address);
         let s = self.symbols.get(i.checked_sub(1)?)?;
         match s.size {
@@ -65,13 +84,23 @@ impl SymbolMap {
         }
     }
 
-    /// The same symbols under new names.
+    /// The name to show for a symbol of this map.
+    pub fn display_name(&self, s: &Symbol) -> String {
+        if self.mangled {
+            demangle(&s.name)
+        } else {
+            s.name.clone()
+        }
+    }
+
+    /// The same symbols under new names (given the demangled ones).
     pub fn renamed(self, rename: impl Fn(&str) -> String) -> SymbolMap {
+        let mangled = self.mangled;
         SymbolMap::new(
             self.symbols
                 .into_iter()
                 .map(|s| Symbol {
-                    name: rename(&s.name),
+                    name: rename(&if mangled { demangle(&s.name) } else { s.name }),
                     ..s
                 })
                 .collect(),
@@ -87,7 +116,10 @@ impl SymbolMap {
             symbols.extend(elf_symbols(file).map(|(global, s)| (rank, global, s)));
         }
         symbols.sort_by_key(|(rank, global, s)| (s.address, *rank, s.size.is_none(), !global));
-        SymbolMap::new(symbols.into_iter().map(|(_, _, s)| s).collect())
+        SymbolMap {
+            mangled: true,
+            ..SymbolMap::new(symbols.into_iter().map(|(_, _, s)| s).collect())
+        }
     }
 
     /// Parses a JIT's perf map (`/tmp/perf-PID.map`): lines of `START SIZE name`, hex
@@ -157,7 +189,7 @@ fn elf_symbols<'a>(file: &'a object::File<'_>) -> impl Iterator<Item = (bool, Sy
                 Symbol {
                     address: s.address(),
                     size: (s.size() > 0).then_some(s.size()),
-                    name: demangle(without_version(name)),
+                    name: without_version(name).to_string(),
                 },
             ))
         });
