@@ -402,20 +402,36 @@ const KALLSYMS_TEXT_SEARCH_LINES: usize = 1000;
 
 /// Loads the symbols of every library of `raw` from the files the profile builder
 /// verified (`lib_binaries`, parallel to `raw.libs`), and symbolicates. Kernel symbols are
-/// read only when the profile has kernel frames. Libraries load in parallel.
+/// read only when the profile has kernel frames. Libraries load in parallel, one worker
+/// per CPU.
 pub fn symbolicate(raw: RawProfile, lib_binaries: &[LibFile], opts: &SymbolOptions) -> Profile {
-    let lib_symbols: Vec<Result<LibSymbols, String>> = std::thread::scope(|scope| {
-        let loads: Vec<_> = raw
-            .libs
-            .iter()
-            .zip(lib_binaries)
-            .map(|(lib, binary)| scope.spawn(move || load_lib(lib, binary, opts)))
+    let n = raw.libs.len();
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |w| w.get())
+        .clamp(1, n.max(1));
+    let mut loaded: Vec<Option<Result<LibSymbols, String>>> = (0..n).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let (libs, binaries) = (&raw.libs, lib_binaries);
+                scope.spawn(move || {
+                    (w..n)
+                        .step_by(workers)
+                        .map(|i| (i, load_lib(&libs[i], &binaries[i], opts)))
+                        .collect::<Vec<_>>()
+                })
+            })
             .collect();
-        loads
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("reading it failed".into())))
-            .collect()
+        for handle in handles {
+            for (i, symbols) in handle.join().unwrap_or_default() {
+                loaded[i] = Some(symbols);
+            }
+        }
     });
+    let lib_symbols: Vec<Result<LibSymbols, String>> = loaded
+        .into_iter()
+        .map(|l| l.unwrap_or_else(|| Err("reading it failed".into())))
+        .collect();
     apply(raw, &lib_symbols)
 }
 
