@@ -208,13 +208,16 @@ fn symbolize_main(args: SymbolizeArgs) -> Result<()> {
     } else {
         args.addresses.iter().map(String::as_str).collect()
     };
+    let addresses = words
+        .iter()
+        .map(|word| {
+            let hex = word.trim_start_matches("0x").trim_start_matches("0X");
+            u64::from_str_radix(hex, 16).with_context(|| format!("{word} is not a hex address"))
+        })
+        .collect::<Result<Vec<u64>>>()?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    for word in words {
-        let hex = word.trim_start_matches("0x").trim_start_matches("0X");
-        let address =
-            u64::from_str_radix(hex, 16).with_context(|| format!("{word} is not a hex address"))?;
+    for (address, info) in addresses.iter().zip(syms.lookup_many(&addresses)) {
         writeln!(out, "0x{address:x}")?;
-        let info = syms.lookup(address);
         if info.frames.is_empty() {
             let name = info.symbol.map_or("??".to_string(), |s| s.name);
             writeln!(out, "{name}\n??:0")?;

@@ -367,3 +367,24 @@ fn a_function_both_inlined_and_called_is_one_func() {
         "the inlined copy is an inline frame"
     );
 }
+
+#[test]
+fn many_addresses_on_several_threads_answer_as_one_at_a_time() {
+    // This test's own executable: large enough for lookup_many to split the work.
+    let data = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+    let syms = LibSymbols::from_elf(&data).unwrap();
+    assert!(syms.dwarf.is_some(), "test binaries carry line tables");
+    let file = object::File::parse(&*data).unwrap();
+    let mut addresses: Vec<u64> = file
+        .symbols()
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 4)
+        .flat_map(|s| [s.address(), s.address() + s.size() / 2])
+        .take(6000)
+        .collect();
+    // Out of order, as a profile's addresses come.
+    addresses.reverse();
+    assert!(addresses.len() >= 4000, "{} addresses", addresses.len());
+    let one_by_one: Vec<_> = addresses.iter().map(|&a| syms.lookup(a)).collect();
+    assert!(one_by_one.iter().filter(|i| !i.frames.is_empty()).count() > addresses.len() / 2);
+    assert_eq!(syms.lookup_many(&addresses), one_by_one);
+}

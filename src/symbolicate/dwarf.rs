@@ -23,7 +23,10 @@ pub struct SourceFrame {
 
 type Reader = EndianArcSlice<RunTimeEndian>;
 
+/// The DWARF of one file: the sections, shared, and a lookup context over them (which
+/// parses units lazily and caches them, so it is used by one thread at a time).
 pub struct DwarfInfo {
+    sections: Arc<gimli::Dwarf<Reader>>,
     context: addr2line::Context<Reader>,
 }
 
@@ -64,9 +67,18 @@ impl DwarfInfo {
                 None => EndianArcSlice::new(Arc::from(&*bytes), endian),
             })
         };
-        let dwarf = gimli::Dwarf::load(load).ok()?;
-        let context = addr2line::Context::from_dwarf(dwarf).ok()?;
-        Some(DwarfInfo { context })
+        let sections = Arc::new(gimli::Dwarf::load(load).ok()?);
+        let context = addr2line::Context::from_arc_dwarf(sections.clone()).ok()?;
+        Some(DwarfInfo { sections, context })
+    }
+
+    /// A second, independent lookup context over the same sections, for another thread.
+    pub fn fork(&self) -> Option<DwarfInfo> {
+        let context = addr2line::Context::from_arc_dwarf(self.sections.clone()).ok()?;
+        Some(DwarfInfo {
+            sections: self.sections.clone(),
+            context,
+        })
     }
 
     /// The functions at `address` (in the file's address space), outer first. Empty when

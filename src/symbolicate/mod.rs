@@ -120,35 +120,89 @@ impl LibSymbols {
 
     /// Looks up a lib-relative address.
     pub fn lookup(&self, address: u64) -> AddressInfo {
-        let probe = address.wrapping_add(self.base);
-        let frames: Vec<SourceFrame> = self
-            .dwarf
-            .as_ref()
-            .map(|d| d.frames(probe))
-            .unwrap_or_default();
-        let symbol = self.symbols.lookup_stored(probe).map(|s| Symbol {
-            address: s.address - self.base,
-            // DWARF usually has the outer function under the same linkage name, already
-            // demangled.
-            name: match frames.first() {
-                Some(f) if f.linkage_name.as_deref() == Some(s.name.as_str()) => f.function.clone(),
-                _ => self.symbols.display_name(s),
-            },
-            size: s.size,
+        lookup_in(&self.symbols, self.dwarf.as_ref(), self.base, address)
+    }
+
+    /// Looks up many lib-relative addresses, in address order, split across the CPUs when
+    /// there are enough of them: each thread gets a contiguous share of the addresses (so
+    /// it parses only the compile units that cover them) and its own DWARF context.
+    pub fn lookup_many(&self, addresses: &[u64]) -> Vec<AddressInfo> {
+        let workers = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(addresses.len() / ADDRESSES_PER_WORKER)
+            .max(1);
+        let mut order: Vec<usize> = (0..addresses.len()).collect();
+        order.sort_unstable_by_key(|&i| addresses[i]);
+        let mut out = vec![AddressInfo::default(); addresses.len()];
+        let forks: Option<Vec<Option<DwarfInfo>>> = match &self.dwarf {
+            Some(d) if workers > 1 => (0..workers).map(|_| d.fork().map(Some)).collect(),
+            _ => None,
+        };
+        let Some(forks) = forks else {
+            for i in order {
+                out[i] = self.lookup(addresses[i]);
+            }
+            return out;
+        };
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = order
+                .chunks(addresses.len().div_ceil(workers))
+                .zip(forks)
+                .map(|(share, dwarf)| {
+                    let (symbols, base) = (&self.symbols, self.base);
+                    scope.spawn(move || {
+                        share
+                            .iter()
+                            .map(|&i| (i, lookup_in(symbols, dwarf.as_ref(), base, addresses[i])))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            for handle in handles {
+                for (i, info) in handle.join().unwrap_or_default() {
+                    out[i] = info;
+                }
+            }
         });
-        let frame_symbols = frames
-            .iter()
-            .map(|f| {
-                self.symbols
-                    .by_name(f.linkage_name.as_deref()?)
-                    .map(|s| s.address.wrapping_sub(self.base))
-            })
-            .collect();
-        AddressInfo {
-            symbol,
-            frames,
-            frame_symbols,
-        }
+        out
+    }
+}
+
+/// Below this many addresses per CPU, a second thread costs more (its own DWARF context
+/// re-reads every unit's header and ranges) than it saves.
+const ADDRESSES_PER_WORKER: usize = 1000;
+
+/// What `symbols` and `dwarf` say about a lib-relative address.
+fn lookup_in(
+    symbols: &SymbolMap,
+    dwarf: Option<&DwarfInfo>,
+    base: u64,
+    address: u64,
+) -> AddressInfo {
+    let probe = address.wrapping_add(base);
+    let frames: Vec<SourceFrame> = dwarf.map(|d| d.frames(probe)).unwrap_or_default();
+    let symbol = symbols.lookup_stored(probe).map(|s| Symbol {
+        address: s.address - base,
+        // DWARF usually has the outer function under the same linkage name, already
+        // demangled.
+        name: match frames.first() {
+            Some(f) if f.linkage_name.as_deref() == Some(s.name.as_str()) => f.function.clone(),
+            _ => symbols.display_name(s),
+        },
+        size: s.size,
+    });
+    let frame_symbols = frames
+        .iter()
+        .map(|f| {
+            symbols
+                .by_name(f.linkage_name.as_deref()?)
+                .map(|s| s.address.wrapping_sub(base))
+        })
+        .collect();
+    AddressInfo {
+        symbol,
+        frames,
+        frame_symbols,
     }
 }
 
@@ -273,15 +327,26 @@ impl Tables {
 /// Turns a raw profile into the final one, given the symbols of each library (or why a
 /// library has none).
 pub fn apply(raw: RawProfile, lib_symbols: &[Result<LibSymbols, String>]) -> Profile {
-    // Each unique address is looked up once.
-    let infos: Vec<Option<AddressInfo>> = raw
-        .address_frames
-        .iter()
-        .map(|af| {
-            let syms = lib_symbols.get(af.lib?.index())?.as_ref().ok()?;
-            Some(syms.lookup(af.address))
-        })
-        .collect();
+    // Each unique address is looked up once, a library's addresses together.
+    let mut infos: Vec<Option<AddressInfo>> = vec![None; raw.address_frames.len()];
+    let mut by_lib: HashMap<LibIndex, Vec<usize>> = HashMap::new();
+    for (i, af) in raw.address_frames.iter().enumerate() {
+        if let Some(lib) = af.lib {
+            by_lib.entry(lib).or_default().push(i);
+        }
+    }
+    for (lib, frames) in by_lib {
+        let Some(Ok(syms)) = lib_symbols.get(lib.index()) else {
+            continue;
+        };
+        let addresses: Vec<u64> = frames
+            .iter()
+            .map(|&i| raw.address_frames[i].address)
+            .collect();
+        for (i, info) in frames.into_iter().zip(syms.lookup_many(&addresses)) {
+            infos[i] = Some(info);
+        }
+    }
     let mut tables = Tables::default();
     let mut unnamed: Vec<LibIndex> = Vec::new();
     let mut sampled: Vec<LibIndex> = Vec::new();
