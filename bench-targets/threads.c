@@ -1,6 +1,7 @@
 /* Named threads: three threads named "worker-red", "worker-green", "worker-blue", each
  * spinning in its own function (red_work, green_work, blue_work) while main waits.
- * Usage: threads [seconds] (default 2). */
+ * Usage: threads [seconds] [delay] (default 2, 0): with a delay, main first sleeps that
+ * many seconds, so that a profiler can attach before the threads exist. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdlib.h>
@@ -24,6 +25,11 @@ __attribute__((noinline)) void *blue_work(void *arg) { (void)arg; spin(now() + s
 
 int main(int argc, char **argv) {
     if (argc > 1) seconds = atof(argv[1]);
+    if (argc > 2) {
+        double delay = atof(argv[2]);
+        struct timespec ts = {(time_t)delay, (long)((delay - (time_t)delay) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
     void *(*fns[3])(void *) = {red_work, green_work, blue_work};
     const char *names[3] = {"worker-red", "worker-green", "worker-blue"};
     pthread_t t[3];

@@ -24,7 +24,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a command and profile it: `sampler record [-F HZ] [-o FILE] -- CMD ARGS...`
+    /// Profile a command (`sampler record [OPTIONS] -- CMD ARGS...`) or running processes
+    /// (`sampler record -p PID[,PID...] [-d SECONDS]`)
     Record(RecordArgs),
     /// Print the function, inlined calls and source line of addresses in an ELF file, as
     /// the profile would name them (like `addr2line -f -i -C`, innermost call first).
@@ -52,9 +53,17 @@ struct RecordArgs {
     /// Output file; gzip-compressed when it ends in `.gz`.
     #[arg(short = 'o', long = "output", default_value = "profile.json.gz")]
     output: PathBuf,
-    /// Data pages per CPU ring buffer (a power of two).
-    #[arg(short = 'm', long = "mmap-pages", default_value_t = 128)]
-    mmap_pages: usize,
+    /// Data pages per CPU ring buffer (a power of two) [default: what
+    /// kernel.perf_event_mlock_kb allows, 128 with its default of 516]
+    #[arg(short = 'm', long = "mmap-pages")]
+    mmap_pages: Option<usize>,
+    /// Attach to running processes instead of launching a command.
+    #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID")]
+    pids: Vec<i32>,
+    /// With -p: stop recording after this many seconds (else at Ctrl-C, or when every
+    /// attached process has exited).
+    #[arg(short = 'd', long = "duration", value_name = "SECONDS")]
+    duration: Option<f64>,
     /// Root of separate debug files (.build-id/xx/rest.debug, .gnu_debuglink paths).
     #[arg(long = "debug-root", default_value = symbolicate::DEFAULT_DEBUG_ROOT)]
     debug_root: PathBuf,
@@ -62,7 +71,6 @@ struct RecordArgs {
     #[arg(
         trailing_var_arg = true,
         allow_hyphen_values = true,
-        required = true,
         value_name = "CMD"
     )]
     command: Vec<String>,
@@ -84,16 +92,32 @@ fn main() -> ExitCode {
 }
 
 fn record_main(args: RecordArgs) -> Result<i32> {
-    if !args.mmap_pages.is_power_of_two() {
-        bail!(
-            "-m/--mmap-pages must be a power of two (got {})",
-            args.mmap_pages
-        );
+    if let Some(pages) = args.mmap_pages.filter(|p| !p.is_power_of_two()) {
+        bail!("-m/--mmap-pages must be a power of two (got {pages})");
     }
+    let target = match (args.pids.is_empty(), args.command.is_empty()) {
+        (true, true) => bail!(
+            "nothing to record: give a command (`sampler record -- CMD ARGS`) or running processes (`-p PID`)"
+        ),
+        (false, false) => bail!(
+            "-p attaches to running processes; give either -p PID or a command, not both"
+        ),
+        (true, false) => record::Target::Command(args.command),
+        (false, true) => record::Target::Pids(args.pids),
+    };
+    let duration = match args.duration {
+        None => None,
+        Some(_) if matches!(target, record::Target::Command(_)) => bail!(
+            "-d/--duration is for attached processes (-p); a command is recorded until it exits"
+        ),
+        Some(d) if d.is_finite() && d > 0.0 => Some(std::time::Duration::from_secs_f64(d)),
+        Some(d) => bail!("-d/--duration must be a positive number of seconds (got {d})"),
+    };
     let opts = RecordOptions {
-        command: args.command,
+        target,
         frequency_hz: args.frequency,
         mmap_pages: args.mmap_pages,
+        duration,
     };
     let output = std::fs::File::create(&args.output).with_context(|| {
         format!(
@@ -103,8 +127,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     })?;
     // Samples are unwound and interned while the command runs (see ProfileBuilder).
     let mut builder = profile::ProfileBuilder::new(symbolicate::kernel_text_start());
-    let (info, exit) = match record::record_command(&opts, &mut |events| builder.add_events(events))
-    {
+    let (info, ended) = match record::record(&opts, &mut |events| builder.add_events(events)) {
         Ok(r) => r,
         Err(e) => {
             let _ = std::fs::remove_file(&args.output);
@@ -124,12 +147,26 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     let samples: usize = profile.threads.iter().map(|t| t.samples.len()).sum();
     let m = &profile.meta;
     eprintln!(
-        "sampler: command {}",
-        match exit {
-            record::CommandExit::Code(c) => format!("exited with code {c}"),
-            record::CommandExit::Signal(s) => format!("was killed by signal {s}"),
+        "sampler: {}",
+        match ended {
+            record::Ended::Command(record::CommandExit::Code(c)) =>
+                format!("command exited with code {c}"),
+            record::Ended::Command(record::CommandExit::Signal(s)) =>
+                format!("command was killed by signal {s}"),
+            record::Ended::Detached(record::DetachReason::Duration) =>
+                "recorded for the -d duration; the processes go on running".to_string(),
+            record::Ended::Detached(record::DetachReason::Interrupted) =>
+                "recording interrupted; the processes go on running".to_string(),
+            record::Ended::Detached(record::DetachReason::AllExited) =>
+                "every attached process exited".to_string(),
         }
     );
+    if let Some(stopped) = info.stopped_for {
+        eprintln!(
+            "sampler: the processes were stopped for {:.1} ms while sampler attached",
+            stopped.as_secs_f64() * 1000.0
+        );
+    }
     eprintln!(
         "sampler: {} samples ({}, {} Hz), {} lost, {} threads in {} processes, {:.2} s",
         samples,
@@ -140,6 +177,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         profile.processes.len(),
         m.duration_ms / 1000.0
     );
+    print_lost_by_thread(&profile);
     if m.truncated_stacks > 0 {
         eprintln!(
             "sampler: {} stacks hit the kernel's frame limit and end in [truncated]",
@@ -158,7 +196,39 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         args.output.display(),
         write_ms
     );
-    Ok(exit.shell_code())
+    Ok(match ended {
+        record::Ended::Command(exit) => exit.shell_code(),
+        record::Ended::Detached(_) => 0,
+    })
+}
+
+/// The threads that lost samples, most first (at most ten), so that a thread whose
+/// profile is thin for that reason can be told apart.
+fn print_lost_by_thread(profile: &profile::Profile) {
+    let mut lost: Vec<_> = profile
+        .threads
+        .iter()
+        .filter(|t| t.lost_samples > 0)
+        .collect();
+    if lost.is_empty() {
+        return;
+    }
+    lost.sort_by_key(|t| std::cmp::Reverse(t.lost_samples));
+    let shown: Vec<String> = lost
+        .iter()
+        .take(10)
+        .map(|t| format!("{} ({}) {}", t.name, t.tid, t.lost_samples))
+        .collect();
+    let more = lost.len().saturating_sub(10);
+    eprintln!(
+        "sampler: lost samples by thread: {}{} (a larger -m or a lower -F loses fewer)",
+        shown.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    );
 }
 
 /// Tells which sampled libraries lack names or debug information, and why, so that a

@@ -139,15 +139,8 @@ fn every_named_thread_is_present() {
         .iter()
         .find(|t| t.name == "threads")
         .expect("main thread named after the program");
-    for (name, func) in [
-        ("worker-red", "red_work"),
-        ("worker-green", "green_work"),
-        ("worker-blue", "blue_work"),
-    ] {
-        let t = threads
-            .iter()
-            .find(|t| t.name == name)
-            .unwrap_or_else(|| panic!("no thread {name}"));
+    for (name, func) in NAMED_THREADS {
+        let t = thread_named(&threads, name);
         assert_eq!(t.pid, main.pid, "{name} in another process");
         assert_ne!(t.tid.to_string(), t.pid);
         assert!(
@@ -235,9 +228,7 @@ fn signal_to_sampler_is_forwarded(test: &str, signal: nix::sys::signal::Signal) 
         "the command dies of the forwarded signal: {}",
         stderr(&o)
     );
-    let p = load(&out);
-    check_processed_profile(&p);
-    let n: usize = thread_paths(&p).iter().map(|t| t.paths.len()).sum();
+    let n = sample_count(&load_checked(&out));
     assert!(n > 200, "only {n} samples recorded before the signal");
 }
 

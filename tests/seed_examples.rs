@@ -51,6 +51,8 @@ fn recording(events: Vec<Event>) -> Recording {
         max_stack: 127,
         command: vec!["app".into()],
         root_pid: 10,
+        ring_pages: 128,
+        stopped_for: None,
     };
     Recording { info, events }
 }

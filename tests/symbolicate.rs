@@ -336,6 +336,7 @@ fn a_function_both_inlined_and_called_is_one_func() {
             is_main: true,
             start_ms: 0.0,
             end_ms: None,
+            lost_samples: 0,
             samples: vec![
                 SampleRow {
                     time_ms: 0.0,

@@ -261,6 +261,13 @@ pub fn to_json(profile: &Profile) -> Value {
             }, {
                 "label": "Symbols",
                 "entries": symbol_gap_entries(profile),
+            }, {
+                "label": "Lost samples by thread",
+                "entries": profile.threads.iter().filter(|t| t.lost_samples > 0).map(|t| json!({
+                    "label": format!("{} ({})", t.name, t.tid),
+                    "format": "integer",
+                    "value": t.lost_samples,
+                })).collect::<Vec<_>>(),
             }],
         },
         "libs": profile.libs.iter().map(lib_json).collect::<Vec<_>>(),

@@ -57,6 +57,7 @@ struct ThreadState {
     start_ns: u64,
     end_ns: Option<u64>,
     samples: Vec<(u64, RawStackIndex)>,
+    lost_samples: u64,
 }
 
 struct ProcessState {
@@ -169,7 +170,15 @@ impl ProfileBuilder {
                     }
                 }
                 EventKind::Sample(s) => self.sample(t, s),
-                EventKind::Lost { .. } | EventKind::Throttle => {}
+                EventKind::Lost {
+                    count,
+                    tid: Some(tid),
+                } => {
+                    if let Some(&th) = self.thread_by_tid.get(tid) {
+                        self.threads[th].lost_samples += count;
+                    }
+                }
+                EventKind::Lost { tid: None, .. } | EventKind::Throttle => {}
             }
         }
     }
@@ -197,6 +206,7 @@ impl ProfileBuilder {
                 name: t.name,
                 start_ms: ms(t.start_ns),
                 end_ms: t.end_ns.map(ms),
+                lost_samples: t.lost_samples,
                 samples: t
                     .samples
                     .into_iter()
@@ -267,6 +277,7 @@ impl ProfileBuilder {
             start_ns: time_ns,
             end_ns: None,
             samples: Vec::new(),
+            lost_samples: 0,
         });
         self.thread_by_tid.insert(tid, self.threads.len() - 1);
         self.threads.len() - 1

@@ -133,6 +133,8 @@ pub struct Thread<S> {
     pub start_ms: f64,
     pub end_ms: Option<f64>,
     pub samples: Vec<SampleRow<S>>,
+    /// Samples of this thread the kernel dropped (full ring buffer).
+    pub lost_samples: u64,
 }
 
 impl<S> Thread<S> {
@@ -145,6 +147,7 @@ impl<S> Thread<S> {
             is_main: self.is_main,
             start_ms: self.start_ms,
             end_ms: self.end_ms,
+            lost_samples: self.lost_samples,
             samples: self
                 .samples
                 .into_iter()
@@ -371,6 +374,7 @@ impl Profile {
                 is_main: true,
                 start_ms: 0.0,
                 end_ms: None,
+                lost_samples: 0,
                 samples: rows,
             }],
             symbol_gaps: Vec::new(),

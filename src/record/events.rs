@@ -42,9 +42,11 @@ pub enum EventKind {
         pid: i32,
         tid: i32,
     },
-    /// Records the kernel had to drop.
+    /// Records the kernel had to drop; `tid` is the thread that was running when they
+    /// were lost (whose samples they were), when the kernel said.
     Lost {
         count: u64,
+        tid: Option<i32>,
     },
     /// The kernel throttled sampling because the event fired too often.
     Throttle,
@@ -154,6 +156,7 @@ impl Parser {
                 body.read_exact(&mut count).ok()?;
                 EventKind::Lost {
                     count: u64::from_ne_bytes(count),
+                    tid: raw.common_data().ok().and_then(|c| c.tid),
                 }
             }
             _ => match raw.parse().ok()? {
@@ -195,7 +198,10 @@ impl Parser {
                     pid: f.pid,
                     tid: f.tid,
                 },
-                EventRecord::Lost(l) => EventKind::Lost { count: l.count },
+                EventRecord::Lost(l) => EventKind::Lost {
+                    count: l.count,
+                    tid: raw.common_data().ok().and_then(|c| c.tid),
+                },
                 EventRecord::Throttle(_) => EventKind::Throttle,
                 _ => return None,
             },

@@ -4,6 +4,7 @@
 //! plain events (samples, library maps, thread names, forks, exits, losses) that the rest
 //! of the pipeline consumes without knowing where it came from.
 
+mod attach;
 mod events;
 mod launch;
 mod sys;
@@ -61,10 +62,14 @@ pub struct RecordingInfo {
     pub kernel_included: bool,
     /// The frame limit the kernel applied to callchains (user + kernel).
     pub max_stack: u16,
-    /// The command line that was profiled.
+    /// The command line that was profiled, or `-p PID,...` for attached processes.
     pub command: Vec<String>,
-    /// The pid of the launched command.
+    /// The pid of the launched command, or of the first attached process.
     pub root_pid: i32,
+    /// Data pages of each CPU's ring buffer.
+    pub ring_pages: usize,
+    /// How long attached processes were stopped while sampler attached to them.
+    pub stopped_for: Option<Duration>,
 }
 
 /// A whole recording held in memory: its description and its events in time order.
@@ -74,13 +79,25 @@ pub struct Recording {
     pub events: Vec<Event>,
 }
 
+/// What to record.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// Launch this command and follow every thread and process it starts.
+    Command(Vec<String>),
+    /// Attach to these running processes, their threads, and what they start later.
+    Pids(Vec<i32>),
+}
+
 /// What `sampler record` was asked to do.
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
-    pub command: Vec<String>,
+    pub target: Target,
     pub frequency_hz: u64,
-    /// Data pages per ring buffer (a power of two).
-    pub mmap_pages: usize,
+    /// Data pages per CPU ring buffer (a power of two); `None`: what
+    /// `kernel.perf_event_mlock_kb` allows without extra privilege.
+    pub mmap_pages: Option<usize>,
+    /// Stop recording after this long (attached processes only).
+    pub duration: Option<Duration>,
 }
 
 /// Why the launched command ended.
@@ -98,6 +115,25 @@ impl CommandExit {
             CommandExit::Signal(s) => 128 + s,
         }
     }
+}
+
+/// How a recording ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The launched command ended.
+    Command(CommandExit),
+    /// Recording of attached processes stopped; they go on running.
+    Detached(DetachReason),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DetachReason {
+    /// `-d` elapsed.
+    Duration,
+    /// Ctrl-C or SIGTERM.
+    Interrupted,
+    /// Every attached process exited.
+    AllExited,
 }
 
 /// Bytes of user stack copied with every sample. The copy lets the unwinder read the
@@ -180,32 +216,100 @@ fn base_attr(frequency_hz: u64, max_stack: u16, include_kernel: bool) -> pb::per
     attr
 }
 
-/// The perf events of one recording, one per CPU, each with its ring buffer.
+/// The perf events of one recording (one per CPU and followed task) and their ring
+/// buffers, one per CPU where the kernel lets events share one.
 struct OpenEvents {
     event: SamplingEvent,
     kernel_included: bool,
     attr: pb::perf_event_attr,
     fds: Vec<std::os::fd::OwnedFd>,
     rings: Vec<sys::RingBuffer>,
+    ring_pages: usize,
 }
 
-fn open_on_all_cpus(
+/// One event per (task, CPU). A task that has exited since it was listed is skipped;
+/// any other failure fails the whole set.
+fn open_for_tasks(
     attr: &pb::perf_event_attr,
-    pid: i32,
+    tasks: &[i32],
     cpus: &[i32],
-) -> std::io::Result<Vec<std::os::fd::OwnedFd>> {
-    cpus.iter()
-        .map(|&cpu| sys::perf_event_open(attr, pid, cpu))
-        .collect()
+) -> std::io::Result<Vec<(usize, std::os::fd::OwnedFd)>> {
+    let mut fds = Vec::with_capacity(tasks.len() * cpus.len());
+    for &task in tasks {
+        for (c, &cpu) in cpus.iter().enumerate() {
+            match sys::perf_event_open(attr, task, cpu) {
+                Ok(fd) => fds.push((c, fd)),
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) && tasks.len() > 1 => break,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(fds)
 }
 
-/// Opens the sampling events on `pid`: cycles if the PMU has them, else cpu-clock; with
-/// kernel frames if allowed, else without.
+/// The default ring size: the largest power of two of data pages such that the ring and
+/// its metadata page fit in `kernel.perf_event_mlock_kb` (per CPU, what an unprivileged
+/// user may lock; 516 KiB by default, so 128 pages, as perf uses).
+fn default_ring_pages() -> usize {
+    let kb = read_sysctl("perf_event_mlock_kb").unwrap_or(516) as usize;
+    let pages = (kb / 4).saturating_sub(1).max(1);
+    1 << pages.ilog2()
+}
+
+/// Maps one ring per CPU on the first event of that CPU and points the CPU's other events
+/// at it. When the kernel refuses a ring size (EPERM: over `perf_event_mlock_kb` and
+/// `RLIMIT_MEMLOCK`), halves it and says so, down to one page.
+fn map_rings(
+    fds: &[(usize, std::os::fd::OwnedFd)],
+    cpus: usize,
+    mut pages: usize,
+) -> Result<(Vec<sys::RingBuffer>, usize)> {
+    let leaders: Vec<usize> = (0..cpus)
+        .filter_map(|c| fds.iter().position(|(cpu, _)| *cpu == c))
+        .collect();
+    let requested = pages;
+    let mut rings = loop {
+        let mapped: std::io::Result<Vec<_>> = leaders
+            .iter()
+            .map(|&i| sys::RingBuffer::map(&fds[i].1, pages))
+            .collect();
+        match mapped {
+            Ok(rings) => break rings,
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) && pages > 1 => pages /= 2,
+            Err(e) => {
+                return Err(e).context(format!(
+                    "could not map {pages}-page perf ring buffers (try a smaller -m / --mmap-pages)"
+                ))
+            }
+        }
+    };
+    if pages < requested {
+        eprintln!(
+            "sampler: ring buffers shrunk from {requested} to {pages} pages per CPU: the kernel \
+             refused more (kernel.perf_event_mlock_kb, ulimit -l); expect lost samples at high rates"
+        );
+    }
+    for (i, (cpu, fd)) in fds.iter().enumerate() {
+        let Some(&leader) = leaders.iter().find(|&&l| fds[l].0 == *cpu) else {
+            continue;
+        };
+        if i != leader && sys::set_output(fd, &fds[leader].1).is_err() {
+            // The kernel would not share the buffer: this event gets its own.
+            rings.push(sys::RingBuffer::map(fd, pages).context("could not map a ring buffer")?);
+        }
+    }
+    Ok((rings, pages))
+}
+
+/// Opens the sampling events on `tasks` (on every CPU): cycles if the PMU has them, else
+/// cpu-clock; with kernel frames if allowed, else without. Launched commands start their
+/// events at `exec`; attached tasks sample at once.
 fn open_events(
-    pid: i32,
+    tasks: &[i32],
     frequency_hz: u64,
     max_stack: u16,
     mmap_pages: usize,
+    attach: bool,
 ) -> Result<OpenEvents> {
     let cpus = online_cpus();
     let mut last_error = None;
@@ -216,6 +320,10 @@ fn open_events(
     });
     for (include_kernel, event, build_ids) in attempts {
         let mut attr = base_attr(frequency_hz, max_stack, include_kernel);
+        if attach {
+            attr.set_disabled(0);
+            attr.set_enable_on_exec(0);
+        }
         // Build IDs in MMAP2 records (Linux 5.12+) let us check that a file on disk is
         // the one that was mapped; older kernels refuse the flag with EINVAL.
         attr.set_build_id(u64::from(build_ids));
@@ -229,21 +337,16 @@ fn open_events(
                 attr.config = pb::PERF_COUNT_SW_CPU_CLOCK as u64;
             }
         }
-        match open_on_all_cpus(&attr, pid, &cpus) {
+        match open_for_tasks(&attr, tasks, &cpus) {
             Ok(fds) => {
-                let rings = fds
-                    .iter()
-                    .map(|fd| sys::RingBuffer::map(fd, mmap_pages))
-                    .collect::<std::io::Result<Vec<_>>>()
-                    .context(
-                        "could not map the perf ring buffers (try a smaller -m / --mmap-pages)",
-                    )?;
+                let (rings, ring_pages) = map_rings(&fds, cpus.len(), mmap_pages)?;
                 return Ok(OpenEvents {
                     event,
                     kernel_included: include_kernel,
                     attr,
-                    fds,
+                    fds: fds.into_iter().map(|(_, fd)| fd).collect(),
                     rings,
+                    ring_pages,
                 });
             }
             Err(e) => {
@@ -285,14 +388,19 @@ struct Progress {
 /// takes and keeps the pending events small.
 const REORDER_WINDOW_NS: u64 = 50_000_000;
 
-/// Launches `opts.command`, samples it until it exits, and hands the events to `sink` in
-/// time order, in batches, while the command runs. Returns what was recorded and the way
-/// the command ended. Ctrl-C and SIGTERM are forwarded to the command (a tty's Ctrl-C
-/// already reached it) and a second one kills it; recording then still finishes.
-pub fn record_command(
+/// Test hook: `SAMPLER_TEST_FAULT=error|panic` makes attaching fail right after the
+/// processes were stopped, so tests can check that they are always continued.
+const FAULT_ENV: &str = "SAMPLER_TEST_FAULT";
+
+/// Records `opts.target` and hands the events to `sink` in time order, in batches, while
+/// it runs. A launched command is recorded until it exits: Ctrl-C and SIGTERM are
+/// forwarded to it (a tty's Ctrl-C already reached it) and a second one kills it.
+/// Attached processes are recorded until `opts.duration`, Ctrl-C or SIGTERM (which stop
+/// the recording, not the processes), or until they have all exited.
+pub fn record(
     opts: &RecordOptions,
     sink: &mut dyn FnMut(&[Event]),
-) -> Result<(RecordingInfo, CommandExit)> {
+) -> Result<(RecordingInfo, Ended)> {
     let mut signals = SigSet::empty();
     signals.add(Signal::SIGINT);
     signals.add(Signal::SIGTERM);
@@ -312,23 +420,87 @@ pub fn record_command(
     let max_stack = read_sysctl("perf_event_max_stack")
         .unwrap_or(127)
         .min(u16::MAX as u64) as u16;
+    let ring_pages = opts.mmap_pages.unwrap_or_else(default_ring_pages);
 
-    let mut child = launch::GatedChild::spawn(&opts.command, &signals)
-        .with_context(|| format!("could not start `{}`", opts.command.join(" ")))?;
-    let mut events = match open_events(child.pid.as_raw(), frequency_hz, max_stack, opts.mmap_pages)
-    {
-        Ok(e) => e,
-        Err(e) => {
-            // Closing the gate makes the child exit without running the command.
+    let mut pending: Vec<Event> = Vec::new();
+    let (mut events, mut target, description, stopped_for, start_ns) = match &opts.target {
+        Target::Command(command) => {
+            let mut child = launch::GatedChild::spawn(command, &signals)
+                .with_context(|| format!("could not start `{}`", command.join(" ")))?;
+            let events = match open_events(
+                &[child.pid.as_raw()],
+                frequency_hz,
+                max_stack,
+                ring_pages,
+                false,
+            ) {
+                Ok(e) => e,
+                Err(e) => {
+                    // Closing the gate makes the child exit without running the command.
+                    let pid = child.pid;
+                    drop(child);
+                    let _ = waitpid(pid, None);
+                    return Err(e);
+                }
+            };
+            let start_ns = monotonic_ns();
             let pid = child.pid;
-            drop(child);
-            let _ = waitpid(pid, None);
-            return Err(e);
+            if let Err(e) = child.release() {
+                let _ = waitpid(pid, None);
+                bail!("could not run `{}`: {e}", command[0]);
+            }
+            (
+                events,
+                Running::Launched { pid, interrupts: 0 },
+                command.clone(),
+                None,
+                start_ns,
+            )
+        }
+        Target::Pids(pids) => {
+            for &pid in pids {
+                attach::check_pid(pid)?;
+            }
+            let stopped = attach::Stopped::stop(pids)?;
+            match std::env::var(FAULT_ENV).as_deref() {
+                Ok("error") => bail!("{FAULT_ENV}=error: failing after stopping the processes"),
+                Ok("panic") => panic!("{FAULT_ENV}=panic: panicking after stopping the processes"),
+                _ => {}
+            }
+            let tasks: Vec<i32> = pids.iter().flat_map(|&p| attach::tasks(p)).collect();
+            let events = open_events(&tasks, frequency_hz, max_stack, ring_pages, true)?;
+            let start_ns = monotonic_ns();
+            for &pid in pids {
+                pending.extend(attach::describe(pid, start_ns));
+            }
+            let stopped_for = stopped.resume();
+            let list: Vec<String> = pids.iter().map(i32::to_string).collect();
+            let running = Running::Attached {
+                pids: pids.clone(),
+                until: opts.duration.map(|d| Instant::now() + d),
+                interrupted: false,
+            };
+            (
+                events,
+                running,
+                vec!["-p".to_string(), list.join(",")],
+                Some(stopped_for),
+                start_ns,
+            )
         }
     };
+    let start_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
     eprintln!(
-        "sampler: sampling `{}` with {} at {} Hz{}",
-        opts.command.join(" "),
+        "sampler: sampling {} with {} at {} Hz{}{}",
+        match &opts.target {
+            Target::Command(c) => format!("`{}`", c.join(" ")),
+            Target::Pids(pids) => {
+                let list: Vec<String> = pids.iter().map(i32::to_string).collect();
+                format!("pid {}", list.join(", "))
+            }
+        },
         events.event.name(),
         frequency_hz,
         match (events.event, events.kernel_included) {
@@ -338,25 +510,18 @@ pub fn record_command(
                 " (no hardware cycles counter; kernel frames not permitted)",
             (SamplingEvent::Cycles, false) => " (kernel frames not permitted)",
             (SamplingEvent::Cycles, true) => "",
-        }
+        },
+        stopped_for.map_or(String::new(), |d| format!(
+            "; attached in {:.1} ms",
+            d.as_secs_f64() * 1000.0
+        )),
     );
 
     let parser = events::Parser::new(&events.attr);
-    let start_unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
-    let start_ns = monotonic_ns();
-    if let Err(e) = child.release() {
-        let _ = waitpid(child.pid, None);
-        bail!("could not run `{}`: {e}", opts.command[0]);
-    }
-
-    let mut pending: Vec<Event> = Vec::new();
     let mut progress = Progress::default();
     let status_line = std::io::stderr().is_terminal();
     let mut last_status = Instant::now();
-    let mut interrupts = 0;
-    let exit = loop {
+    let ended = loop {
         {
             let mut poll_fds: Vec<PollFd> = vec![PollFd::new(signal_fd.as_fd(), PollFlags::POLLIN)];
             poll_fds.extend(
@@ -378,38 +543,14 @@ pub fn record_command(
             sink,
             drained_at.saturating_sub(REORDER_WINDOW_NS),
         );
-        let mut child_exit = None;
         while let Ok(Some(info)) = signal_fd.read_signal() {
             let signo = info.ssi_signo as i32;
-            if signo == libc::SIGCHLD {
-                continue;
-            }
-            interrupts += 1;
-            let from_tty = info.ssi_code == libc::SI_KERNEL;
-            let forward = if interrupts > 1 {
-                Some(Signal::SIGKILL)
-            } else if !from_tty || signo == libc::SIGTERM {
-                Signal::try_from(signo).ok()
-            } else {
-                None
-            };
-            if let Some(sig) = forward {
-                let _ = nix::sys::signal::kill(child.pid, sig);
+            if signo != libc::SIGCHLD {
+                target.on_signal(signo, info.ssi_code == libc::SI_KERNEL);
             }
         }
-        match waitpid(child.pid, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(_, code)) => child_exit = Some(CommandExit::Code(code)),
-            Ok(WaitStatus::Signaled(_, sig, _)) => {
-                child_exit = Some(CommandExit::Signal(sig as i32))
-            }
-            Ok(_) => {}
-            Err(nix::errno::Errno::ECHILD) => {
-                bail!("lost track of the command (it was reaped by someone else)")
-            }
-            Err(e) => return Err(e).context("waitpid"),
-        }
-        if let Some(exit) = child_exit {
-            break exit;
+        if let Some(ended) = target.ended()? {
+            break ended;
         }
         if status_line && last_status.elapsed() >= Duration::from_millis(250) {
             eprint!(
@@ -441,10 +582,87 @@ pub fn record_command(
         throttled: progress.throttled,
         kernel_included: events.kernel_included,
         max_stack,
-        command: opts.command.clone(),
-        root_pid: child.pid.as_raw(),
+        command: description,
+        root_pid: target.root_pid(),
+        ring_pages: events.ring_pages,
+        stopped_for,
     };
-    Ok((info, exit))
+    Ok((info, ended))
+}
+
+/// What is being recorded, while it runs.
+enum Running {
+    Launched {
+        pid: nix::unistd::Pid,
+        interrupts: u32,
+    },
+    Attached {
+        pids: Vec<i32>,
+        until: Option<Instant>,
+        interrupted: bool,
+    },
+}
+
+impl Running {
+    /// A SIGINT or SIGTERM reached sampler (`from_tty`: sent by the terminal to the whole
+    /// foreground group).
+    fn on_signal(&mut self, signo: i32, from_tty: bool) {
+        match self {
+            Running::Launched { pid, interrupts } => {
+                *interrupts += 1;
+                let forward = if *interrupts > 1 {
+                    Some(Signal::SIGKILL)
+                } else if !from_tty || signo == libc::SIGTERM {
+                    Signal::try_from(signo).ok()
+                } else {
+                    None
+                };
+                if let Some(sig) = forward {
+                    let _ = nix::sys::signal::kill(*pid, sig);
+                }
+            }
+            Running::Attached { interrupted, .. } => *interrupted = true,
+        }
+    }
+
+    /// Whether recording is over, and how.
+    fn ended(&mut self) -> Result<Option<Ended>> {
+        Ok(match self {
+            Running::Launched { pid, .. } => match waitpid(*pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(_, code)) => Some(Ended::Command(CommandExit::Code(code))),
+                Ok(WaitStatus::Signaled(_, sig, _)) => {
+                    Some(Ended::Command(CommandExit::Signal(sig as i32)))
+                }
+                Ok(_) => None,
+                Err(nix::errno::Errno::ECHILD) => {
+                    bail!("lost track of the command (it was reaped by someone else)")
+                }
+                Err(e) => return Err(e).context("waitpid"),
+            },
+            Running::Attached {
+                pids,
+                until,
+                interrupted,
+            } => {
+                if *interrupted {
+                    Some(Ended::Detached(DetachReason::Interrupted))
+                } else if until.is_some_and(|t| Instant::now() >= t) {
+                    Some(Ended::Detached(DetachReason::Duration))
+                } else if pids.iter().all(|&p| attach::has_exited(p)) {
+                    Some(Ended::Detached(DetachReason::AllExited))
+                } else {
+                    None
+                }
+            }
+        })
+    }
+
+    fn root_pid(&self) -> i32 {
+        match self {
+            Running::Launched { pid, .. } => pid.as_raw(),
+            Running::Attached { pids, .. } => pids[0],
+        }
+    }
 }
 
 /// Hands the pending events stamped at or before `up_to_ns` to `sink`, in time order, and
@@ -470,7 +688,7 @@ fn drain_all(
                         progress.samples += 1;
                         progress.tids.insert(s.tid);
                     }
-                    EventKind::Lost { count } => progress.lost += count,
+                    EventKind::Lost { count, .. } => progress.lost += count,
                     EventKind::Throttle => progress.throttled += 1,
                     _ => {}
                 }

@@ -46,6 +46,19 @@ pub fn disable(fd: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Sends the records of `fd` into the ring buffer of `target`
+/// (`PERF_EVENT_IOC_SET_OUTPUT`), so that all events on one CPU share one buffer. The
+/// kernel allows it only between events on the same CPU with the same clock.
+pub fn set_output(fd: &OwnedFd, target: &OwnedFd) -> io::Result<()> {
+    // SAFETY: the ioctl takes a descriptor number, and both descriptors are live perf
+    // events that we own.
+    let rc = unsafe { sys::ioctls::SET_OUTPUT(fd.as_raw_fd(), target.as_raw_fd()) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// One perf ring buffer: the metadata page followed by `2^n` data pages, shared with the
 /// kernel. The kernel advances `data_head`; we read what lies between our tail and the
 /// head and then publish the new `data_tail`, which frees the space for the kernel.

@@ -109,6 +109,18 @@ pub fn load(path: &Path) -> Value {
     sampler::emit::read_json(path).expect("profile is readable JSON")
 }
 
+/// Loads a profile and checks its structure (see [`check_processed_profile`]).
+pub fn load_checked(path: &Path) -> Value {
+    let p = load(path);
+    check_processed_profile(&p);
+    p
+}
+
+/// The number of samples in all threads of a profile.
+pub fn sample_count(p: &Value) -> usize {
+    thread_paths(p).iter().map(|t| t.paths.len()).sum()
+}
+
 fn column<'a>(table: &'a Value, name: &str) -> &'a Vec<Value> {
     table[name]
         .as_array()
@@ -409,6 +421,21 @@ pub fn thread_frames(p: &Value) -> Vec<(ThreadPaths, Vec<Vec<FrameInfo>>)> {
             (thread, stacks)
         })
         .collect()
+}
+
+/// The threads of bench-targets/threads.c: thread name and the function it spins in.
+pub const NAMED_THREADS: [(&str, &str); 3] = [
+    ("worker-red", "red_work"),
+    ("worker-green", "green_work"),
+    ("worker-blue", "blue_work"),
+];
+
+/// The thread called `name`; panics when there is none.
+pub fn thread_named<'a>(threads: &'a [ThreadPaths], name: &str) -> &'a ThreadPaths {
+    threads
+        .iter()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("no thread {name} in the profile"))
 }
 
 /// For every thread, every sample's path of function names, root first.

@@ -1,0 +1,234 @@
+//! Attaching to running processes: checking that each PID is a user process sampler may
+//! profile, stopping the processes while their threads are listed and the events opened
+//! (so no thread is born unseen), and describing what they already are — their library
+//! maps from `/proc/PID/maps`, thread names from `/proc/PID/task/TID/comm` — as the
+//! events a launch would have produced.
+//!
+//! A process that sampler stopped is always continued: by [`Stopped::resume`], or by
+//! `Drop` when setting up fails with an error or a panic.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use nix::errno::Errno;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use super::events::{Event, EventKind, Mapping};
+
+/// The state letter of `/proc/PID/stat` (R, S, D, T, t, Z, X, …), `None` when the
+/// process is gone.
+pub fn process_state(pid: i32) -> Option<char> {
+    task_state(&format!("/proc/{pid}/stat"))
+}
+
+fn task_state(stat_path: &str) -> Option<char> {
+    let stat = std::fs::read_to_string(stat_path).ok()?;
+    // The command name is in parentheses and may itself contain ") ".
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// Whether the process has ended (gone, or a zombie waiting for its parent).
+pub fn has_exited(pid: i32) -> bool {
+    matches!(process_state(pid), None | Some('Z' | 'X'))
+}
+
+/// Checks that `pid` is a live user process; the error says what is wrong with it.
+pub fn check_pid(pid: i32) -> Result<()> {
+    if pid <= 0 || has_exited(pid) {
+        bail!("no process with pid {pid} (check it with `ps -p {pid}`)");
+    }
+    if pid == std::process::id() as i32 {
+        bail!("pid {pid} is sampler itself");
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"));
+    if matches!(&maps, Ok(m) if m.is_empty()) {
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        bail!(
+            "pid {pid} ({}) is a kernel thread: sampler profiles user processes",
+            name.trim()
+        );
+    }
+    Ok(())
+}
+
+/// Processes that sampler stopped, continued when this is resumed or dropped.
+pub struct Stopped {
+    pids: Vec<Pid>,
+    since: Instant,
+}
+
+/// How long to wait for every thread of a stopped process to reach the stop. A thread in
+/// uninterruptible sleep (D) stops only when it wakes; past this, attaching goes on.
+const STOP_WAIT: Duration = Duration::from_millis(200);
+
+impl Stopped {
+    /// Stops each process with SIGSTOP, unless it was stopped already (then it is left
+    /// as it was, and not continued later), and waits until its threads have stopped.
+    pub fn stop(pids: &[i32]) -> Result<Stopped> {
+        let mut stopped = Stopped {
+            pids: Vec::new(),
+            since: Instant::now(),
+        };
+        for &pid in pids {
+            if matches!(process_state(pid), Some('T' | 't')) {
+                continue;
+            }
+            match kill(Pid::from_raw(pid), Signal::SIGSTOP) {
+                Ok(()) => stopped.pids.push(Pid::from_raw(pid)),
+                Err(Errno::EPERM) => bail!(
+                    "no permission to attach to pid {pid}: it belongs to another user, and \
+                     profiling another user's process needs root or CAP_PERFMON whatever \
+                     kernel.perf_event_paranoid says (run sampler with sudo)"
+                ),
+                Err(Errno::ESRCH) => bail!("no process with pid {pid} (it has exited)"),
+                Err(e) => bail!("could not stop pid {pid} to attach: {e}"),
+            }
+        }
+        let deadline = Instant::now() + STOP_WAIT;
+        for pid in &stopped.pids {
+            while Instant::now() < deadline && !all_tasks_stopped(pid.as_raw()) {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        Ok(stopped)
+    }
+
+    /// Continues the processes; returns how long they were stopped.
+    pub fn resume(mut self) -> Duration {
+        self.continue_all();
+        self.since.elapsed()
+    }
+
+    fn continue_all(&mut self) {
+        for pid in self.pids.drain(..) {
+            let _ = kill(pid, Signal::SIGCONT);
+        }
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.continue_all();
+    }
+}
+
+fn all_tasks_stopped(pid: i32) -> bool {
+    tasks(pid).iter().all(|tid| {
+        matches!(
+            task_state(&format!("/proc/{pid}/task/{tid}/stat")),
+            None | Some('T' | 't' | 'Z' | 'X')
+        )
+    })
+}
+
+/// The threads of process `pid`.
+pub fn tasks(pid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut tids: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    tids
+}
+
+/// What process `pid` already is, as events stamped `time_ns`: a COMM for each thread
+/// and an MMAP for each executable mapping.
+pub fn describe(pid: i32, time_ns: u64) -> Vec<Event> {
+    let mut out = Vec::new();
+    let comm = |path: String| {
+        std::fs::read_to_string(path)
+            .map(|n| n.trim_end_matches('\n').to_string())
+            .ok()
+    };
+    for tid in tasks(pid) {
+        if let Some(name) = comm(format!("/proc/{pid}/task/{tid}/comm")) {
+            let kind = EventKind::Comm {
+                pid,
+                tid,
+                name,
+                exec: false,
+            };
+            out.push(Event { time_ns, kind });
+        }
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    out.extend(maps.lines().filter_map(|line| {
+        let mapping = parse_maps_line(pid, line)?;
+        Some(Event {
+            time_ns,
+            kind: EventKind::Mmap(mapping),
+        })
+    }));
+    out
+}
+
+/// One line of `/proc/PID/maps` as a mapping, when it is executable:
+/// `start-end perms offset dev inode [path]`.
+fn parse_maps_line(pid: i32, line: &str) -> Option<Mapping> {
+    let mut fields = line.splitn(6, ' ');
+    let (range, perms, offset) = (fields.next()?, fields.next()?, fields.next()?);
+    let (_dev, _inode) = (fields.next()?, fields.next()?);
+    let path = fields.next().unwrap_or("").trim_start().to_string();
+    if perms.as_bytes().get(2) != Some(&b'x') {
+        return None;
+    }
+    let (start, end) = range.split_once('-')?;
+    let start = u64::from_str_radix(start, 16).ok()?;
+    let end = u64::from_str_radix(end, 16).ok()?;
+    Some(Mapping {
+        pid,
+        start,
+        len: end.checked_sub(start)?,
+        file_offset: u64::from_str_radix(offset, 16).ok()?,
+        path,
+        build_id: None,
+        executable: true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines() {
+        let m = parse_maps_line(
+            7,
+            "7f12a4c28000-7f12a4d9d000 r-xp 00028000 fe:01 1234   /usr/lib/x86_64-linux-gnu/libc.so.6",
+        )
+        .unwrap();
+        assert_eq!(
+            (m.start, m.len, m.file_offset),
+            (0x7f12a4c28000, 0x175000, 0x28000)
+        );
+        assert_eq!(m.path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+        let deleted =
+            parse_maps_line(7, "1000-2000 r-xp 00000000 fe:01 99   /tmp/a b (deleted)").unwrap();
+        assert_eq!(deleted.path, "/tmp/a b (deleted)");
+        assert_eq!(
+            parse_maps_line(7, "1000-2000 r-xp 00000000 00:00 0 ")
+                .unwrap()
+                .path,
+            ""
+        );
+        assert!(parse_maps_line(7, "1000-2000 rw-p 00000000 00:00 0   [heap]").is_none());
+    }
+
+    #[test]
+    fn own_process_is_described() {
+        let pid = std::process::id() as i32;
+        assert!(!has_exited(pid) && process_state(pid).is_some());
+        let events = describe(pid, 5);
+        assert!(events
+            .iter()
+            .any(|e| matches!(&e.kind, EventKind::Comm { tid, .. } if *tid == pid)));
+        assert!(events
+            .iter()
+            .any(|e| matches!(&e.kind, EventKind::Mmap(m) if m.path.ends_with("[vdso]"))));
+        assert!(check_pid(pid).is_err(), "sampler does not attach to itself");
+        assert!(check_pid(i32::MAX).is_err());
+    }
+}

@@ -1,0 +1,294 @@
+//! End-to-end: `sampler record -p` attaching to running bench targets, for real. Each
+//! test is skipped (visibly) where perf recording is not permitted.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A bench target running in the background, killed when the test ends however it ends.
+struct Running(Child);
+
+impl Running {
+    fn start(name: &str, args: &[&str]) -> Running {
+        let child = Command::new(target(name))
+            .args(args)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name} starts: {e}"));
+        // Let it get past its start-up (the loader, the first mappings).
+        std::thread::sleep(Duration::from_millis(200));
+        Running(child)
+    }
+
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+
+    /// The state letter of /proc/PID/stat.
+    fn state(&self) -> char {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).unwrap();
+        stat.rsplit_once(") ").unwrap().1.chars().next().unwrap()
+    }
+
+    /// Waits for the program to finish; its exit code.
+    fn wait(mut self) -> Option<i32> {
+        let status = self.0.wait().unwrap();
+        status.code()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `sampler record -o OUT <args>`; its output and the profile's path.
+fn attach(args: &[&str]) -> (std::process::Output, std::path::PathBuf) {
+    let out = tempdir().join("attach.json");
+    let o = Command::new(sampler_bin())
+        .args(["record", "-o"])
+        .arg(&out)
+        .args(args)
+        .output()
+        .expect("sampler runs");
+    (o, out)
+}
+
+fn ok(test: &str, o: &std::process::Output) {
+    assert!(o.status.success(), "{test}: sampler failed: {}", stderr(o));
+}
+
+#[test]
+fn attach_records_a_running_program_and_leaves_it_running() {
+    let test = "attach_records_a_running_program_and_leaves_it_running";
+    if !perf_available(test) {
+        return;
+    }
+    let target = Running::start("split7030", &["4"]);
+    let started = Instant::now();
+    let (o, path) = attach(&["-p", &target.pid(), "-d", "1.5"]);
+    ok(test, &o);
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(3000), "-d 1.5 took {took:?}");
+    assert!(
+        stderr(&o).contains("the processes go on running"),
+        "{}",
+        stderr(&o)
+    );
+    // The target runs on: not stopped, and it finishes its 4 s normally.
+    assert!(
+        matches!(target.state(), 'R' | 'S'),
+        "state {}",
+        target.state()
+    );
+    let p = load_checked(&path);
+    let threads = thread_paths(&p);
+    assert_eq!(threads.len(), 1);
+    assert_eq!(threads[0].pid, target.pid());
+    assert_eq!(threads[0].name, "split7030");
+    let paths = &threads[0].paths;
+    let (a, _) = count_run(paths, &["main", "outer", "hot_a"]);
+    let (b, _) = count_run(paths, &["main", "outer", "hot_b"]);
+    let share = 100.0 * a as f64 / (a + b).max(1) as f64;
+    eprintln!(
+        "{test}: {} samples in 1.5 s, hot_a {a}, hot_b {b} ({share:.1}% a); {}",
+        paths.len(),
+        stderr(&o)
+            .lines()
+            .find(|l| l.contains("stopped for"))
+            .unwrap_or("")
+    );
+    assert!(paths.len() > 400, "only {} samples", paths.len());
+    assert!((60.0..80.0).contains(&share), "hot_a share {share:.1}%");
+    assert_eq!(target.wait(), Some(0));
+}
+
+#[test]
+fn threads_started_after_attaching_appear_with_their_names() {
+    let test = "threads_started_after_attaching_appear_with_their_names";
+    if !perf_available(test) {
+        return;
+    }
+    // main sleeps 0.6 s before it starts the three named threads.
+    let target = Running::start("threads", &["1", "0.6"]);
+    let (o, path) = attach(&["-p", &target.pid(), "-d", "1.6"]);
+    ok(test, &o);
+    let p = load_checked(&path);
+    let threads = thread_paths(&p);
+    for (name, work) in NAMED_THREADS {
+        let t = thread_named(&threads, name);
+        let (n, share) = count_run(&t.paths, &[work]);
+        eprintln!("{test}: {name}: {n} samples in {work} ({share:.0}%)");
+        assert!(
+            n > 50 && share > 90.0,
+            "{name}: {n} samples, {share:.0}% in {work}"
+        );
+        assert_eq!(t.pid, target.pid());
+    }
+}
+
+#[test]
+fn two_processes_at_once_are_two_processes() {
+    let test = "two_processes_at_once_are_two_processes";
+    if !perf_available(test) {
+        return;
+    }
+    let first = Running::start("split7030", &["3"]);
+    let second = Running::start("threads", &["3"]);
+    let list = format!("{},{}", first.pid(), second.pid());
+    let (o, path) = attach(&["-p", &list, "-d", "1"]);
+    ok(test, &o);
+    let p = load_checked(&path);
+    let processes = p["meta"]["extra"].clone();
+    let threads = thread_paths(&p);
+    let samples_of = |pid: &str| -> usize {
+        threads
+            .iter()
+            .filter(|t| t.pid == pid)
+            .map(|t| t.paths.len())
+            .sum()
+    };
+    let (a, b) = (samples_of(&first.pid()), samples_of(&second.pid()));
+    eprintln!("{test}: {a} samples in split7030, {b} in threads");
+    assert!(
+        a > 50 && b > 50,
+        "both processes sampled: {a}, {b} ({processes})"
+    );
+    let (n, _) = count_run(
+        &threads
+            .iter()
+            .filter(|t| t.pid == first.pid())
+            .flat_map(|t| t.paths.clone())
+            .collect::<Vec<_>>(),
+        &["main", "outer", "hot_a"],
+    );
+    assert!(n > 0, "split7030's call tree");
+}
+
+#[test]
+fn process_that_exits_during_recording_ends_it() {
+    let test = "process_that_exits_during_recording_ends_it";
+    if !perf_available(test) {
+        return;
+    }
+    let target = Running::start("split7030", &["1"]);
+    let started = Instant::now();
+    let (o, path) = attach(&["-p", &target.pid(), "-d", "30"]);
+    ok(test, &o);
+    let took = started.elapsed();
+    eprintln!("{test}: sampler returned {took:?} after attaching to a 1 s program");
+    assert!(took < Duration::from_secs(5), "sampler waited {took:?}");
+    assert!(
+        stderr(&o).contains("every attached process exited"),
+        "{}",
+        stderr(&o)
+    );
+    let samples = sample_count(&load_checked(&path));
+    assert!(samples > 200, "{samples} samples");
+}
+
+#[test]
+fn mistakes_get_one_line_and_a_non_zero_exit() {
+    let one_line = |args: &[&str], want: &str| {
+        let (o, _) = attach(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    };
+    // Past the kernel's pid_max (at most 2^22), so no process has it.
+    one_line(&["-p", "4194305"], "no process with pid 4194305");
+    one_line(&["-p", "1", "--", "true"], "not both");
+    one_line(
+        &["-d", "1", "--", "true"],
+        "-d/--duration is for attached processes",
+    );
+    one_line(&[], "nothing to record");
+    if std::fs::read_to_string("/proc/2/comm").is_ok_and(|c| c.trim() == "kthreadd") {
+        one_line(&["-p", "2"], "is a kernel thread");
+    }
+}
+
+#[test]
+fn attaching_without_permission_says_what_to_do() {
+    let test = "attaching_without_permission_says_what_to_do";
+    if !nix::unistd::Uid::effective().is_root()
+        || Command::new("setpriv").arg("--help").output().is_err()
+    {
+        eprintln!("SKIPPED {test}: needs root and setpriv to become nobody");
+        return;
+    }
+    // A root-owned target that nobody may not profile.
+    let target = Running::start("split7030", &["3"]);
+    let dir = tempdir();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sampler_bin(),
+            "record",
+            "-o",
+        ])
+        .arg(dir.join("nobody.json"))
+        .args(["-p", &target.pid(), "-d", "1"])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no permission")
+            && err.contains("perf_event_paranoid")
+            && err.contains("sudo"),
+        "{err}"
+    );
+    assert!(
+        matches!(target.state(), 'R' | 'S'),
+        "the target was not stopped"
+    );
+}
+
+#[test]
+fn attached_process_is_continued_when_sampler_fails_half_way() {
+    let test = "attached_process_is_continued_when_sampler_fails_half_way";
+    if !perf_available(test) {
+        return;
+    }
+    for fault in ["error", "panic"] {
+        let target = Running::start("split7030", &["3"]);
+        let out = tempdir().join("fault.json");
+        let o = Command::new(sampler_bin())
+            .env("SAMPLER_TEST_FAULT", fault)
+            .args(["record", "-o"])
+            .arg(&out)
+            .args(["-p", &target.pid(), "-d", "1"])
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{fault}: sampler must fail");
+        assert!(
+            stderr(&o).contains("SAMPLER_TEST_FAULT"),
+            "{fault}: {}",
+            stderr(&o)
+        );
+        // The target was stopped when sampler failed; it must be running again.
+        std::thread::sleep(Duration::from_millis(100));
+        let state = target.state();
+        eprintln!("{test}: after a {fault}, the target is in state {state}");
+        assert!(
+            matches!(state, 'R' | 'S'),
+            "{fault}: target left in state {state}"
+        );
+        assert_eq!(
+            target.wait(),
+            Some(0),
+            "{fault}: the target finishes normally"
+        );
+    }
+}
