@@ -1,5 +1,6 @@
-//! End-to-end: `sampler record -p` attaching to running bench targets, for real. Each
-//! test is skipped (visibly) where perf recording is not permitted.
+//! End-to-end: `sampler record -p` attaching to running bench targets, for real, and the
+//! recorder's ways of holding up (ring buffers it may not have). Each test is skipped
+//! (visibly) where perf recording is not permitted.
 
 mod common;
 
@@ -291,4 +292,81 @@ fn attached_process_is_continued_when_sampler_fails_half_way() {
             "{fault}: the target finishes normally"
         );
     }
+}
+
+#[test]
+fn ctrl_c_stops_the_recording_not_the_processes() {
+    let test = "ctrl_c_stops_the_recording_not_the_processes";
+    if !perf_available(test) {
+        return;
+    }
+    let target = Running::start("split7030", &["4"]);
+    let out = tempdir().join("interrupted.json");
+    let sampler = Command::new(sampler_bin())
+        .args(["record", "-o"])
+        .arg(&out)
+        .args(["-p", &target.pid()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let pid = nix::unistd::Pid::from_raw(sampler.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let o = sampler.wait_with_output().unwrap();
+    ok(test, &o);
+    assert!(
+        stderr(&o).contains("recording interrupted"),
+        "{}",
+        stderr(&o)
+    );
+    let n = sample_count(&load_checked(&out));
+    eprintln!("{test}: {n} samples in about 1 s");
+    assert!(n > 300, "{n} samples");
+    assert!(
+        matches!(target.state(), 'R' | 'S'),
+        "state {}",
+        target.state()
+    );
+    assert_eq!(target.wait(), Some(0), "the target was not interrupted");
+}
+
+#[test]
+fn ring_buffers_shrink_when_the_kernel_refuses_their_size() {
+    let test = "ring_buffers_shrink_when_the_kernel_refuses_their_size";
+    if !nix::unistd::Uid::effective().is_root()
+        || Command::new("setpriv").arg("--help").output().is_err()
+    {
+        eprintln!("SKIPPED {test}: needs root and setpriv to become nobody");
+        return;
+    }
+    // An unprivileged user may lock kernel.perf_event_mlock_kb per CPU plus `ulimit -l`:
+    // far less than 1 GiB.
+    let dir = tempdir();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let out = dir.join("shrunk.json");
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sampler_bin(),
+            "record",
+        ])
+        .args(["-m", "262144", "-o"])
+        .arg(&out)
+        .args(["--", &target("split7030"), "0.5"])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    if err.contains("perf_event_paranoid") {
+        eprintln!("SKIPPED {test}: unprivileged users may not record here: {err}");
+        return;
+    }
+    ok(test, &o);
+    let line = err
+        .lines()
+        .find(|l| l.contains("ring buffers shrunk from 262144 to"));
+    eprintln!("{test}: {}", line.unwrap_or("no shrink message"));
+    assert!(line.is_some(), "{err}");
+    assert!(sample_count(&load_checked(&out)) > 100);
 }

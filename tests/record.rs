@@ -295,14 +295,30 @@ fn lost_samples_are_counted_and_reported() {
         lost > 0,
         "expected lost samples with a one-page buffer: {text}"
     );
-    let p = load(&path);
-    check_processed_profile(&p);
+    let p = load_checked(&path);
     let entries = p["meta"]["extra"][0]["entries"].as_array().unwrap();
     let in_profile = entries
         .iter()
         .find(|e| e["label"] == "Lost samples")
         .unwrap();
     assert_eq!(in_profile["value"], lost);
+    // Per thread: the threads that were running lost them, and the counts add up.
+    let extra = p["meta"]["extra"].as_array().unwrap();
+    let by_thread = extra
+        .iter()
+        .find(|e| e["label"] == "Lost samples by thread")
+        .unwrap()["entries"]
+        .as_array()
+        .unwrap();
+    let sum: u64 = by_thread.iter().map(|e| e["value"].as_u64().unwrap()).sum();
+    let workers = by_thread
+        .iter()
+        .filter(|e| e["label"].as_str().unwrap().starts_with("worker-"))
+        .count();
+    eprintln!("lost: {lost} in all, {sum} attributed to threads, {workers} workers lost some");
+    assert_eq!(sum, lost, "every lost sample is attributed to a thread");
+    assert!(workers >= 2, "the busy workers lost samples: {by_thread:?}");
+    assert!(text.contains("lost samples by thread: worker-"), "{text}");
 }
 
 #[test]
