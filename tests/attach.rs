@@ -218,29 +218,11 @@ fn mistakes_get_one_line_and_a_non_zero_exit() {
 #[test]
 fn attaching_without_permission_says_what_to_do() {
     let test = "attaching_without_permission_says_what_to_do";
-    if !nix::unistd::Uid::effective().is_root()
-        || Command::new("setpriv").arg("--help").output().is_err()
-    {
-        eprintln!("SKIPPED {test}: needs root and setpriv to become nobody");
-        return;
-    }
     // A root-owned target that nobody may not profile.
     let target = Running::start("split7030", &["3"]);
-    let dir = tempdir();
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let o = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            sampler_bin(),
-            "record",
-            "-o",
-        ])
-        .arg(dir.join("nobody.json"))
-        .args(["-p", &target.pid(), "-d", "1"])
-        .output()
-        .unwrap();
+    let Some((o, _)) = record_as_nobody(test, &["-p", &target.pid(), "-d", "1"]) else {
+        return;
+    };
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -333,30 +315,12 @@ fn ctrl_c_stops_the_recording_not_the_processes() {
 #[test]
 fn ring_buffers_shrink_when_the_kernel_refuses_their_size() {
     let test = "ring_buffers_shrink_when_the_kernel_refuses_their_size";
-    if !nix::unistd::Uid::effective().is_root()
-        || Command::new("setpriv").arg("--help").output().is_err()
-    {
-        eprintln!("SKIPPED {test}: needs root and setpriv to become nobody");
-        return;
-    }
     // An unprivileged user may lock kernel.perf_event_mlock_kb per CPU plus `ulimit -l`:
     // far less than 1 GiB.
-    let dir = tempdir();
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let out = dir.join("shrunk.json");
-    let o = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            sampler_bin(),
-            "record",
-        ])
-        .args(["-m", "262144", "-o"])
-        .arg(&out)
-        .args(["--", &target("split7030"), "0.5"])
-        .output()
-        .unwrap();
+    let args = ["-m", "262144", "--", &target("split7030"), "0.5"];
+    let Some((o, out)) = record_as_nobody(test, &args) else {
+        return;
+    };
     let err = stderr(&o);
     if err.contains("perf_event_paranoid") {
         eprintln!("SKIPPED {test}: unprivileged users may not record here: {err}");

@@ -444,28 +444,10 @@ fn user_mistakes_get_one_line_and_non_zero_exit() {
 
 #[test]
 fn unprivileged_user_records_without_kernel_frames_or_is_told_why() {
-    if !nix::unistd::Uid::effective().is_root()
-        || Command::new("setpriv").arg("--help").output().is_err()
-    {
-        eprintln!("SKIPPED unprivileged_user_records_without_kernel_frames_or_is_told_why: needs root and setpriv to become nobody");
+    let test = "unprivileged_user_records_without_kernel_frames_or_is_told_why";
+    let Some((o, out)) = record_as_nobody(test, &["--", &target("split7030"), "1"]) else {
         return;
-    }
-    let dir = tempdir();
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let out = dir.join("nobody.json");
-    let o = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            sampler_bin(),
-            "record",
-            "-o",
-        ])
-        .arg(&out)
-        .args(["--", &target("split7030"), "1"])
-        .output()
-        .unwrap();
+    };
     let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
         .unwrap()
         .trim()

@@ -74,6 +74,29 @@ pub fn perf_available(test: &str) -> bool {
     }
 }
 
+/// Runs `sampler record -o DIR/profile.json ARGS` as user nobody (through `setpriv`), in
+/// a directory nobody may write. `None`, after saying that `test` is skipped, where this
+/// process cannot become nobody (not root, or no setpriv).
+pub fn record_as_nobody(test: &str, args: &[&str]) -> Option<(Output, PathBuf)> {
+    if !nix::unistd::Uid::effective().is_root()
+        || Command::new("setpriv").arg("--help").output().is_err()
+    {
+        eprintln!("SKIPPED {test}: needs root and setpriv to become nobody");
+        return None;
+    }
+    let dir = tempdir();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let out = dir.join("profile.json");
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args([sampler_bin(), "record", "-o"])
+        .arg(&out)
+        .args(args)
+        .output()
+        .expect("setpriv runs");
+    Some((o, out))
+}
+
 /// A fresh directory under the target directory.
 pub fn tempdir() -> PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};
