@@ -94,10 +94,13 @@ impl Stopped {
         Ok(stopped)
     }
 
-    /// Continues the processes; returns how long they were stopped.
+    /// Continues the processes; returns how long they were stopped, up to the moment
+    /// they were continued. (Waking hundreds of busy threads can keep the caller off the
+    /// CPU for a while after that; the processes are running by then.)
     pub fn resume(mut self) -> Duration {
+        let stopped = self.since.elapsed();
         self.continue_all();
-        self.since.elapsed()
+        stopped
     }
 
     fn continue_all(&mut self) {

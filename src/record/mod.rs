@@ -224,6 +224,8 @@ struct OpenEvents {
     attr: pb::perf_event_attr,
     fds: Vec<std::os::fd::OwnedFd>,
     rings: Vec<sys::RingBuffer>,
+    /// The events (indexes into `fds`) that own the rings: the ones to poll.
+    ring_owners: Vec<usize>,
     ring_pages: usize,
 }
 
@@ -263,7 +265,7 @@ fn map_rings(
     fds: &[(usize, std::os::fd::OwnedFd)],
     cpus: usize,
     mut pages: usize,
-) -> Result<(Vec<sys::RingBuffer>, usize)> {
+) -> Result<(Vec<sys::RingBuffer>, Vec<usize>, usize)> {
     let leaders: Vec<usize> = (0..cpus)
         .filter_map(|c| fds.iter().position(|(cpu, _)| *cpu == c))
         .collect();
@@ -289,6 +291,7 @@ fn map_rings(
              refused more (kernel.perf_event_mlock_kb, ulimit -l); expect lost samples at high rates"
         );
     }
+    let mut owners = leaders.clone();
     for (i, (cpu, fd)) in fds.iter().enumerate() {
         let Some(&leader) = leaders.iter().find(|&&l| fds[l].0 == *cpu) else {
             continue;
@@ -296,9 +299,10 @@ fn map_rings(
         if i != leader && sys::set_output(fd, &fds[leader].1).is_err() {
             // The kernel would not share the buffer: this event gets its own.
             rings.push(sys::RingBuffer::map(fd, pages).context("could not map a ring buffer")?);
+            owners.push(i);
         }
     }
-    Ok((rings, pages))
+    Ok((rings, owners, pages))
 }
 
 /// Opens the sampling events on `tasks` (on every CPU): cycles if the PMU has them, else
@@ -335,17 +339,25 @@ fn open_events(
             SamplingEvent::CpuClock => {
                 attr.type_ = pb::PERF_TYPE_SOFTWARE;
                 attr.config = pb::PERF_COUNT_SW_CPU_CLOCK as u64;
+                // cpu-clock counts nanoseconds of CPU time, so a fixed period is the
+                // frequency exactly. Frequency mode would start every new event (each
+                // thread attached to, each thread born) at a period of 1 and sample in a
+                // storm until the kernel has adjusted it: with 300 threads that storm
+                // delayed their SIGCONT by a second and overflowed the ring buffers.
+                attr.set_freq(0);
+                attr.__bindgen_anon_1.sample_period = NANOS_PER_SECOND / frequency_hz;
             }
         }
         match open_for_tasks(&attr, tasks, &cpus) {
             Ok(fds) => {
-                let (rings, ring_pages) = map_rings(&fds, cpus.len(), mmap_pages)?;
+                let (rings, ring_owners, ring_pages) = map_rings(&fds, cpus.len(), mmap_pages)?;
                 return Ok(OpenEvents {
                     event,
                     kernel_included: include_kernel,
                     attr,
                     fds: fds.into_iter().map(|(_, fd)| fd).collect(),
                     rings,
+                    ring_owners,
                     ring_pages,
                 });
             }
@@ -366,6 +378,24 @@ fn open_events(
     }
     Err(e).context("perf_event_open failed for both the cycles and the cpu-clock event")
 }
+
+/// Attaching opens one event per thread and CPU: a process with 500 threads on 8 CPUs
+/// needs 4,000 descriptors, past the usual soft limit of 1,024. The soft limit is raised
+/// to the hard one (what perf does too); if that fails, opening events says so.
+fn raise_open_file_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    }
+}
+
+const NANOS_PER_SECOND: u64 = 1_000_000_000;
+
+/// The recorder's nice value when it may raise its priority: ahead of ordinary
+/// processes (0) without approaching real-time-like values.
+const RECORDER_NICE: i32 = -10;
 
 fn monotonic_ns() -> u64 {
     let ts =
@@ -421,6 +451,11 @@ pub fn record(
         .unwrap_or(127)
         .min(u16::MAX as u64) as u16;
     let ring_pages = opts.mmap_pages.unwrap_or_else(default_ring_pages);
+    raise_open_file_limit();
+    // Busy targets with many threads would otherwise get the CPU before the recorder,
+    // which then drains the buffers too late: a root recorder goes ahead of them. Its own
+    // work is small. Without the privilege it keeps its nice value.
+    let _ = sys::set_nice(RECORDER_NICE);
 
     let mut pending: Vec<Event> = Vec::new();
     let (mut events, mut target, description, stopped_for, start_ns) = match &opts.target {
@@ -469,6 +504,8 @@ pub fn record(
             }
             let tasks: Vec<i32> = pids.iter().flat_map(|&p| attach::tasks(p)).collect();
             let events = open_events(&tasks, frequency_hz, max_stack, ring_pages, true)?;
+            // Sampling starts as the processes continue; -d counts from here.
+            let sampling_since = Instant::now();
             let start_ns = monotonic_ns();
             for &pid in pids {
                 pending.extend(attach::describe(pid, start_ns));
@@ -477,7 +514,7 @@ pub fn record(
             let list: Vec<String> = pids.iter().map(i32::to_string).collect();
             let running = Running::Attached {
                 pids: pids.clone(),
-                until: opts.duration.map(|d| Instant::now() + d),
+                until: opts.duration.map(|d| sampling_since + d),
                 interrupted: false,
             };
             (
@@ -526,9 +563,9 @@ pub fn record(
             let mut poll_fds: Vec<PollFd> = vec![PollFd::new(signal_fd.as_fd(), PollFlags::POLLIN)];
             poll_fds.extend(
                 events
-                    .fds
+                    .ring_owners
                     .iter()
-                    .map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN)),
+                    .map(|&i| PollFd::new(events.fds[i].as_fd(), PollFlags::POLLIN)),
             );
             let timeout = PollTimeout::from(POLL_INTERVAL.as_millis() as u16);
             match nix::poll::poll(&mut poll_fds, timeout) {

@@ -46,6 +46,16 @@ pub fn disable(fd: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets this process's nice value (lower runs first); needs root to go below zero.
+pub fn set_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: setpriority takes plain integers; `who = 0` is the calling process.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Sends the records of `fd` into the ring buffer of `target`
 /// (`PERF_EVENT_IOC_SET_OUTPUT`), so that all events on one CPU share one buffer. The
 /// kernel allows it only between events on the same CPU with the same clock.
