@@ -334,3 +334,32 @@ fn ring_buffers_shrink_when_the_kernel_refuses_their_size() {
     assert!(line.is_some(), "{err}");
     assert!(sample_count(&load_checked(&out)) > 100);
 }
+
+#[test]
+fn child_processes_started_after_attaching_are_their_own_processes() {
+    let test = "child_processes_started_after_attaching_are_their_own_processes";
+    if !perf_available(test) {
+        return;
+    }
+    // The shell forks split7030 only after sampler has attached to it.
+    let script = format!("sleep 0.5; {} 1; true", target("split7030"));
+    let shell = Command::new("sh").args(["-c", &script]).spawn().unwrap();
+    let shell = Running(shell);
+    let (o, path) = attach(&["-p", &shell.pid(), "-d", "10"]);
+    ok(test, &o);
+    assert!(
+        stderr(&o).contains("every attached process exited"),
+        "{}",
+        stderr(&o)
+    );
+    let p = load_checked(&path);
+    let threads = thread_paths(&p);
+    let child = threads
+        .iter()
+        .find(|t| t.name == "split7030")
+        .expect("the forked program is in the profile");
+    assert_ne!(child.pid, shell.pid(), "it is a process of its own");
+    let (n, share) = count_run(&child.paths, &["main", "outer", "hot_a"]);
+    eprintln!("{test}: {n} samples ({share:.0}%) in the child's main > outer > hot_a");
+    assert!(n > 200, "{n} samples");
+}
