@@ -41,10 +41,23 @@ pub enum FrameRule {
 }
 
 /// A section's bytes and the address it is loaded at, in the file's own address space.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct SectionData {
     address: u64,
-    bytes: Vec<u8>,
+    bytes: SectionBytes,
+}
+
+/// Section bytes, shared between the binary and the unwinders of every process mapping it.
+pub type SectionBytes = Arc<[u8]>;
+
+/// The sections CFI unwinding needs, in the file's own addresses (SVMA).
+#[derive(Clone, Debug, Default)]
+pub struct UnwindSections {
+    pub text: Option<std::ops::Range<u64>>,
+    pub eh_frame: Option<(std::ops::Range<u64>, SectionBytes)>,
+    pub eh_frame_hdr: Option<(std::ops::Range<u64>, SectionBytes)>,
+    pub debug_frame: Option<SectionBytes>,
+    pub got: Option<std::ops::Range<u64>>,
 }
 
 /// An ELF file as read from disk.
@@ -63,6 +76,8 @@ pub struct Binary {
     eh_frame: Option<SectionData>,
     eh_frame_hdr: Option<SectionData>,
     text_address: u64,
+    /// What CFI unwinding of this file's code needs.
+    pub unwind: UnwindSections,
 }
 
 /// DWARF register numbers on x86-64 (System V psABI, figure 3.36).
@@ -84,8 +99,24 @@ impl Binary {
                 let s = file.section_by_name(name)?;
                 Some(SectionData {
                     address: s.address(),
-                    bytes: s.uncompressed_data().ok()?.into_owned(),
+                    bytes: Arc::from(&*s.uncompressed_data().ok()?),
                 })
+            };
+            let range = |name: &str| {
+                let s = file.section_by_name(name)?;
+                Some(s.address()..s.address() + s.size())
+            };
+            let eh_frame = section(".eh_frame");
+            let eh_frame_hdr = section(".eh_frame_hdr");
+            let with_range = |d: &Option<SectionData>, name: &str| {
+                Some((range(name)?, d.as_ref()?.bytes.clone()))
+            };
+            let unwind = UnwindSections {
+                text: range(".text"),
+                eh_frame: with_range(&eh_frame, ".eh_frame"),
+                eh_frame_hdr: with_range(&eh_frame_hdr, ".eh_frame_hdr"),
+                debug_frame: section(".debug_frame").map(|d| d.bytes),
+                got: range(".got"),
             };
             Binary {
                 path,
@@ -114,9 +145,10 @@ impl Binary {
                         }
                     })
                     .collect(),
-                eh_frame: section(".eh_frame"),
-                eh_frame_hdr: section(".eh_frame_hdr"),
+                eh_frame,
+                eh_frame_hdr,
                 text_address: file.section_by_name(".text").map_or(0, |s| s.address()),
+                unwind,
             }
         };
         binary.data = data;
@@ -200,6 +232,7 @@ mod tests {
             eh_frame: None,
             eh_frame_hdr: None,
             text_address: 0,
+            unwind: UnwindSections::default(),
         }
     }
 

@@ -45,6 +45,26 @@ struct SymbolizeArgs {
     addresses: Vec<String>,
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum UnwindArg {
+    Hybrid,
+    Fp,
+    Dwarf,
+}
+
+/// The stack copy each mode needs by default. fp reads only the frameless leaf's return
+/// address near the stack top. hybrid needs CFI only until the frame-pointer chain can
+/// take over: 8 KiB covers the no-frame-pointer library frames measured here (qsort's
+/// merge recursion, Rust std) with room. dwarf has nothing to fall back on, so it copies
+/// twice that. The kernel caps a sample's copy below 64 KiB.
+fn default_stack_bytes(mode: sampler::unwind::UnwindMode) -> u32 {
+    match mode {
+        sampler::unwind::UnwindMode::Fp => record::FP_STACK_COPY_BYTES,
+        sampler::unwind::UnwindMode::Hybrid => 8192,
+        sampler::unwind::UnwindMode::Dwarf => 16384,
+    }
+}
+
 #[derive(clap::Args)]
 struct RecordArgs {
     /// Sampling frequency in Hz (per thread); lowered to kernel.perf_event_max_sample_rate.
@@ -57,6 +77,14 @@ struct RecordArgs {
     /// kernel.perf_event_mlock_kb allows, 128 with its default of 516]
     #[arg(short = 'm', long = "mmap-pages")]
     mmap_pages: Option<usize>,
+    /// How user stacks are unwound: hybrid (CFI through a stack copy, then the frame
+    /// pointer chain), fp (frame pointers only, cheapest), dwarf (CFI only).
+    #[arg(long = "unwind", value_enum, default_value_t = UnwindArg::Hybrid)]
+    unwind: UnwindArg,
+    /// Bytes of user stack copied with each sample [default: fp 512, hybrid 8192, dwarf
+    /// 16384].
+    #[arg(long = "stack-size", value_name = "BYTES")]
+    stack_size: Option<u32>,
     /// Attach to running processes instead of launching a command.
     #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID")]
     pids: Vec<i32>,
@@ -113,7 +141,17 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         Some(d) if d.is_finite() && d > 0.0 => Some(std::time::Duration::from_secs_f64(d)),
         Some(d) => bail!("-d/--duration must be a positive number of seconds (got {d})"),
     };
+    let mode = match args.unwind {
+        UnwindArg::Hybrid => sampler::unwind::UnwindMode::Hybrid,
+        UnwindArg::Fp => sampler::unwind::UnwindMode::Fp,
+        UnwindArg::Dwarf => sampler::unwind::UnwindMode::Dwarf,
+    };
+    let stack_bytes = args.stack_size.unwrap_or_else(|| default_stack_bytes(mode));
+    if stack_bytes % 8 != 0 || !(8..=65_528).contains(&stack_bytes) {
+        bail!("--stack-size must be a multiple of 8 between 8 and 65528 (got {stack_bytes})");
+    }
     let opts = RecordOptions {
+        stack_bytes,
         target,
         frequency_hz: args.frequency,
         mmap_pages: args.mmap_pages,
@@ -126,7 +164,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         )
     })?;
     // Samples are unwound and interned while the command runs (see ProfileBuilder).
-    let mut builder = profile::ProfileBuilder::new(symbolicate::kernel_text_start());
+    let mut builder = profile::ProfileBuilder::new(symbolicate::kernel_text_start(), mode);
     let (info, ended) = match record::record(&opts, &mut |events| builder.add_events(events)) {
         Ok(r) => r,
         Err(e) => {

@@ -13,7 +13,7 @@ use crate::binary::{Binary, FrameRule};
 use crate::locate::{FileFinder, MappedFile};
 use crate::maps::{AddressSpaces, Region};
 use crate::record::{Event, EventKind, Mapping, Recording, RecordingInfo, Sample};
-use crate::unwind::{unwind_frame_pointers, CodeAddress, CodeLookup};
+use crate::unwind::{unwind_frame_pointers, CodeAddress, CodeLookup, ProcessUnwinders, UnwindMode};
 
 /// Name of the library that holds kernel frames (perf's name for it).
 pub const KERNEL_LIB_NAME: &str = "[kernel.kallsyms]";
@@ -90,19 +90,22 @@ pub struct ProfileBuilder {
     frame_rules: HashMap<(LibIndex, u64), Option<FrameRule>>,
     truncated_stacks: u64,
     restored_callers: u64,
+    mode: UnwindMode,
+    unwinders: ProcessUnwinders,
 }
 
 /// Builds the raw profile of a whole recording at once (see [`ProfileBuilder`]).
 pub fn build(recording: &Recording, kernel_base: Option<u64>) -> Built {
-    let mut b = ProfileBuilder::new(kernel_base);
+    let mut b = ProfileBuilder::new(kernel_base, UnwindMode::Fp);
     b.add_events(&recording.events);
     b.finish(&recording.info)
 }
 
 impl ProfileBuilder {
     /// `kernel_base` is the kernel's text start (from kallsyms), to which kernel frame
-    /// addresses are made relative; `None` when unknown.
-    pub fn new(kernel_base: Option<u64>) -> ProfileBuilder {
+    /// addresses are made relative; `None` when unknown. `mode` says how user stacks are
+    /// unwound.
+    pub fn new(kernel_base: Option<u64>, mode: UnwindMode) -> ProfileBuilder {
         ProfileBuilder {
             files: FileFinder::default(),
             kernel_base: kernel_base.unwrap_or(KERNEL_SPACE_START),
@@ -118,6 +121,8 @@ impl ProfileBuilder {
             frame_rules: HashMap::new(),
             truncated_stacks: 0,
             restored_callers: 0,
+            mode,
+            unwinders: ProcessUnwinders::default(),
         }
     }
 
@@ -136,6 +141,7 @@ impl ProfileBuilder {
                 } => {
                     if *exec {
                         self.spaces.exec(*pid);
+                        self.unwinders.exec(*pid);
                     }
                     let th = self.thread(*pid, *tid, t, None);
                     self.threads[th].name = name.clone();
@@ -152,6 +158,7 @@ impl ProfileBuilder {
                 } => {
                     if pid == tid && pid != ppid {
                         self.spaces.fork(*ppid, *pid);
+                        self.unwinders.fork(*ppid, *pid);
                     }
                     let parent_name = self
                         .thread_by_tid
@@ -341,6 +348,12 @@ impl ProfileBuilder {
                 kind: LibKind::File,
                 base: 0,
             };
+            if let (Ok(binary), Translate::Delta(delta)) = (&binary, translate) {
+                // The process's address of the file's address 0.
+                let bias = m.start.wrapping_sub(file_offset).wrapping_sub(delta as u64);
+                self.unwinders
+                    .add_module(m.pid, &lib.name, m.start..end, bias, &binary.unwind);
+            }
             let lib = self.intern_lib(lib, binary);
             let module = Module {
                 lib: Some(lib),
@@ -391,12 +404,21 @@ impl ProfileBuilder {
     }
 
     fn sample(&mut self, time_ns: u64, s: &Sample) {
-        let stack = {
-            let mut lookup = Lookup {
-                builder: self,
-                pid: s.pid,
-            };
-            unwind_frame_pointers(s, &mut lookup)
+        let cfi = match self.mode {
+            UnwindMode::Fp => None,
+            mode => self.unwinders.unwind(s, mode),
+        };
+        let stack = match cfi {
+            // With fewer than two frames CFI knew nothing of the leaf's code (JIT code,
+            // a file that could not be read): frame pointers are all there is.
+            Some(stack) if stack.user.len() >= 2 || self.mode == UnwindMode::Dwarf => stack,
+            _ => {
+                let mut lookup = Lookup {
+                    builder: self,
+                    pid: s.pid,
+                };
+                unwind_frame_pointers(s, &mut lookup)
+            }
         };
         self.truncated_stacks += u64::from(stack.truncated);
         self.restored_callers += u64::from(stack.restored_leaf_caller);

@@ -98,6 +98,8 @@ pub struct RecordOptions {
     pub mmap_pages: Option<usize>,
     /// Stop recording after this long (attached processes only).
     pub duration: Option<Duration>,
+    /// Bytes of user stack copied with each sample, for unwinding (a multiple of 8).
+    pub stack_bytes: u32,
 }
 
 /// Why the launched command ended.
@@ -136,12 +138,12 @@ pub enum DetachReason {
     AllExited,
 }
 
-/// Bytes of user stack copied with every sample. The copy lets the unwinder read the
-/// return address of a frameless leaf function (one that has not pushed RBP, which gcc
-/// does for every -O2 leaf even with -fno-omit-frame-pointer): it lies at
-/// `sp + CFA offset - 8`, and 512 bytes cover leaves with up to ~500 bytes of locals
-/// while keeping a sample record around 700 bytes.
-pub const STACK_COPY_BYTES: u32 = 512;
+/// Bytes of user stack copied with every sample in frame-pointer mode. The copy lets the
+/// unwinder read the return address of a frameless leaf function (one that has not
+/// pushed RBP, which gcc does for every -O2 leaf even with -fno-omit-frame-pointer): it
+/// lies at `sp + CFA offset - 8`, and 512 bytes cover leaves with up to ~500 bytes of
+/// locals while keeping a sample record around 700 bytes.
+pub const FP_STACK_COPY_BYTES: u32 = 512;
 
 /// x86-64 perf register numbers (asm/perf_regs.h) of the user registers we copy.
 const PERF_REG_X86_BP: u64 = 6;
@@ -153,6 +155,54 @@ const USER_REGS_MASK: u64 =
 /// How often the loop wakes up to drain buffers and refresh the status line even when the
 /// kernel has not signalled a full watermark.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// How deep a callchain sampler asks the kernel for. The kernel's default limit
+/// (`kernel.perf_event_max_stack`, 127) cuts a recursion of a few hundred levels; with
+/// this a recursion thousands deep stays whole. Each frame costs 8 bytes in a sample, and
+/// only stacks that are that deep pay it.
+const WANTED_MAX_STACK: u64 = 8192;
+
+/// Raises `kernel.perf_event_max_stack` to [`WANTED_MAX_STACK`] for the recording, when
+/// it is lower and sampler may (root), and puts the old value back when dropped. The
+/// kernel refuses to lower it while any callchain event exists (EBUSY), so putting it back
+/// is retried for a while; when other perf sessions keep it busy, it stays raised and
+/// sampler says how to lower it.
+struct DeeperStacks {
+    old: Option<u64>,
+}
+
+/// How long to keep trying to put `perf_event_max_stack` back: our own events are freed
+/// shortly after their descriptors close.
+const RESTORE_ATTEMPTS: u32 = 40;
+const RESTORE_INTERVAL: Duration = Duration::from_millis(25);
+
+impl DeeperStacks {
+    fn raise() -> DeeperStacks {
+        let old = read_sysctl("perf_event_max_stack").filter(|&v| v < WANTED_MAX_STACK);
+        let raised = old.filter(|_| write_sysctl("perf_event_max_stack", WANTED_MAX_STACK));
+        DeeperStacks { old: raised }
+    }
+}
+
+impl Drop for DeeperStacks {
+    fn drop(&mut self) {
+        let Some(old) = self.old else { return };
+        for _ in 0..RESTORE_ATTEMPTS {
+            if write_sysctl("perf_event_max_stack", old) {
+                return;
+            }
+            std::thread::sleep(RESTORE_INTERVAL);
+        }
+        eprintln!(
+            "sampler: kernel.perf_event_max_stack stays {WANTED_MAX_STACK} (raised for deep \
+             stacks; other perf sessions keep it busy): `sudo sysctl kernel.perf_event_max_stack={old}` puts it back"
+        );
+    }
+}
+
+fn write_sysctl(name: &str, value: u64) -> bool {
+    std::fs::write(format!("/proc/sys/kernel/{name}"), value.to_string()).is_ok()
+}
 
 fn read_sysctl(name: &str) -> Option<u64> {
     std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
@@ -182,7 +232,12 @@ pub fn online_cpus() -> Vec<i32> {
 }
 
 /// The attribute of our sampling event, before the event type is chosen.
-fn base_attr(frequency_hz: u64, max_stack: u16, include_kernel: bool) -> pb::perf_event_attr {
+fn base_attr(
+    frequency_hz: u64,
+    max_stack: u16,
+    stack_bytes: u32,
+    include_kernel: bool,
+) -> pb::perf_event_attr {
     let mut attr = pb::perf_event_attr {
         size: std::mem::size_of::<pb::perf_event_attr>() as u32,
         sample_type: (pb::PERF_SAMPLE_IP
@@ -194,7 +249,7 @@ fn base_attr(frequency_hz: u64, max_stack: u16, include_kernel: bool) -> pb::per
             | pb::PERF_SAMPLE_REGS_USER
             | pb::PERF_SAMPLE_STACK_USER) as u64,
         sample_regs_user: USER_REGS_MASK,
-        sample_stack_user: STACK_COPY_BYTES,
+        sample_stack_user: stack_bytes,
         sample_max_stack: max_stack,
         clockid: libc::CLOCK_MONOTONIC,
         ..Default::default()
@@ -312,6 +367,7 @@ fn open_events(
     tasks: &[i32],
     frequency_hz: u64,
     max_stack: u16,
+    stack_bytes: u32,
     mmap_pages: usize,
     attach: bool,
 ) -> Result<OpenEvents> {
@@ -323,7 +379,7 @@ fn open_events(
             .flat_map(move |event| [(kernel, event, true), (kernel, event, false)])
     });
     for (include_kernel, event, build_ids) in attempts {
-        let mut attr = base_attr(frequency_hz, max_stack, include_kernel);
+        let mut attr = base_attr(frequency_hz, max_stack, stack_bytes, include_kernel);
         if attach {
             attr.set_disabled(0);
             attr.set_enable_on_exec(0);
@@ -447,6 +503,12 @@ pub fn record(
         );
         frequency_hz = max_rate;
     }
+    if let Target::Pids(pids) = &opts.target {
+        for &pid in pids {
+            attach::check_pid(pid)?;
+        }
+    }
+    let _deeper = DeeperStacks::raise();
     let max_stack = read_sysctl("perf_event_max_stack")
         .unwrap_or(127)
         .min(u16::MAX as u64) as u16;
@@ -466,6 +528,7 @@ pub fn record(
                 &[child.pid.as_raw()],
                 frequency_hz,
                 max_stack,
+                opts.stack_bytes,
                 ring_pages,
                 false,
             ) {
@@ -493,9 +556,6 @@ pub fn record(
             )
         }
         Target::Pids(pids) => {
-            for &pid in pids {
-                attach::check_pid(pid)?;
-            }
             let stopped = attach::Stopped::stop(pids)?;
             match std::env::var(FAULT_ENV).as_deref() {
                 Ok("error") => bail!("{FAULT_ENV}=error: failing after stopping the processes"),
@@ -503,7 +563,14 @@ pub fn record(
                 _ => {}
             }
             let tasks: Vec<i32> = pids.iter().flat_map(|&p| attach::tasks(p)).collect();
-            let events = open_events(&tasks, frequency_hz, max_stack, ring_pages, true)?;
+            let events = open_events(
+                &tasks,
+                frequency_hz,
+                max_stack,
+                opts.stack_bytes,
+                ring_pages,
+                true,
+            )?;
             // Sampling starts as the processes continue; -d counts from here.
             let sampling_since = Instant::now();
             let start_ns = monotonic_ns();

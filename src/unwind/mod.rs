@@ -10,6 +10,10 @@
 //! look up the leaf's call frame information: when its CFA is RSP-based, the return
 //! address sits at `sp + offset - 8` in the stack copy, and we put it back in.
 
+mod dwarf;
+
+pub use dwarf::{ProcessUnwinders, UnwindMode};
+
 use crate::binary::FrameRule;
 use crate::record::Sample;
 

@@ -1,0 +1,42 @@
+/* The 70/30 call tree without frame pointers (built with -fomit-frame-pointer):
+ *   main > outer > middle > {hot_a ~70%, hot_b ~30%}
+ * The kernel's frame-pointer walk cannot follow it; CFI can.
+ * Usage: nofp [seconds] (default 2). */
+#include <stdlib.h>
+#include "now.h"
+
+static volatile double sink;
+static volatile long rounds;
+
+__attribute__((noinline)) void hot_a(long n) {
+    double s = 0;
+    for (long i = 0; i < n; i++) s += (double)i * 1.000001;
+    sink = s;
+}
+
+__attribute__((noinline)) void hot_b(long n) {
+    double s = 0;
+    for (long i = 0; i < n; i++) s += (double)i * 1.000001;
+    sink = s;
+}
+
+/* Locals in registers and on the stack, so that RBP is used as a general register. */
+__attribute__((noinline)) void middle(long unit) {
+    long parts[8];
+    for (int i = 0; i < 8; i++) parts[i] = unit + i + rounds;
+    hot_a(7 * unit + parts[rounds & 7] - parts[rounds & 7]);
+    hot_b(3 * unit);
+    rounds++;
+}
+
+__attribute__((noinline)) void outer(long unit) {
+    middle(unit);
+    rounds++;
+}
+
+int main(int argc, char **argv) {
+    double seconds = argc > 1 ? atof(argv[1]) : 2.0;
+    double end = now() + seconds;
+    while (now() < end) outer(100000);
+    return 0;
+}

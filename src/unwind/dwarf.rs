@@ -1,0 +1,232 @@
+//! Unwinding with call frame information (`.eh_frame`, `.debug_frame`) through framehop,
+//! over the copy of the user stack that comes with a sample, and the hybrid of it with
+//! the kernel's frame-pointer chain.
+//!
+//! CFI unwinds correctly through code without frame pointers, but only as far as the
+//! stack copy reaches. The kernel's frame-pointer walk reaches the outermost frame of a
+//! deep stack, but goes wrong (or stops) in code without frame pointers. Hybrid takes CFI
+//! for the inner frames and, where the copy ends, continues with the frame-pointer chain
+//! from the first return address the two agree on. Where they never agree, the stack
+//! ends in a marker frame rather than in garbage.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
+
+use super::{leaf_first, CodeAddress, UnwoundStack};
+use crate::binary::{SectionBytes, UnwindSections};
+use crate::record::Sample;
+
+/// How the user part of stacks is unwound (design §5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum UnwindMode {
+    /// CFI through the stack copy, then the frame-pointer chain beyond it.
+    #[default]
+    Hybrid,
+    /// The kernel's frame-pointer chain only (with the frameless-leaf repair).
+    Fp,
+    /// CFI through the stack copy only.
+    Dwarf,
+}
+
+/// The modules of every process, for CFI unwinding, kept as the maps change.
+#[derive(Default)]
+pub struct ProcessUnwinders {
+    unwinders: HashMap<i32, UnwinderX86_64<SectionBytes>>,
+    cache: CacheX86_64,
+}
+
+impl ProcessUnwinders {
+    /// Registers a code mapping of process `pid`: `avma` is where it is mapped, and
+    /// `bias` what is added to the file's addresses to get the process's.
+    pub fn add_module(
+        &mut self,
+        pid: i32,
+        name: &str,
+        avma: Range<u64>,
+        bias: u64,
+        sections: &UnwindSections,
+    ) {
+        let info = ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: sections.text.clone(),
+            got_svma: sections.got.clone(),
+            eh_frame_svma: sections.eh_frame.as_ref().map(|(r, _)| r.clone()),
+            eh_frame: sections.eh_frame.as_ref().map(|(_, d)| d.clone()),
+            eh_frame_hdr_svma: sections.eh_frame_hdr.as_ref().map(|(r, _)| r.clone()),
+            eh_frame_hdr: sections.eh_frame_hdr.as_ref().map(|(_, d)| d.clone()),
+            debug_frame: sections.debug_frame.clone(),
+            ..Default::default()
+        };
+        let unwinder = self.unwinders.entry(pid).or_default();
+        unwinder.remove_module(avma.start);
+        unwinder.add_module(Module::new(name.to_string(), avma, bias, info));
+    }
+
+    /// A new process starts with its parent's modules.
+    pub fn fork(&mut self, parent: i32, child: i32) {
+        if let Some(u) = self.unwinders.get(&parent).cloned() {
+            self.unwinders.insert(child, u);
+        }
+    }
+
+    /// A process that `exec`s starts with no modules.
+    pub fn exec(&mut self, pid: i32) {
+        self.unwinders.remove(&pid);
+    }
+
+    /// Unwinds the user stack of `sample` with CFI, and in hybrid mode continues with the
+    /// frame-pointer chain beyond the stack copy. `None` when the sample has no registers
+    /// and stack copy (then only the frame-pointer chain is left).
+    pub fn unwind(&mut self, sample: &Sample, mode: UnwindMode) -> Option<UnwoundStack> {
+        let regs = sample.user_regs?;
+        if sample.stack_copy.is_empty() {
+            return None;
+        }
+        let unwinder = self.unwinders.get(&sample.pid)?;
+        let (cfi, ended) = cfi_frames(unwinder, &mut self.cache, regs, &sample.stack_copy);
+        let fp_chain: Vec<u64> = sample
+            .user_stack
+            .iter()
+            .copied()
+            .filter(|&a| a != 0)
+            .collect();
+        let (user, truncated) = match (mode, ended) {
+            (_, Ended::Root) => (cfi, false),
+            (UnwindMode::Hybrid, Ended::Unknown) => match splice(&cfi, &fp_chain) {
+                Some(rest) => {
+                    let mut user = cfi;
+                    let spliced = rest.len();
+                    user.extend(rest.into_iter().map(CodeAddress::ReturnAddress));
+                    // The chain itself may have been cut at the kernel's frame limit.
+                    (user, spliced > 0 && sample.callchain_truncated)
+                }
+                None => (cfi, true),
+            },
+            _ => (cfi, true),
+        };
+        Some(UnwoundStack {
+            kernel: leaf_first(
+                &sample
+                    .kernel_stack
+                    .iter()
+                    .copied()
+                    .filter(|&a| a != 0)
+                    .collect::<Vec<_>>(),
+            ),
+            user,
+            truncated,
+            restored_leaf_caller: false,
+        })
+    }
+}
+
+/// How CFI unwinding ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// At the outermost frame (CFI says there is no caller).
+    Root,
+    /// Not at the root: the stack copy ended, or CFI was missing or wrong.
+    Unknown,
+}
+
+/// Bytes of `stack` (copied from `sp`) as the 8-byte words framehop reads.
+fn cfi_frames(
+    unwinder: &UnwinderX86_64<SectionBytes>,
+    cache: &mut CacheX86_64,
+    regs: crate::record::UserRegs,
+    stack: &[u8],
+) -> (Vec<CodeAddress>, Ended) {
+    let sp = regs.sp;
+    let mut read_stack = |address: u64| -> Result<u64, ()> {
+        let offset = usize::try_from(address.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
+        let bytes = stack
+            .get(offset..offset.checked_add(8).ok_or(())?)
+            .ok_or(())?;
+        Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+    };
+    let mut frames = unwinder.iter_frames(
+        regs.ip,
+        UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp),
+        cache,
+        &mut read_stack,
+    );
+    let mut out = Vec::new();
+    loop {
+        match frames.next() {
+            Ok(Some(FrameAddress::InstructionPointer(a))) => {
+                out.push(CodeAddress::InstructionPointer(a))
+            }
+            Ok(Some(FrameAddress::ReturnAddress(a))) => {
+                out.push(CodeAddress::ReturnAddress(a.get()))
+            }
+            Ok(None) => return (out, Ended::Root),
+            Err(_) => return (out, Ended::Unknown),
+        }
+        if out.len() >= MAX_CFI_FRAMES {
+            return (out, Ended::Unknown);
+        }
+    }
+}
+
+/// A stack copy of a few kilobytes holds at most a few hundred frames; this bounds a
+/// CFI walk that loops on corrupt data.
+const MAX_CFI_FRAMES: usize = 4096;
+
+/// The frame-pointer chain's frames beyond the last frame CFI found: the chain from just
+/// after its entry for that frame. `None` when the chain never has its return address
+/// (the two disagree, so nothing beyond can be trusted). Only the chain's entries after
+/// its first one are return addresses; its first is the sampled instruction.
+///
+/// In a recursion the same return address is on the stack many times; the chain's entry
+/// for CFI's last frame is the one at about the same depth (the chain may lack a few
+/// frameless frames near the leaf, or have a few bogus ones), so of several equal entries
+/// the one nearest that depth is taken.
+fn splice(cfi: &[CodeAddress], fp_chain: &[u64]) -> Option<Vec<u64>> {
+    let last = match cfi.last()? {
+        CodeAddress::ReturnAddress(a) => *a,
+        CodeAddress::InstructionPointer(_) => return None,
+    };
+    let depth = cfi.len() - 1;
+    let at = (1..fp_chain.len())
+        .filter(|&i| fp_chain[i] == last)
+        .min_by_key(|&i| i.abs_diff(depth))?;
+    Some(fp_chain[at + 1..].to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splice_continues_after_the_agreed_return_address() {
+        let cfi = [
+            CodeAddress::InstructionPointer(0x10),
+            CodeAddress::ReturnAddress(0x20),
+            CodeAddress::ReturnAddress(0x30),
+        ];
+        // The chain skipped 0x20 (a frameless function) but has 0x30 and beyond.
+        assert_eq!(
+            splice(&cfi, &[0x10, 0x30, 0x40, 0x50]),
+            Some(vec![0x40, 0x50])
+        );
+        assert_eq!(splice(&cfi, &[0x10, 0x99, 0x98]), None, "no agreement");
+        assert_eq!(
+            splice(&cfi[..1], &[0x10, 0x20]),
+            None,
+            "no return address yet"
+        );
+        // A recursion: 0x30 is every level's return address. CFI saw three levels; the
+        // chain's third entry for it is where CFI stopped.
+        let recursion = [
+            CodeAddress::InstructionPointer(0x10),
+            CodeAddress::ReturnAddress(0x30),
+            CodeAddress::ReturnAddress(0x30),
+            CodeAddress::ReturnAddress(0x30),
+        ];
+        let chain = [0x10, 0x30, 0x30, 0x30, 0x30, 0x30, 0x40];
+        assert_eq!(splice(&recursion, &chain), Some(vec![0x30, 0x30, 0x40]));
+    }
+}
