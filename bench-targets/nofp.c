@@ -4,21 +4,13 @@
  * Usage: nofp [seconds] (default 2). */
 #include <stdlib.h>
 #include "now.h"
+#include "work.h"
 
-static volatile double sink;
 static volatile long rounds;
 
-__attribute__((noinline)) void hot_a(long n) {
-    double s = 0;
-    for (long i = 0; i < n; i++) s += (double)i * 1.000001;
-    sink = s;
-}
+__attribute__((noinline)) void hot_a(long n) { sum_to(n); }
 
-__attribute__((noinline)) void hot_b(long n) {
-    double s = 0;
-    for (long i = 0; i < n; i++) s += (double)i * 1.000001;
-    sink = s;
-}
+__attribute__((noinline)) void hot_b(long n) { sum_to(n); }
 
 /* Locals in registers and on the stack, so that RBP is used as a general register. */
 __attribute__((noinline)) void middle(long unit) {

@@ -9,20 +9,12 @@
 #include <time.h>
 #include <unistd.h>
 #include "now.h"
+#include "work.h"
 
-static volatile double sink;
 
-__attribute__((noinline)) void hot_a(long n) {
-    double s = 0;
-    for (long i = 0; i < n; i++) s += (double)i * 1.000001;
-    sink = s;
-}
+__attribute__((noinline)) void hot_a(long n) { sum_to(n); }
 
-__attribute__((noinline)) void hot_b(long n) {
-    double s = 0;
-    for (long i = 0; i < n; i++) s += (double)i * 1.000001;
-    sink = s;
-}
+__attribute__((noinline)) void hot_b(long n) { sum_to(n); }
 
 static volatile long rounds;
 

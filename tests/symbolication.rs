@@ -152,7 +152,7 @@ fn shared_libraries_pie_and_vdso_are_named() {
     );
     let lib_hot = own
         .iter()
-        .filter_map(|s| s.last())
+        .flat_map(|s| s.iter())
         .find(|f| f.name == "lib_hot")
         .unwrap();
     assert!(lib_hot.file.as_deref().unwrap().ends_with("libhot.c"));
