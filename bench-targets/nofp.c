@@ -1,8 +1,9 @@
 /* The 70/30 call tree without frame pointers (built with -fomit-frame-pointer):
  *   main > outer > middle > {hot_a ~70%, hot_b ~30%}
  * The kernel's frame-pointer walk cannot follow it; CFI can.
- * Usage: nofp [seconds] (default 2). */
+ * Usage: nofp [seconds] (default 2), or nofp -n ROUNDS for a fixed amount of work. */
 #include <stdlib.h>
+#include <string.h>
 #include "now.h"
 #include "work.h"
 
@@ -27,6 +28,10 @@ __attribute__((noinline)) void outer(long unit) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 2 && strcmp(argv[1], "-n") == 0) {
+        for (long r = atol(argv[2]); r > 0; r--) outer(100000);
+        return 0;
+    }
     double seconds = argc > 1 ? atof(argv[1]) : 2.0;
     double end = now() + seconds;
     while (now() < end) outer(100000);

@@ -147,6 +147,11 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         UnwindArg::Dwarf => sampler::unwind::UnwindMode::Dwarf,
     };
     let stack_bytes = args.stack_size.unwrap_or_else(|| default_stack_bytes(mode));
+    let unwind_name = match mode {
+        sampler::unwind::UnwindMode::Hybrid => "hybrid",
+        sampler::unwind::UnwindMode::Fp => "fp",
+        sampler::unwind::UnwindMode::Dwarf => "dwarf",
+    };
     if stack_bytes % 8 != 0 || !(8..=65_528).contains(&stack_bytes) {
         bail!("--stack-size must be a multiple of 8 between 8 and 65528 (got {stack_bytes})");
     }
@@ -215,6 +220,14 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         profile.processes.len(),
         m.duration_ms / 1000.0
     );
+    if samples > 0 {
+        eprintln!(
+            "sampler: {} unwinding, {:.1} MB of samples ({} bytes per sample)",
+            unwind_name,
+            info.sample_bytes as f64 / 1e6,
+            info.sample_bytes / samples as u64
+        );
+    }
     print_lost_by_thread(&profile);
     if m.truncated_stacks > 0 {
         eprintln!(

@@ -53,6 +53,7 @@ fn recording(events: Vec<Event>) -> Recording {
         root_pid: 10,
         ring_pages: 128,
         stopped_for: None,
+        sample_bytes: 0,
     };
     Recording { info, events }
 }

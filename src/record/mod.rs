@@ -70,6 +70,8 @@ pub struct RecordingInfo {
     pub ring_pages: usize,
     /// How long attached processes were stopped while sampler attached to them.
     pub stopped_for: Option<Duration>,
+    /// Bytes of sample records the kernel wrote (what a sample costs in the ring buffer).
+    pub sample_bytes: u64,
 }
 
 /// A whole recording held in memory: its description and its events in time order.
@@ -463,6 +465,8 @@ fn monotonic_ns() -> u64 {
 #[derive(Default)]
 struct Progress {
     samples: u64,
+    /// Bytes of all sample records, as the kernel wrote them.
+    sample_bytes: u64,
     lost: u64,
     throttled: u64,
     tids: HashSet<i32>,
@@ -690,6 +694,7 @@ pub fn record(
         root_pid: target.root_pid(),
         ring_pages: events.ring_pages,
         stopped_for,
+        sample_bytes: progress.sample_bytes,
     };
     Ok((info, ended))
 }
@@ -786,10 +791,13 @@ fn drain_all(
 ) {
     for ring in rings.iter_mut() {
         ring.drain(|record| {
+            // The 8-byte record header and the body.
+            let bytes = 8 + record.body.0.len() + record.body.1.len();
             if let Some(event) = parser.parse(record) {
                 match &event.kind {
                     EventKind::Sample(s) => {
                         progress.samples += 1;
+                        progress.sample_bytes += bytes as u64;
                         progress.tids.insert(s.tid);
                     }
                     EventKind::Lost { count, .. } => progress.lost += count,
