@@ -119,6 +119,10 @@ fn main() -> ExitCode {
     }
 }
 
+/// Developer aid: where to write an unwinder fixture of the recording's first samples
+/// (see `sampler::profile::capture`).
+const CAPTURE_ENV: &str = "SAMPLER_CAPTURE_SAMPLES";
+
 fn record_main(args: RecordArgs) -> Result<i32> {
     if let Some(pages) = args.mmap_pages.filter(|p| !p.is_power_of_two()) {
         bail!("-m/--mmap-pages must be a power of two (got {pages})");
@@ -170,6 +174,9 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     })?;
     // Samples are unwound and interned while the command runs (see ProfileBuilder).
     let mut builder = profile::ProfileBuilder::new(symbolicate::kernel_text_start(), mode);
+    if let Some(path) = std::env::var_os(CAPTURE_ENV) {
+        builder.capture_samples(PathBuf::from(path));
+    }
     let (info, ended) = match record::record(&opts, &mut |events| builder.add_events(events)) {
         Ok(r) => r,
         Err(e) => {

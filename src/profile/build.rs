@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::capture::Capture;
 use super::*;
 use crate::binary::{Binary, FrameRule};
 use crate::locate::{FileFinder, MappedFile};
@@ -92,6 +93,7 @@ pub struct ProfileBuilder {
     restored_callers: u64,
     mode: UnwindMode,
     unwinders: ProcessUnwinders,
+    capture: Option<Capture>,
 }
 
 /// Builds the raw profile of a whole recording at once (see [`ProfileBuilder`]).
@@ -123,7 +125,14 @@ impl ProfileBuilder {
             restored_callers: 0,
             mode,
             unwinders: ProcessUnwinders::default(),
+            capture: None,
         }
+    }
+
+    /// Also writes an unwinder fixture of the first samples to `path` (see
+    /// [`super::capture`]) when the profile is finished.
+    pub fn capture_samples(&mut self, path: std::path::PathBuf) {
+        self.capture = Some(Capture::new(path));
     }
 
     /// Replays `events`, which come after every event fed before, in time order.
@@ -191,7 +200,12 @@ impl ProfileBuilder {
     }
 
     /// The raw profile; times become milliseconds since `info.start_ns`.
-    pub fn finish(self, info: &RecordingInfo) -> Built {
+    pub fn finish(mut self, info: &RecordingInfo) -> Built {
+        if let Some(capture) = self.capture.take() {
+            if let Err(e) = capture.write() {
+                eprintln!("sampler: could not write the sample capture: {e}");
+            }
+        }
         let ms = |ns: u64| ns.saturating_sub(info.start_ns) as f64 / 1e6;
         let processes = self
             .processes
@@ -353,6 +367,9 @@ impl ProfileBuilder {
                 let bias = m.start.wrapping_sub(file_offset).wrapping_sub(delta as u64);
                 self.unwinders
                     .add_module(m.pid, &lib.name, m.start..end, bias, &binary.unwind);
+                if let Some(capture) = &mut self.capture {
+                    capture.module(m.pid, &lib.name, (m.start, end), bias, binary);
+                }
             }
             let lib = self.intern_lib(lib, binary);
             let module = Module {
@@ -404,6 +421,9 @@ impl ProfileBuilder {
     }
 
     fn sample(&mut self, time_ns: u64, s: &Sample) {
+        if let Some(capture) = &mut self.capture {
+            capture.sample(s);
+        }
         let cfi = match self.mode {
             UnwindMode::Fp => None,
             mode => self.unwinders.unwind(s, mode),

@@ -10,6 +10,7 @@
 //! in the stack table, so one pass from last to first can accumulate times.
 
 pub mod build;
+pub mod capture;
 
 pub use build::{build, Built, ProfileBuilder};
 

@@ -1,0 +1,81 @@
+//! The unwinder on captured samples (tests/fixtures/, see tests/common/fixture.rs): no
+//! perf, no privileges. nofp-samples.json holds samples of bench-targets' nofp, built
+//! without frame pointers, whose call tree is main > outer > middle > hot_a | hot_b.
+
+#[path = "common/fixture.rs"]
+mod fixture;
+
+use std::path::Path;
+
+use fixture::Fixture;
+use sampler::unwind::{unwind_frame_pointers, CodeAddress, CodeLookup, UnwindMode};
+
+fn nofp() -> Fixture {
+    Fixture::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nofp-samples.json"))
+}
+
+/// Function names of a leaf-first stack, as far as the fixture's modules name them.
+fn names(f: &Fixture, stack: &[CodeAddress]) -> Vec<String> {
+    stack
+        .iter()
+        .map_while(|a| f.function(a.lookup_address()).map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn cfi_unwinds_code_without_frame_pointers_from_captured_samples() {
+    let f = nofp();
+    assert!(f.samples.len() >= 100, "{} samples", f.samples.len());
+    for mode in [UnwindMode::Hybrid, UnwindMode::Dwarf] {
+        let mut unwinders = f.unwinders();
+        let (mut hot, mut whole) = (0, 0);
+        for s in &f.samples {
+            let stack = unwinders.unwind(s, mode).expect("registers and stack copy");
+            let names = names(&f, &stack.user);
+            if !names.first().is_some_and(|n| n == "hot_a" || n == "hot_b") {
+                continue;
+            }
+            hot += 1;
+            if names[1..].starts_with(&["middle".into(), "outer".into(), "main".into()]) {
+                whole += 1;
+            }
+        }
+        eprintln!("{mode:?}: {whole} of {hot} samples in hot_a/hot_b unwind to main");
+        assert!(
+            hot >= 50 && whole * 100 >= hot * 98,
+            "{mode:?}: {whole} of {hot}"
+        );
+    }
+}
+
+/// Frame pointers alone, with no CFI at all.
+struct NoCfi;
+
+impl CodeLookup for NoCfi {
+    fn frame_rule(&mut self, _: u64) -> Option<sampler::binary::FrameRule> {
+        None
+    }
+    fn is_code(&mut self, _: u64) -> bool {
+        false
+    }
+}
+
+#[test]
+fn frame_pointers_on_code_without_them_are_wrong_but_do_not_fail() {
+    let f = nofp();
+    let mut whole = 0;
+    for s in &f.samples {
+        let stack = unwind_frame_pointers(s, &mut NoCfi);
+        assert!(
+            !stack.user.is_empty(),
+            "the sampled instruction is always there"
+        );
+        let names = names(&f, &stack.user);
+        whole += usize::from(names.len() >= 4 && names[1..4] == ["middle", "outer", "main"]);
+    }
+    eprintln!("fp: {whole} of {} samples unwind to main", f.samples.len());
+    assert!(
+        whole * 2 < f.samples.len(),
+        "frame pointers cannot follow this program"
+    );
+}
