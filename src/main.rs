@@ -238,7 +238,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     print_lost_by_thread(&profile);
     if m.truncated_stacks > 0 {
         eprintln!(
-            "sampler: {} stacks hit the kernel's frame limit and end in [truncated]",
+            "sampler: {} stacks could not be unwound to their outermost frame and start with [truncated] (the stack copy or the kernel's frame limit ended them; a larger --stack-size helps the first)",
             m.truncated_stacks
         );
     }
