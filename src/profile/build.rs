@@ -25,8 +25,8 @@ pub const TRUNCATED_MARKER: &str = "[truncated]";
 /// keeps them below 2^53, exact in JSON numbers.
 const KERNEL_SPACE_START: u64 = 0xffff_8000_0000_0000;
 
-/// The pseudo-path of the kernel's vdso mapping.
-const VDSO_NAME: &str = "[vdso]";
+/// The pseudo-path of the kernel's vdso mapping, and the name of its library.
+pub const VDSO_NAME: &str = "[vdso]";
 
 /// What one mapping of a process was resolved to, once, when it was mapped.
 #[derive(Clone, Copy, Debug)]

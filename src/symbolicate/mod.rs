@@ -19,7 +19,7 @@ use std::sync::Arc;
 use crate::binary::Binary;
 pub use crate::locate::DEFAULT_DEBUG_ROOT;
 use crate::locate::{build_id_path, find_debug_file};
-use crate::profile::build::{LibFile, TRUNCATED_MARKER};
+use crate::profile::build::{LibFile, TRUNCATED_MARKER, VDSO_NAME};
 use crate::profile::*;
 pub use dwarf::{DwarfInfo, SourceFrame};
 pub use symbols::{demangle, Symbol, SymbolMap};
@@ -397,7 +397,10 @@ pub fn apply(raw: RawProfile, lib_symbols: &[Result<LibSymbols, String>]) -> Pro
                 else {
                     return None;
                 };
-                if raw.libs[lib.index()].kind != LibKind::File {
+                // The vdso's few clock functions have no source anyone would install
+                // for; saying so on every run would only be noise.
+                let lib_info = &raw.libs[lib.index()];
+                if lib_info.kind != LibKind::File || lib_info.name == VDSO_NAME {
                     return None;
                 }
                 (Missing::DebugInfo, why.clone())
