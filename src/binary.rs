@@ -40,13 +40,6 @@ pub enum FrameRule {
     BpOffset(i64),
 }
 
-/// A section's bytes and the address it is loaded at, in the file's own address space.
-#[derive(Clone, Debug)]
-struct SectionData {
-    address: u64,
-    bytes: SectionBytes,
-}
-
 /// Section bytes, shared between the binary and the unwinders of every process mapping it.
 pub type SectionBytes = Arc<[u8]>;
 
@@ -73,10 +66,7 @@ pub struct Binary {
     pub has_dwarf: bool,
     pub has_symtab: bool,
     pub segments: Vec<LoadSegment>,
-    eh_frame: Option<SectionData>,
-    eh_frame_hdr: Option<SectionData>,
-    text_address: u64,
-    /// What CFI unwinding of this file's code needs.
+    /// What CFI unwinding of this file's code needs (and [`Binary::frame_rule`] reads).
     pub unwind: UnwindSections,
 }
 
@@ -95,27 +85,21 @@ impl Binary {
     pub fn from_bytes(path: PathBuf, data: Arc<[u8]>) -> Option<Binary> {
         let mut binary = {
             let file = object::File::parse(&*data).ok()?;
-            let section = |name: &str| {
-                let s = file.section_by_name(name)?;
-                Some(SectionData {
-                    address: s.address(),
-                    bytes: Arc::from(&*s.uncompressed_data().ok()?),
-                })
-            };
             let range = |name: &str| {
                 let s = file.section_by_name(name)?;
                 Some(s.address()..s.address() + s.size())
             };
-            let eh_frame = section(".eh_frame");
-            let eh_frame_hdr = section(".eh_frame_hdr");
-            let with_range = |d: &Option<SectionData>, name: &str| {
-                Some((range(name)?, d.as_ref()?.bytes.clone()))
+            let bytes = |name: &str| -> Option<SectionBytes> {
+                Some(Arc::from(
+                    &*file.section_by_name(name)?.uncompressed_data().ok()?,
+                ))
             };
+            let with_range = |name: &str| Some((range(name)?, bytes(name)?));
             let unwind = UnwindSections {
                 text: range(".text"),
-                eh_frame: with_range(&eh_frame, ".eh_frame"),
-                eh_frame_hdr: with_range(&eh_frame_hdr, ".eh_frame_hdr"),
-                debug_frame: section(".debug_frame").map(|d| d.bytes),
+                eh_frame: with_range(".eh_frame"),
+                eh_frame_hdr: with_range(".eh_frame_hdr"),
+                debug_frame: bytes(".debug_frame"),
                 got: range(".got"),
             };
             Binary {
@@ -145,9 +129,6 @@ impl Binary {
                         }
                     })
                     .collect(),
-                eh_frame,
-                eh_frame_hdr,
-                text_address: file.section_by_name(".text").map_or(0, |s| s.address()),
                 unwind,
             }
         };
@@ -175,16 +156,17 @@ impl Binary {
 
     /// The frame rule at `svma` from `.eh_frame`, when the CFA is RSP- or RBP-based.
     pub fn frame_rule(&self, svma: u64) -> Option<FrameRule> {
-        let eh = self.eh_frame.as_ref()?;
+        let (eh_range, eh_bytes) = self.unwind.eh_frame.as_ref()?;
+        let text_address = self.unwind.text.as_ref().map_or(0, |t| t.start);
         let mut bases = BaseAddresses::default()
-            .set_eh_frame(eh.address)
-            .set_text(self.text_address);
-        let eh_frame = EhFrame::new(&eh.bytes, LittleEndian);
+            .set_eh_frame(eh_range.start)
+            .set_text(text_address);
+        let eh_frame = EhFrame::new(eh_bytes, LittleEndian);
         let mut ctx = UnwindContext::new();
-        let row = match &self.eh_frame_hdr {
-            Some(hdr) => {
-                bases = bases.set_eh_frame_hdr(hdr.address);
-                let parsed = EhFrameHdr::new(&hdr.bytes, LittleEndian)
+        let row = match &self.unwind.eh_frame_hdr {
+            Some((hdr_range, hdr_bytes)) => {
+                bases = bases.set_eh_frame_hdr(hdr_range.start);
+                let parsed = EhFrameHdr::new(hdr_bytes, LittleEndian)
                     .parse(&bases, 8)
                     .ok()?;
                 let table = parsed.table()?;
@@ -229,9 +211,6 @@ mod tests {
             has_dwarf: false,
             has_symtab: false,
             segments,
-            eh_frame: None,
-            eh_frame_hdr: None,
-            text_address: 0,
             unwind: UnwindSections::default(),
         }
     }
