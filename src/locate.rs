@@ -236,35 +236,28 @@ pub fn find_debug_file(
         }
     }
     for (path, crc) in candidates {
-        let Ok(data) = crate::binary::read_shared(&path) else {
+        let Some(debug) = crate::binary::read_shared(&path)
+            .ok()
+            .and_then(|data| Binary::from_bytes(path.clone(), data))
+        else {
             continue;
         };
         let matches = match (&binary.build_id, crc) {
-            (Some(_), _) => {
-                let debug_id = object::File::parse(&*data).ok().and_then(|f| {
-                    object::Object::build_id(&f)
-                        .ok()
-                        .flatten()
-                        .map(<[u8]>::to_vec)
-                });
-                debug_id == binary.build_id
-            }
-            (None, Some(crc)) => crc32(&data) == crc,
+            (Some(_), _) => debug.build_id == binary.build_id,
+            (None, Some(crc)) => crc32(&debug.data) == crc,
             (None, None) => false,
         };
         if !matches {
             rejected.push(path);
             continue;
         }
-        if let Some(debug) = Binary::from_bytes(path.clone(), data) {
-            return (
-                Some(DebugFile {
-                    path,
-                    binary: debug,
-                }),
-                rejected,
-            );
-        }
+        return (
+            Some(DebugFile {
+                path,
+                binary: debug,
+            }),
+            rejected,
+        );
     }
     (None, rejected)
 }
