@@ -15,7 +15,7 @@ use std::ops::Range;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 
-use super::{leaf_first, CodeAddress, UnwoundStack};
+use super::{callchain, kernel_frames, CodeAddress, UnwoundStack};
 use crate::binary::{SectionBytes, UnwindSections};
 use crate::record::Sample;
 
@@ -87,12 +87,7 @@ impl ProcessUnwinders {
         }
         let unwinder = self.unwinders.get(&sample.pid)?;
         let (cfi, ended) = cfi_frames(unwinder, &mut self.cache, regs, &sample.stack_copy);
-        let fp_chain: Vec<u64> = sample
-            .user_stack
-            .iter()
-            .copied()
-            .filter(|&a| a != 0)
-            .collect();
+        let fp_chain = callchain(&sample.user_stack);
         let (user, truncated) = match (mode, ended) {
             (_, Ended::Root) => (cfi, false),
             (UnwindMode::Hybrid, Ended::Unknown) => match splice(&cfi, &fp_chain) {
@@ -108,14 +103,7 @@ impl ProcessUnwinders {
             _ => (cfi, true),
         };
         Some(UnwoundStack {
-            kernel: leaf_first(
-                &sample
-                    .kernel_stack
-                    .iter()
-                    .copied()
-                    .filter(|&a| a != 0)
-                    .collect::<Vec<_>>(),
-            ),
+            kernel: kernel_frames(sample),
             user,
             truncated,
             restored_leaf_caller: false,

@@ -66,18 +66,7 @@ pub trait CodeLookup {
 /// Builds the stack of `sample` from its frame-pointer callchain, restoring the caller
 /// that the chain skips when the sampled function has no RBP frame.
 pub fn unwind_frame_pointers(sample: &Sample, code: &mut dyn CodeLookup) -> UnwoundStack {
-    let kernel_raw: Vec<u64> = sample
-        .kernel_stack
-        .iter()
-        .copied()
-        .filter(|&a| a != 0)
-        .collect();
-    let mut user_raw: Vec<u64> = sample
-        .user_stack
-        .iter()
-        .copied()
-        .filter(|&a| a != 0)
-        .collect();
+    let mut user_raw = callchain(&sample.user_stack);
     let mut restored = false;
     if let (Some(regs), Some(&leaf)) = (sample.user_regs, user_raw.first()) {
         if regs.ip == leaf {
@@ -93,14 +82,24 @@ pub fn unwind_frame_pointers(sample: &Sample, code: &mut dyn CodeLookup) -> Unwo
     // The user leaf is an exact instruction address even in a sample taken in the kernel:
     // after a `syscall` it is the next instruction, still inside the wrapper, and after a
     // fault or an interrupt it is the interrupted instruction itself.
-    let kernel = leaf_first(&kernel_raw);
     let user = leaf_first(&user_raw);
     UnwoundStack {
-        kernel,
+        kernel: kernel_frames(sample),
         user,
         truncated: sample.callchain_truncated,
         restored_leaf_caller: restored,
     }
+}
+
+/// A part of a sample's callchain without the zero entries the kernel leaves where its
+/// walk found nothing.
+fn callchain(addresses: &[u64]) -> Vec<u64> {
+    addresses.iter().copied().filter(|&a| a != 0).collect()
+}
+
+/// The kernel part of a sample's callchain, leaf first.
+fn kernel_frames(sample: &Sample) -> Vec<CodeAddress> {
+    leaf_first(&callchain(&sample.kernel_stack))
 }
 
 /// Marks a leaf-first list of addresses: the first is the sampled instruction, every
