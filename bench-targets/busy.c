@@ -4,18 +4,13 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include "now.h"
+#include "work.h"
 
 static double seconds = 2.0;
-static volatile double sink;
-
 __attribute__((noinline)) void *busy_work(void *arg) {
     (void)arg;
     double until = now() + seconds;
-    while (now() < until) {
-        double s = 0;
-        for (long i = 0; i < 100000; i++) s += (double)i;
-        sink = s;
-    }
+    while (now() < until) sum_to(100000);
     return NULL;
 }
 
