@@ -114,7 +114,7 @@ fn seed_003_interning_and_func_grouping() {
     assert_eq!(p.funcs.len(), 3, "one func per function, not per address");
     let tree = CallTree::all_threads(&p);
     assert_eq!(
-        tree.to_compact_string(&p),
+        tree.to_compact_string(),
         "main:5,1 > { doSomething:3,3 ; someInterlude:1,1 }"
     );
     assert!(p.symbol_gaps.is_empty());
