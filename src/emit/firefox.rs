@@ -15,9 +15,18 @@ pub const PROCESSED_PROFILE_VERSION: u32 = 70;
 const GECKO_VERSION: u32 = 24;
 
 /// Category indexes in `meta.categories`.
-const CATEGORY_OTHER: u32 = 0;
-const CATEGORY_USER: u32 = 1;
-const CATEGORY_KERNEL: u32 = 2;
+pub const CATEGORY_OTHER: u32 = 0;
+pub const CATEGORY_USER: u32 = 1;
+pub const CATEGORY_KERNEL: u32 = 2;
+
+/// Labels of the `meta.extra` sections (the profile's info panel), which
+/// [`super::load`] reads back.
+pub const EXTRA_RECORDING: &str = "Recording";
+pub const EXTRA_SYMBOLS: &str = "Symbols";
+pub const EXTRA_LOST_BY_THREAD: &str = "Lost samples by thread";
+/// How a symbol gap entry starts, by what the library lacks.
+pub const GAP_SYMBOLS: &str = "some frames unnamed";
+pub const GAP_DEBUG_INFO: &str = "no source lines or inlined calls";
 
 /// Strings are stored once, in `shared.stringArray`.
 #[derive(Default)]
@@ -59,8 +68,8 @@ fn symbol_gap_entries(profile: &Profile) -> Vec<Value> {
         .iter()
         .map(|g| {
             let what = match g.missing {
-                Missing::Symbols => "some frames unnamed",
-                Missing::DebugInfo => "no source lines or inlined calls",
+                Missing::Symbols => GAP_SYMBOLS,
+                Missing::DebugInfo => GAP_DEBUG_INFO,
             };
             json!({
                 "label": profile.libs[g.lib.index()].name,
@@ -250,19 +259,21 @@ pub fn to_json(profile: &Profile) -> Value {
             ],
             "markerSchema": [],
             "extra": [{
-                "label": "Recording",
+                "label": EXTRA_RECORDING,
                 "entries": [
                     { "label": "Event", "format": "string", "value": meta.event },
                     { "label": "Frequency (Hz)", "format": "integer", "value": meta.frequency_hz },
                     { "label": "Lost samples", "format": "integer", "value": meta.lost_samples },
                     { "label": "Truncated stacks", "format": "integer", "value": meta.truncated_stacks },
+                    { "label": "Restored callers", "format": "integer", "value": meta.restored_callers },
+                    { "label": "Throttled", "format": "integer", "value": meta.throttled },
                     { "label": "Kernel frames", "format": "string", "value": if meta.kernel_included { "yes" } else { "no" } },
                 ],
             }, {
-                "label": "Symbols",
+                "label": EXTRA_SYMBOLS,
                 "entries": symbol_gap_entries(profile),
             }, {
-                "label": "Lost samples by thread",
+                "label": EXTRA_LOST_BY_THREAD,
                 "entries": profile.threads.iter().filter(|t| t.lost_samples > 0).map(|t| json!({
                     "label": format!("{} ({})", t.name, t.tid),
                     "format": "integer",

@@ -2,6 +2,7 @@
 //! agree on every count.
 
 pub mod firefox;
+pub mod load;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};

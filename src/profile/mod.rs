@@ -240,7 +240,7 @@ pub struct Stack {
 }
 
 /// The symbolicated profile that every output is made from.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Profile {
     pub meta: Meta,
     pub libs: Vec<Lib>,
