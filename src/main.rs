@@ -6,8 +6,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+use sampler::calltree::{self, CallTree, Transform};
 use sampler::record::{self, RecordOptions};
 use sampler::{emit, profile, symbolicate};
 
@@ -30,6 +31,75 @@ enum Command {
     /// Print the function, inlined calls and source line of addresses in an ELF file, as
     /// the profile would name them (like `addr2line -f -i -C`, innermost call first).
     Symbolize(SymbolizeArgs),
+    /// Print the call tree of a profile that sampler wrote, with transforms applied in the
+    /// order given (paths are CallNodePaths: A>B>C, from the root)
+    Report(ReportArgs),
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ColorArg {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(clap::Args)]
+struct ReportArgs {
+    /// A profile written by `sampler record` (.json or .json.gz).
+    file: PathBuf,
+    /// Only these threads (a tid, a thread name or a process name; repeatable)
+    /// [default: all threads merged]
+    #[arg(long = "thread", value_name = "NAME|TID")]
+    threads: Vec<String>,
+    /// One tree per thread instead of all threads merged.
+    #[arg(long = "per-thread")]
+    per_thread: bool,
+    /// Show the tree bottom-up: roots are the functions that ran, children their callers.
+    #[arg(long)]
+    invert: bool,
+    /// Deepest level shown (roots are level 1).
+    #[arg(long, value_name = "N")]
+    depth: Option<usize>,
+    /// Leave out nodes below this percentage of the samples (0 shows all).
+    #[arg(long = "min-percent", value_name = "P", default_value_t = 0.5)]
+    min_percent: f64,
+    /// Merge function: its call nodes disappear and their time goes to their callers.
+    #[arg(long = "merge", value_name = "FUNC")]
+    merge: Vec<String>,
+    /// Merge one call node into its caller.
+    #[arg(long = "merge-node", value_name = "A>B>C")]
+    merge_node: Vec<String>,
+    /// Merge a call node's subtree into its caller (its time becomes the caller's self time).
+    #[arg(long = "prune", value_name = "A>B>C")]
+    prune: Vec<String>,
+    /// Drop the samples whose stack contains the function.
+    #[arg(long = "drop", value_name = "FUNC")]
+    drop: Vec<String>,
+    /// Only the samples through this call node, with it as the root.
+    #[arg(long = "focus", value_name = "A>B>C")]
+    focus: Vec<String>,
+    /// Only the samples that call the function, with every call of it as a root.
+    #[arg(long = "focus-function", value_name = "FUNC")]
+    focus_function: Vec<String>,
+    /// Show the frames of a library as one node named after it.
+    #[arg(long = "collapse-lib", value_name = "LIB")]
+    collapse_lib: Vec<String>,
+    /// Show a function that calls itself directly as one node.
+    #[arg(long = "collapse-recursion", value_name = "FUNC")]
+    collapse_recursion: Vec<String>,
+    /// Merge every call of the function made while it is already on the stack.
+    #[arg(long = "collapse-indirect-recursion", value_name = "FUNC")]
+    collapse_indirect_recursion: Vec<String>,
+    /// Sample counts per source line of the function, instead of the tree.
+    #[arg(long = "lines", value_name = "FUNC")]
+    lines: Option<String>,
+    /// Columns to fit the output in (0: no limit) [default: the terminal's width, else
+    /// $COLUMNS, else no limit]
+    #[arg(long, value_name = "N")]
+    width: Option<usize>,
+    /// Colour the output [default: auto, when stdout is a terminal and NO_COLOR is unset]
+    #[arg(long, value_enum, default_value_t = ColorArg::Auto)]
+    color: ColorArg,
 }
 
 #[derive(clap::Args)]
@@ -105,10 +175,17 @@ struct RecordArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Record(args) => record_main(args),
         Command::Symbolize(args) => symbolize_main(args).map(|()| 0),
+        Command::Report(args) => {
+            let sub = matches
+                .subcommand_matches("report")
+                .expect("the report subcommand was parsed");
+            report_transforms(sub).and_then(|t| report_main(args, &t).map(|()| 0))
+        }
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
@@ -372,4 +449,168 @@ fn give_to_sudo_user(path: &Path) -> Result<()> {
             .with_context(|| format!("cannot give {} to uid {uid}", path.display()))?;
     }
     Ok(())
+}
+
+/// Makes a transform from one value of its flag.
+type MakeTransform = fn(String) -> Transform;
+
+/// The report's transforms in the order they were given on the command line, whatever
+/// their flags (clap keeps each flag's values apart, so order comes from their indexes).
+fn report_transforms(matches: &clap::ArgMatches) -> Result<Vec<Transform>> {
+    let kinds: [(&str, MakeTransform); 9] = [
+        ("merge", Transform::MergeFunction),
+        ("merge_node", |p| {
+            Transform::MergeCallNode(calltree::parse_path(&p))
+        }),
+        ("prune", |p| {
+            Transform::PruneCallNode(calltree::parse_path(&p))
+        }),
+        ("drop", Transform::DropFunction),
+        ("focus", |p| {
+            Transform::FocusSubtree(calltree::parse_path(&p))
+        }),
+        ("focus_function", Transform::FocusFunction),
+        ("collapse_lib", Transform::CollapseLibrary),
+        ("collapse_recursion", Transform::CollapseRecursion),
+        (
+            "collapse_indirect_recursion",
+            Transform::CollapseIndirectRecursion,
+        ),
+    ];
+    let mut ordered: Vec<(usize, Transform)> = Vec::new();
+    for (id, make) in kinds {
+        if let (Some(values), Some(indexes)) =
+            (matches.get_many::<String>(id), matches.indices_of(id))
+        {
+            ordered.extend(indexes.zip(values).map(|(i, v)| (i, make(v.clone()))));
+        }
+    }
+    ordered.sort_by_key(|(i, _)| *i);
+    Ok(ordered.into_iter().map(|(_, t)| t).collect())
+}
+
+/// The width to fit the report in: `--width` (0 = none), the terminal's, `$COLUMNS`.
+fn report_width(arg: Option<usize>, tty: bool) -> Option<usize> {
+    match arg {
+        Some(0) => None,
+        Some(w) => Some(w),
+        None => tty
+            .then(|| terminal_size::terminal_size().map(|(w, _)| usize::from(w.0)))
+            .flatten()
+            .or_else(|| std::env::var("COLUMNS").ok()?.parse().ok()),
+    }
+}
+
+fn report_main(args: ReportArgs, transforms: &[Transform]) -> Result<()> {
+    use std::io::{IsTerminal, Write};
+    if !(0.0..=100.0).contains(&args.min_percent) {
+        bail!(
+            "--min-percent must be between 0 and 100 (got {})",
+            args.min_percent
+        );
+    }
+    let profile = emit::load::read_profile(&args.file)?;
+    let threads =
+        emit::report::select_threads(&profile, &args.threads).map_err(anyhow::Error::msg)?;
+    let tty = std::io::stdout().is_terminal();
+    let opts = emit::report::ReportOptions {
+        width: report_width(args.width, tty),
+        color: match args.color {
+            ColorArg::Always => true,
+            ColorArg::Never => false,
+            ColorArg::Auto => tty && std::env::var_os("NO_COLOR").is_none(),
+        },
+        max_depth: args.depth,
+        min_percent: args.min_percent,
+    };
+    let groups: Vec<Vec<usize>> = if args.per_thread {
+        threads
+            .iter()
+            .filter(|&&t| !profile.threads[t].samples.is_empty())
+            .map(|&t| vec![t])
+            .collect()
+    } else {
+        vec![threads]
+    };
+    let mut out = String::new();
+    let m = &profile.meta;
+    out.push_str(&format!(
+        "{}: {} ({} Hz, {:.2} s)\n",
+        args.file.display(),
+        m.event,
+        m.frequency_hz,
+        m.duration_ms / 1000.0
+    ));
+    for group in groups {
+        let samples: u64 = group
+            .iter()
+            .flat_map(|&t| &profile.threads[t].samples)
+            .map(|s| u64::from(s.weight))
+            .sum();
+        let who = match group.as_slice() {
+            [t] => {
+                let th = &profile.threads[*t];
+                let process = &profile.processes[th.process.index()];
+                format!(
+                    "thread {} (tid {}) of {} (pid {})",
+                    th.name, th.tid, process.name, process.pid
+                )
+            }
+            many => {
+                let processes: std::collections::BTreeSet<_> =
+                    many.iter().map(|&t| profile.threads[t].process).collect();
+                format!(
+                    "{} threads in {} processes, merged",
+                    many.len(),
+                    processes.len()
+                )
+            }
+        };
+        out.push_str(&format!("{who}: {samples} samples\n"));
+        if let Some(func) = &args.lines {
+            let lines = calltree::lines::function_lines(&profile, &group, func)
+                .map_err(anyhow::Error::msg)?;
+            emit::report::render_lines(&lines, samples, &opts, &source_line, &mut out);
+            continue;
+        }
+        let tree = calltree::transform::apply_all(CallTree::build(&profile, &group), transforms)
+            .map_err(anyhow::Error::msg)?;
+        if !transforms.is_empty() {
+            let names: Vec<String> = transforms.iter().map(|t| t.to_string()).collect();
+            out.push_str(&format!(
+                "after {}: {} of {} samples\n",
+                names.join(", then "),
+                tree.total(),
+                samples
+            ));
+        }
+        let tree = if args.invert { tree.inverted() } else { tree };
+        emit::report::render_tree(&tree, &opts, &mut out);
+        out.push('\n');
+    }
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+/// Line `line` (1-based) of a source file, when the file can be read here.
+fn source_line(file: &str, line: u32) -> Option<String> {
+    thread_local! {
+        static FILES: std::cell::RefCell<std::collections::HashMap<String, Option<Vec<String>>>> =
+            Default::default();
+    }
+    FILES.with(|files| {
+        let mut files = files.borrow_mut();
+        let lines = files.entry(file.to_string()).or_insert_with(|| {
+            std::fs::read_to_string(file)
+                .ok()
+                .map(|t| t.lines().map(str::to_string).collect())
+        });
+        lines.as_ref()?.get(line.checked_sub(1)? as usize).cloned()
+    })
 }

@@ -374,16 +374,20 @@ impl PathMatch {
             }
         }
         let there: Vec<&str> = candidates.iter().take(5).map(|&c| tree.name(c)).collect();
-        Err(format!(
-            "no call node {} (after {:?} the tree has {})",
-            path.join(" > "),
-            path[..depth].join(" > "),
-            if there.is_empty() {
-                "nothing".to_string()
-            } else {
-                there.join(", ")
-            }
-        ))
+        let there = if there.is_empty() {
+            "nothing".to_string()
+        } else {
+            there.join(", ")
+        };
+        Err(if depth == 0 {
+            format!("no call node {} (the roots are {there})", path.join(" > "))
+        } else {
+            format!(
+                "no call node {} (under {} there is {there})",
+                path.join(" > "),
+                path[..depth].join(" > ")
+            )
+        })
     }
 
     fn exact(&self, i: usize) -> bool {
@@ -594,7 +598,11 @@ mod tests {
         let err = Transform::FocusSubtree(path("A>C"))
             .apply(&tree)
             .unwrap_err();
-        assert_eq!(err, "no call node A > C (after \"A\" the tree has B)");
+        assert_eq!(err, "no call node A > C (under A there is B)");
+        let err = Transform::FocusSubtree(path("B>C"))
+            .apply(&tree)
+            .unwrap_err();
+        assert_eq!(err, "no call node B > C (the roots are A)");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod firefox;
 pub mod load;
+pub mod report;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};

@@ -1,0 +1,525 @@
+//! The terminal report: a call tree drawn with guides, running and self samples with
+//! percentages, names shortened to fit the width, and the per-line counts of a function.
+//! Colour only when asked for (the command line asks when stdout is a terminal).
+
+use std::fmt::Write as _;
+
+use crate::calltree::lines::FunctionLines;
+use crate::calltree::{CallNodeIndex, CallTree};
+use crate::profile::Profile;
+
+#[derive(Clone, Debug)]
+pub struct ReportOptions {
+    /// Columns to fit in; `None` for no limit.
+    pub width: Option<usize>,
+    pub color: bool,
+    /// Deepest level shown (roots are level 1).
+    pub max_depth: Option<usize>,
+    /// Nodes whose running weight is below this share of the total are left out (and
+    /// counted in a `…` line under their parent).
+    pub min_percent: f64,
+}
+
+impl Default for ReportOptions {
+    fn default() -> Self {
+        ReportOptions {
+            width: None,
+            color: false,
+            max_depth: None,
+            min_percent: 0.0,
+        }
+    }
+}
+
+/// ANSI styles, used only when colour is on.
+const RED: &str = "\x1b[31m";
+const YELLOW: &str = "\x1b[33m";
+const DIM: &str = "\x1b[2m";
+const CYAN: &str = "\x1b[36m";
+const RESET: &str = "\x1b[0m";
+
+/// A share at or above this is drawn red; above [`WARM_PERCENT`] yellow.
+const HOT_PERCENT: f64 = 20.0;
+const WARM_PERCENT: f64 = 5.0;
+/// The guides of a deep node never take more than this share of the width; deeper
+/// levels are abbreviated to their depth number.
+const MAX_GUIDE_SHARE: f64 = 0.5;
+/// Names are never shortened below this many characters.
+const MIN_NAME: usize = 12;
+
+/// The threads that `selectors` name (a tid, a thread name, or a process name), in
+/// profile order; every thread when there are none.
+pub fn select_threads(profile: &Profile, selectors: &[String]) -> Result<Vec<usize>, String> {
+    if selectors.is_empty() {
+        return Ok((0..profile.threads.len()).collect());
+    }
+    let mut out = Vec::new();
+    for sel in selectors {
+        let tid: Option<i32> = sel.parse().ok();
+        let mut matched: Vec<usize> = (0..profile.threads.len())
+            .filter(|&i| Some(profile.threads[i].tid) == tid || profile.threads[i].name == *sel)
+            .collect();
+        if matched.is_empty() {
+            matched = (0..profile.threads.len())
+                .filter(|&i| profile.processes[profile.threads[i].process.index()].name == *sel)
+                .collect();
+        }
+        if matched.is_empty() {
+            let mut busiest: Vec<usize> = (0..profile.threads.len()).collect();
+            busiest.sort_by_key(|&i| std::cmp::Reverse(profile.threads[i].samples.len()));
+            let names: Vec<String> = busiest
+                .iter()
+                .take(8)
+                .map(|&i| format!("{} ({})", profile.threads[i].name, profile.threads[i].tid))
+                .collect();
+            return Err(format!(
+                "no thread or process named {sel}, and no thread with that tid (threads: {})",
+                names.join(", ")
+            ));
+        }
+        out.extend(matched);
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+fn percent(part: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / total as f64
+    }
+}
+
+fn paint(text: &str, style: &str, on: bool) -> String {
+    if on && !style.is_empty() {
+        format!("{style}{text}{RESET}")
+    } else {
+        text.to_string()
+    }
+}
+
+fn heat(p: f64) -> &'static str {
+    if p >= HOT_PERCENT {
+        RED
+    } else if p >= WARM_PERCENT {
+        YELLOW
+    } else {
+        ""
+    }
+}
+
+/// Replaces each outermost bracketed part that starts with `open` by `open…close`.
+fn collapse_brackets(name: &str, open: char, close: char) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut depth = 0usize;
+    for c in name.chars() {
+        if c == open {
+            if depth == 0 {
+                out.push(open);
+                out.push('…');
+            }
+            depth += 1;
+        } else if c == close && depth > 0 {
+            depth -= 1;
+            if depth == 0 {
+                out.push(close);
+            }
+        } else if depth == 0 {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `name` in at most `max` characters: first without parameter lists, then without
+/// template or generic arguments, then cut, keeping the end of a `::` path (its most
+/// specific part) or the start of anything else.
+pub fn shorten(name: &str, max: usize) -> String {
+    let max = max.max(MIN_NAME);
+    let len = |s: &str| s.chars().count();
+    if len(name) <= max {
+        return name.to_string();
+    }
+    let no_params = collapse_brackets(name, '(', ')');
+    if len(&no_params) <= max {
+        return no_params;
+    }
+    let short = collapse_brackets(&no_params, '<', '>');
+    if len(&short) <= max {
+        return short;
+    }
+    let chars: Vec<char> = short.chars().collect();
+    if short.contains("::") {
+        let tail: String = chars[chars.len() - (max - 1)..].iter().collect();
+        format!("…{tail}")
+    } else {
+        let head: String = chars[..max - 1].iter().collect();
+        format!("{head}…")
+    }
+}
+
+/// Draws a call tree. `unit` names what a sample is worth, for the header.
+pub fn render_tree(tree: &CallTree, opts: &ReportOptions, out: &mut String) {
+    let total = tree.total();
+    let digits = total.to_string().len().max(4);
+    let _ = writeln!(
+        out,
+        "{:>w$} {:>6}  {:>w$} {:>6}  {}",
+        "running",
+        "%",
+        "self",
+        "%",
+        if tree.inverted {
+            "function ← callers (bottom-up)"
+        } else {
+            "call tree"
+        },
+        w = digits.max(7)
+    );
+    let mut r = TreeRenderer {
+        tree,
+        opts,
+        total,
+        digits: digits.max(7),
+        out,
+    };
+    let roots = r.visible(&tree.roots);
+    let hidden = tree.roots.len() - roots.len();
+    for (i, &root) in roots.iter().enumerate() {
+        let last = i + 1 == roots.len() && hidden == 0;
+        r.node(root, &mut String::new(), 1, last, true, None);
+    }
+    r.hidden_line(&tree.roots[roots.len()..], None);
+}
+
+struct TreeRenderer<'a> {
+    tree: &'a CallTree,
+    opts: &'a ReportOptions,
+    total: u64,
+    digits: usize,
+    out: &'a mut String,
+}
+
+impl TreeRenderer<'_> {
+    /// The children worth a line (children are sorted heaviest first, so they are a
+    /// prefix of the list).
+    fn visible(&self, nodes: &[CallNodeIndex]) -> Vec<CallNodeIndex> {
+        nodes
+            .iter()
+            .copied()
+            .take_while(|&n| {
+                percent(self.tree.node(n).running_weight, self.total) >= self.opts.min_percent
+            })
+            .collect()
+    }
+
+    fn columns(&self, running: u64, self_w: u64) -> String {
+        let (rp, sp) = (percent(running, self.total), percent(self_w, self.total));
+        let c = self.opts.color;
+        format!(
+            "{:>w$} {}  {:>w$} {}  ",
+            running,
+            paint(&format!("{rp:5.1}%"), heat(rp), c),
+            self_w,
+            paint(&format!("{sp:5.1}%"), heat(sp), c),
+            w = self.digits
+        )
+    }
+
+    /// The guide text for a node, abbreviated when it would take too much of the width.
+    fn guides(&self, prefix: &str, connector: &str, depth: usize) -> String {
+        let full = format!("{prefix}{connector}");
+        let Some(width) = self.opts.width else {
+            return full;
+        };
+        let cap = (width as f64 * MAX_GUIDE_SHARE) as usize;
+        let chars: Vec<char> = full.chars().collect();
+        if chars.len() <= cap {
+            return full;
+        }
+        let mark = format!("[{depth}]");
+        let keep = cap.saturating_sub(mark.len()).min(chars.len());
+        let tail: String = chars[chars.len() - keep..].iter().collect();
+        format!("{mark}{tail}")
+    }
+
+    fn node(
+        &mut self,
+        id: CallNodeIndex,
+        prefix: &mut String,
+        depth: usize,
+        last: bool,
+        root: bool,
+        parent_lib: Option<&str>,
+    ) {
+        let n = self.tree.node(id);
+        let func = self.tree.func(id);
+        let connector = match (root, last) {
+            (true, _) => "",
+            (false, true) => "└─ ",
+            (false, false) => "├─ ",
+        };
+        let guides = self.guides(prefix, connector, depth);
+        let columns = self.columns(n.running_weight, n.self_weight);
+        // The library is named where it changes, so runs of one library stay readable.
+        let lib = func
+            .lib
+            .as_deref()
+            .filter(|&l| Some(l) != parent_lib && l != func.name);
+        let inlined = if n.inlined { " (inlined)" } else { "" };
+        let lib_text = lib.map(|l| format!("  {l}")).unwrap_or_default();
+        let used = self.digits * 2 + 18 + guides.chars().count();
+        let name = match self.opts.width {
+            Some(w) => shorten(
+                &func.name,
+                w.saturating_sub(used + inlined.len() + lib_text.chars().count()),
+            ),
+            None => func.name.clone(),
+        };
+        let c = self.opts.color;
+        let _ = writeln!(
+            self.out,
+            "{columns}{}{name}{}{}",
+            paint(&guides, DIM, c),
+            paint(inlined, CYAN, c),
+            paint(&lib_text, DIM, c)
+        );
+        if self.opts.max_depth.is_some_and(|d| depth >= d) {
+            return;
+        }
+        let kids = self.visible(&n.children);
+        let hidden = &n.children[kids.len()..];
+        let saved = prefix.len();
+        if !root {
+            prefix.push_str(if last { "   " } else { "│  " });
+        }
+        let lib_here = func.lib.as_deref().or(parent_lib);
+        for (i, &k) in kids.iter().enumerate() {
+            let last_kid = i + 1 == kids.len() && hidden.is_empty();
+            self.node(k, prefix, depth + 1, last_kid, false, lib_here);
+        }
+        let p = prefix.clone();
+        self.hidden_line(hidden, Some(&p));
+        prefix.truncate(saved);
+    }
+
+    /// One `…` line for the children left out by `--min-percent` (for roots, `prefix` is
+    /// `None`: they have no guides).
+    fn hidden_line(&mut self, hidden: &[CallNodeIndex], prefix: Option<&str>) {
+        if hidden.is_empty() {
+            return;
+        }
+        let weight: u64 = hidden
+            .iter()
+            .map(|&h| self.tree.node(h).running_weight)
+            .sum();
+        let blank = " ".repeat(self.digits * 2 + 18);
+        let _ = writeln!(
+            self.out,
+            "{blank}{}{}",
+            paint(
+                &prefix.map_or(String::new(), |p| format!("{p}└─ ")),
+                DIM,
+                self.opts.color
+            ),
+            paint(
+                &format!(
+                    "… {} more, {} samples ({:.1}%), each below {}%",
+                    hidden.len(),
+                    weight,
+                    percent(weight, self.total),
+                    self.opts.min_percent
+                ),
+                DIM,
+                self.opts.color
+            )
+        );
+    }
+}
+
+/// Draws the per-line counts of functions; `source` gives a file's line text where the
+/// source file can be read.
+pub fn render_lines(
+    functions: &[FunctionLines],
+    total: u64,
+    opts: &ReportOptions,
+    source: &dyn Fn(&str, u32) -> Option<String>,
+    out: &mut String,
+) {
+    for f in functions {
+        let place = match (&f.file, &f.lib) {
+            (Some(file), Some(lib)) => format!("  {file} in {lib}"),
+            (Some(file), None) => format!("  {file}"),
+            (None, Some(lib)) => format!("  {lib}"),
+            (None, None) => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "{}{}\n  running {} ({:.1}%), self {} ({:.1}%)",
+            f.name,
+            paint(&place, DIM, opts.color),
+            f.running_weight,
+            percent(f.running_weight, total),
+            f.self_weight,
+            percent(f.self_weight, total)
+        );
+        let w = total.to_string().len().max(7);
+        let _ = writeln!(
+            out,
+            "{:>6}  {:>w$} {:>6}  {:>w$} {:>6}  source",
+            "line", "running", "%", "self", "%"
+        );
+        for row in &f.rows {
+            let line = row.line.map_or("?".to_string(), |l| l.to_string());
+            let text = match (&f.file, row.line) {
+                (Some(file), Some(l)) => source(file, l).unwrap_or_default(),
+                _ => String::new(),
+            };
+            let mut text = text.trim_end().replace('\t', "    ");
+            let used = 6 + 2 + (w + 7) * 2 + 2 + 2;
+            if let Some(width) = opts.width {
+                let room = width.saturating_sub(used);
+                if text.chars().count() > room {
+                    text = text
+                        .chars()
+                        .take(room.saturating_sub(1))
+                        .collect::<String>()
+                        + "…";
+                }
+            }
+            let (rp, sp) = (
+                percent(row.running_weight, total),
+                percent(row.self_weight, total),
+            );
+            let _ = writeln!(
+                out,
+                "{line:>6}  {:>w$} {}  {:>w$} {}  {}",
+                row.running_weight,
+                paint(&format!("{rp:5.1}%"), heat(rp), opts.color),
+                row.self_weight,
+                paint(&format!("{sp:5.1}%"), heat(sp), opts.color),
+                paint(&text, DIM, opts.color)
+            );
+        }
+        out.push('\n');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::Profile;
+
+    fn seed_tree() -> CallTree {
+        CallTree::all_threads(&Profile::from_named_stacks(&[
+            &["A", "B", "C", "D", "E"],
+            &["A", "B", "C", "F", "G"],
+            &["A", "B", "H", "F"],
+        ]))
+    }
+
+    #[test]
+    fn draws_the_seed_tree_with_guides() {
+        let mut out = String::new();
+        render_tree(&seed_tree(), &ReportOptions::default(), &mut out);
+        let expected = "\
+running      %     self      %  call tree
+      3 100.0%        0   0.0%  A
+      3 100.0%        0   0.0%  └─ B
+      2  66.7%        0   0.0%     ├─ C
+      1  33.3%        0   0.0%     │  ├─ D
+      1  33.3%        1  33.3%     │  │  └─ E
+      1  33.3%        0   0.0%     │  └─ F
+      1  33.3%        1  33.3%     │     └─ G
+      1  33.3%        0   0.0%     └─ H
+      1  33.3%        1  33.3%        └─ F
+";
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn depth_and_min_percent_leave_nodes_out_visibly() {
+        let p = Profile::from_named_stacks(&[
+            &["main", "big"],
+            &["main", "big"],
+            &["main", "big"],
+            &["main", "tiny1"],
+            &["main", "tiny2"],
+        ]);
+        let tree = CallTree::all_threads(&p);
+        let mut out = String::new();
+        let opts = ReportOptions {
+            min_percent: 30.0,
+            ..ReportOptions::default()
+        };
+        render_tree(&tree, &opts, &mut out);
+        let expected = "\
+running      %     self      %  call tree
+      5 100.0%        0   0.0%  main
+      3  60.0%        3  60.0%  ├─ big
+                                └─ … 2 more, 2 samples (40.0%), each below 30%
+";
+        assert_eq!(out, expected);
+        let mut out = String::new();
+        let opts = ReportOptions {
+            max_depth: Some(1),
+            ..ReportOptions::default()
+        };
+        render_tree(&tree, &opts, &mut out);
+        assert_eq!(out.lines().count(), 2, "{out}");
+    }
+
+    #[test]
+    fn colour_only_when_asked() {
+        let mut plain = String::new();
+        render_tree(&seed_tree(), &ReportOptions::default(), &mut plain);
+        assert!(!plain.contains('\x1b'));
+        let mut coloured = String::new();
+        let opts = ReportOptions {
+            color: true,
+            ..ReportOptions::default()
+        };
+        render_tree(&seed_tree(), &opts, &mut coloured);
+        assert!(coloured.contains(RED));
+    }
+
+    #[test]
+    fn names_shorten_sensibly() {
+        let cpp = "std::_Hash_bytes(void const*, unsigned long, unsigned long)";
+        assert_eq!(shorten(cpp, 80), cpp);
+        assert_eq!(shorten(cpp, 30), "std::_Hash_bytes(…)");
+        let rust = "<alloc::vec::Vec<T,A> as core::ops::drop::Drop>::drop";
+        assert_eq!(shorten(rust, 20), "<…>::drop");
+        let long = "std::collections::hash::map::HashMap<K,V,S>::insert_with_some_long_name";
+        let s = shorten(long, 30);
+        assert_eq!(s.chars().count(), 30);
+        assert!(
+            s.starts_with('…') && s.ends_with("insert_with_some_long_name"),
+            "{s}"
+        );
+        let plain = "a_very_long_c_function_name_without_any_namespaces";
+        assert_eq!(shorten(plain, 20), "a_very_long_c_funct…");
+    }
+
+    #[test]
+    fn lines_fit_the_width_on_a_deep_tree() {
+        let path: Vec<String> = (0..200)
+            .map(|i| format!("recursive_function_{i}"))
+            .collect();
+        let refs: Vec<&str> = path.iter().map(String::as_str).collect();
+        let p = Profile::from_named_stacks(&[&refs]);
+        let mut out = String::new();
+        let opts = ReportOptions {
+            width: Some(100),
+            ..ReportOptions::default()
+        };
+        render_tree(&CallTree::all_threads(&p), &opts, &mut out);
+        assert_eq!(out.lines().count(), 201);
+        for line in out.lines() {
+            assert!(line.chars().count() <= 100, "{line}");
+        }
+        assert!(out.lines().last().unwrap().contains("[200]"));
+    }
+}
