@@ -31,9 +31,66 @@ enum Command {
     /// Print the function, inlined calls and source line of addresses in an ELF file, as
     /// the profile would name them (like `addr2line -f -i -C`, innermost call first).
     Symbolize(SymbolizeArgs),
+    /// Write a profile that sampler wrote in another format (folded stacks, speedscope,
+    /// pprof, an SVG flame graph, or Firefox again)
+    Convert(ConvertArgs),
     /// Print the call tree of a profile that sampler wrote, with transforms applied in the
     /// order given (paths are CallNodePaths: A>B>C, from the root)
     Report(ReportArgs),
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum FormatArg {
+    /// Firefox Profiler processed format (gzip when the name ends in .gz)
+    Firefox,
+    /// folded stacks, `a;b;c 42` (flamegraph.pl, inferno, speedscope)
+    Folded,
+    /// speedscope JSON, one profile per thread
+    Speedscope,
+    /// gzipped pprof profile.proto (go tool pprof, continuous-profiling back ends)
+    Pprof,
+    /// SVG flame graph
+    Svg,
+}
+
+impl FormatArg {
+    fn format(self) -> emit::Format {
+        match self {
+            FormatArg::Firefox => emit::Format::Firefox,
+            FormatArg::Folded => emit::Format::Folded,
+            FormatArg::Speedscope => emit::Format::Speedscope,
+            FormatArg::Pprof => emit::Format::Pprof,
+            FormatArg::Svg => emit::Format::Svg,
+        }
+    }
+}
+
+/// Output format and file: `--format` or else what the `-o` name implies, else Firefox;
+/// `-o` or else the format's default name.
+fn output_choice(format: Option<FormatArg>, output: Option<PathBuf>) -> (emit::Format, PathBuf) {
+    let format = format
+        .map(FormatArg::format)
+        .or_else(|| output.as_deref().and_then(emit::Format::from_output_name))
+        .unwrap_or(emit::Format::Firefox);
+    let output = output.unwrap_or_else(|| PathBuf::from(format.default_output()));
+    (format, output)
+}
+
+#[derive(clap::Args)]
+struct ConvertArgs {
+    /// A profile written by `sampler record` (.json or .json.gz).
+    file: PathBuf,
+    /// Output format [default: what the -o name implies (.folded, .speedscope.json,
+    /// .pb.gz, .svg, .json[.gz])]
+    #[arg(short = 'f', long = "format", value_enum)]
+    format: Option<FormatArg>,
+    /// Output file [default: profile.folded, profile.speedscope.json, profile.pb.gz,
+    /// profile.svg or profile.json.gz, by format]
+    #[arg(short = 'o', long = "output")]
+    output: Option<PathBuf>,
+    /// folded and svg: start every stack with its process and thread.
+    #[arg(long = "thread-roots")]
+    thread_roots: bool,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -140,9 +197,16 @@ struct RecordArgs {
     /// Sampling frequency in Hz (per thread); lowered to kernel.perf_event_max_sample_rate.
     #[arg(short = 'F', long = "freq", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     frequency: u64,
-    /// Output file; gzip-compressed when it ends in `.gz`.
-    #[arg(short = 'o', long = "output", default_value = "profile.json.gz")]
-    output: PathBuf,
+    /// Output file; gzip-compressed when a Firefox profile's name ends in `.gz`
+    /// [default: profile.json.gz, or the --format's default name]
+    #[arg(short = 'o', long = "output")]
+    output: Option<PathBuf>,
+    /// Output format [default: what the -o name implies, else firefox]
+    #[arg(short = 'f', long = "format", value_enum)]
+    format: Option<FormatArg>,
+    /// folded and svg: start every stack with its process and thread.
+    #[arg(long = "thread-roots")]
+    thread_roots: bool,
     /// Data pages per CPU ring buffer (a power of two) [default: what
     /// kernel.perf_event_mlock_kb allows, 128 with its default of 516]
     #[arg(short = 'm', long = "mmap-pages")]
@@ -180,6 +244,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Record(args) => record_main(args),
         Command::Symbolize(args) => symbolize_main(args).map(|()| 0),
+        Command::Convert(args) => convert_main(args).map(|()| 0),
         Command::Report(args) => {
             let sub = matches
                 .subcommand_matches("report")
@@ -243,10 +308,11 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         mmap_pages: args.mmap_pages,
         duration,
     };
-    let output = std::fs::File::create(&args.output).with_context(|| {
+    let (format, output_path) = output_choice(args.format, args.output.clone());
+    let output = std::fs::File::create(&output_path).with_context(|| {
         format!(
             "cannot write the profile to {} (choose another -o)",
-            args.output.display()
+            output_path.display()
         )
     })?;
     // Samples are unwound and interned while the command runs (see ProfileBuilder).
@@ -257,7 +323,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     let (info, ended) = match record::record(&opts, &mut |events| builder.add_events(events)) {
         Ok(r) => r,
         Err(e) => {
-            let _ = std::fs::remove_file(&args.output);
+            let _ = std::fs::remove_file(&output_path);
             return Err(e);
         }
     };
@@ -267,8 +333,11 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         debug_root: args.debug_root.clone(),
     };
     let profile = symbolicate::symbolicate(built.profile, &built.lib_binaries, &symbol_options);
-    emit::write_firefox(&profile, output, &args.output)?;
-    give_to_sudo_user(&args.output)?;
+    let export = emit::ExportOptions {
+        thread_roots: args.thread_roots,
+    };
+    emit::write(&profile, format, &export, output, &output_path)?;
+    give_to_sudo_user(&output_path)?;
     let write_ms = exited.elapsed().as_secs_f64() * 1000.0;
 
     let samples: usize = profile.threads.iter().map(|t| t.samples.len()).sum();
@@ -327,9 +396,10 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     }
     print_symbol_gaps(&profile);
     eprintln!(
-        "sampler: wrote {} ({:.0} ms after the command ended); open it at https://profiler.firefox.com (\"Load a profile from file\")",
-        args.output.display(),
-        write_ms
+        "sampler: wrote {} ({:.0} ms after the command ended); {}",
+        output_path.display(),
+        write_ms,
+        how_to_open(format, &output_path)
     );
     Ok(match ended {
         record::Ended::Command(exit) => exit.shell_code(),
@@ -613,4 +683,36 @@ fn source_line(file: &str, line: u32) -> Option<String> {
         });
         lines.as_ref()?.get(line.checked_sub(1)? as usize).cloned()
     })
+}
+
+/// What to do with a written file, for the last line of the summary.
+fn how_to_open(format: emit::Format, path: &Path) -> String {
+    let p = path.display();
+    match format {
+        emit::Format::Firefox => format!(
+            "open it at https://profiler.firefox.com (\"Load a profile from file\"), or `sampler report {p}`"
+        ),
+        emit::Format::Folded => format!("draw it with `flamegraph.pl {p} > flame.svg` or `inferno-flamegraph`"),
+        emit::Format::Speedscope => "open it at https://www.speedscope.app".to_string(),
+        emit::Format::Pprof => format!("read it with `go tool pprof -top {p}`"),
+        emit::Format::Svg => "open it in a browser".to_string(),
+    }
+}
+
+fn convert_main(args: ConvertArgs) -> Result<()> {
+    let profile = emit::load::read_profile(&args.file)?;
+    let (format, output_path) = output_choice(args.format, args.output);
+    let output = std::fs::File::create(&output_path)
+        .with_context(|| format!("cannot write {} (choose another -o)", output_path.display()))?;
+    let export = emit::ExportOptions {
+        thread_roots: args.thread_roots,
+    };
+    emit::write(&profile, format, &export, output, &output_path)?;
+    give_to_sudo_user(&output_path)?;
+    eprintln!(
+        "sampler: wrote {}; {}",
+        output_path.display(),
+        how_to_open(format, &output_path)
+    );
+    Ok(())
 }

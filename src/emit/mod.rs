@@ -1,10 +1,16 @@
 //! Outputs: every format is written from the same symbolicated [`Profile`], so all of them
-//! agree on every count.
+//! agree on every count. [`load`] reads sampler's own Firefox Profiler files back, so
+//! that `report` and `convert` start from the file alone.
 
 pub mod firefox;
+pub mod folded;
 pub mod load;
+pub mod pprof;
 pub mod report;
+pub mod speedscope;
+pub mod svg;
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -13,10 +19,86 @@ use anyhow::{Context, Result};
 
 use flate2::write::GzEncoder;
 
-use crate::profile::Profile;
+use crate::profile::{FuncIndex, Profile, StackIndex, Thread};
 
-/// Writes the Firefox Profiler profile into `file` (opened by the caller, so that a bad
-/// output path is reported before recording starts), gzip-compressed when `path` ends in
+/// The formats a profile can be written in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Firefox Profiler processed format (gzip when the name ends in `.gz`).
+    Firefox,
+    /// Brendan Gregg's folded stacks: `a;b;c 42`.
+    Folded,
+    /// speedscope's file format, one sampled profile per thread.
+    Speedscope,
+    /// gzipped pprof `profile.proto`.
+    Pprof,
+    /// A flame graph as a self-contained SVG.
+    Svg,
+}
+
+impl Format {
+    /// The output name used when none is given.
+    pub fn default_output(self) -> &'static str {
+        match self {
+            Format::Firefox => "profile.json.gz",
+            Format::Folded => "profile.folded",
+            Format::Speedscope => "profile.speedscope.json",
+            Format::Pprof => "profile.pb.gz",
+            Format::Svg => "profile.svg",
+        }
+    }
+
+    /// The format an output name implies, where it implies one.
+    pub fn from_output_name(path: &Path) -> Option<Format> {
+        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+        [
+            (".speedscope.json", Format::Speedscope),
+            (".folded", Format::Folded),
+            (".collapsed", Format::Folded),
+            (".pb.gz", Format::Pprof),
+            (".pprof", Format::Pprof),
+            (".svg", Format::Svg),
+            (".json", Format::Firefox),
+            (".json.gz", Format::Firefox),
+        ]
+        .into_iter()
+        .find(|(ending, _)| name.ends_with(ending))
+        .map(|(_, f)| f)
+    }
+}
+
+/// Choices that some formats offer.
+#[derive(Clone, Debug, Default)]
+pub struct ExportOptions {
+    /// Folded stacks and flame graphs: start every stack with its process and thread
+    /// (`name (pid)`, `name (tid)`), so threads stay apart.
+    pub thread_roots: bool,
+}
+
+/// Writes `profile` in `format` into `file` (opened by the caller, so that a bad output
+/// path is reported before recording starts); `path` is its name.
+pub fn write(
+    profile: &Profile,
+    format: Format,
+    opts: &ExportOptions,
+    file: File,
+    path: &Path,
+) -> Result<()> {
+    let mut out = BufWriter::new(file);
+    match format {
+        Format::Firefox => return write_firefox(profile, out.into_inner()?, path),
+        Format::Folded => {
+            out.write_all(folded::to_folded(profile, opts.thread_roots).as_bytes())?
+        }
+        Format::Speedscope => serde_json::to_writer(&mut out, &speedscope::to_json(profile))?,
+        Format::Pprof => out.write_all(&pprof::to_pprof(profile).to_gzipped_bytes()?)?,
+        Format::Svg => out.write_all(svg::to_svg(profile, opts.thread_roots).as_bytes())?,
+    }
+    out.flush()
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Writes the Firefox Profiler profile into `file`, gzip-compressed when `path` ends in
 /// `.gz`.
 pub fn write_firefox(profile: &Profile, file: File, path: &Path) -> Result<()> {
     let value = firefox::to_json(profile);
@@ -41,4 +123,34 @@ pub fn read_json(path: &Path) -> Result<serde_json::Value> {
         serde_json::from_slice(&bytes)?
     };
     Ok(value)
+}
+
+/// A thread's samples summed per leaf stack, in the order stacks were first sampled.
+pub(crate) fn stack_weights<S>(thread: &Thread<S>) -> Vec<(S, u64)>
+where
+    S: Copy + Eq + std::hash::Hash,
+{
+    let mut weights: Vec<(S, u64)> = Vec::new();
+    let mut index: HashMap<S, usize> = HashMap::new();
+    for s in &thread.samples {
+        let i = *index.entry(s.stack).or_insert_with(|| {
+            weights.push((s.stack, 0));
+            weights.len() - 1
+        });
+        weights[i].1 += u64::from(s.weight);
+    }
+    weights
+}
+
+/// The funcs of a stack's frames, root first (inlined functions are frames too).
+pub(crate) fn func_path(profile: &Profile, stack: StackIndex) -> Vec<FuncIndex> {
+    let mut path = Vec::new();
+    let mut at = Some(stack);
+    while let Some(s) = at {
+        let st = &profile.stacks[s.index()];
+        path.push(profile.frames[st.frame.index()].func);
+        at = st.prefix;
+    }
+    path.reverse();
+    path
 }
