@@ -134,21 +134,23 @@ fn hash(text: &str) -> u64 {
     })
 }
 
-/// A library's hue, and the box's colour: the library's hue, its lightness varied a
-/// little by function so that neighbours stand apart. Kernel code is orange, sampler's
-/// own rows and markers grey.
-fn colour(b: &FlameBox) -> String {
+/// Hues of the libraries with most samples, far apart on the colour wheel (orange, the
+/// kernel's, left out); libraries past these get a hue from their name.
+const PALETTE: [u64; 10] = [200, 120, 280, 50, 340, 170, 240, 80, 310, 0];
+
+/// The box's colour: its library's hue, its lightness varied a little by function so
+/// that neighbours stand apart. Kernel code is orange, sampler's own rows and markers
+/// grey.
+fn colour(b: &FlameBox, hues: &HashMap<&str, u64>) -> String {
     match (b.kind, &b.lib) {
         (CodeKind::Kernel, _) => format!("hsl(25,85%,{}%)", 55 + hash(&b.name) % 10),
         (CodeKind::Marker, _) | (_, None) => "hsl(220,10%,80%)".to_string(),
-        (CodeKind::User, Some(lib)) => {
-            format!("hsl({},60%,{}%)", hue(lib), 58 + hash(&b.name) % 14)
-        }
+        (CodeKind::User, Some(lib)) => format!(
+            "hsl({},60%,{}%)",
+            hues.get(lib.as_str()).copied().unwrap_or(hash(lib) % 360),
+            58 + hash(&b.name) % 14
+        ),
     }
-}
-
-fn hue(lib: &str) -> u64 {
-    hash(lib) % 360
 }
 
 /// The flame graph of `profile` as SVG text.
@@ -202,12 +204,17 @@ g.f text {{ pointer-events: none; }}
     }
     let mut libs: Vec<(&str, u64)> = by_lib.into_iter().collect();
     libs.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let hues: HashMap<&str, u64> = libs
+        .iter()
+        .zip(PALETTE)
+        .map(|((lib, _), hue)| (*lib, hue))
+        .collect();
     let mut x = MARGIN;
     for (lib, _) in libs.iter().take(LEGEND_LIBS) {
         let _ = writeln!(
             out,
             r#"<rect x="{x:.1}" y="50" width="12" height="12" fill="hsl({},60%,64%)"/><text x="{:.1}" y="60">{}</text>"#,
-            hue(lib),
+            hues[lib],
             x + 16.0,
             escape(lib)
         );
@@ -234,7 +241,7 @@ g.f text {{ pointer-events: none; }}
             b.samples,
             b.self_samples,
             ROW - 1.0,
-            colour(b)
+            colour(b, &hues)
         );
         let fits = ((bw - 6.0) / CHAR_WIDTH).floor();
         if fits >= 3.0 {
