@@ -12,7 +12,7 @@ pub mod transform;
 
 use std::collections::HashMap;
 
-use crate::profile::{CodeKind, FuncIndex, LibIndex, Profile};
+use crate::profile::{CodeKind, FuncIndex, Profile};
 
 pub use transform::{parse_path, Transform};
 
@@ -50,7 +50,6 @@ pub struct TreeFunc {
     pub name: String,
     /// The library's name, when the function is in one.
     pub lib: Option<String>,
-    pub lib_index: Option<LibIndex>,
     pub kind: CodeKind,
     /// The profile func this is, if any.
     pub profile_func: Option<FuncIndex>,
@@ -178,7 +177,6 @@ impl CallTree {
                 .map(|(i, f)| TreeFunc {
                     name: f.name.clone(),
                     lib: f.lib.map(|l| profile.libs[l.index()].name.clone()),
-                    lib_index: f.lib,
                     kind: CodeKind::User,
                     profile_func: Some(FuncIndex::new(i)),
                 })

@@ -200,7 +200,6 @@ impl Transform {
                 funcs.push(TreeFunc {
                     name: lib.clone(),
                     lib: Some(lib.clone()),
-                    lib_index: first.and_then(|f| f.lib_index),
                     kind: first.map_or(CodeKind::User, |f| f.kind),
                     profile_func: None,
                 });

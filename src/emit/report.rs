@@ -160,7 +160,7 @@ pub fn shorten(name: &str, max: usize) -> String {
     }
 }
 
-/// Draws a call tree. `unit` names what a sample is worth, for the header.
+/// Draws a call tree: a header line, then one line per node shown.
 pub fn render_tree(tree: &CallTree, opts: &ReportOptions, out: &mut String) {
     let total = tree.total();
     let digits = total.to_string().len().max(4);
