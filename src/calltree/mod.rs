@@ -12,36 +12,19 @@ pub mod transform;
 
 use std::collections::HashMap;
 
-use crate::profile::{CodeKind, FuncIndex, Profile};
+use crate::profile::{index_type, CodeKind, FuncIndex, Profile};
 
 pub use transform::{parse_path, Transform};
 
-/// Index into [`CallTree::nodes`]. Valid only for the tree it came from: transforms
-/// build new trees, which is why users name nodes by CallNodePath instead.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CallNodeIndex(pub u32);
-
-impl CallNodeIndex {
-    fn new(i: usize) -> Self {
-        CallNodeIndex(u32::try_from(i).expect("call tree larger than u32"))
-    }
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-/// Index into [`CallTree::funcs`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TreeFuncIndex(pub u32);
-
-impl TreeFuncIndex {
-    fn new(i: usize) -> Self {
-        TreeFuncIndex(u32::try_from(i).expect("func table larger than u32"))
-    }
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-}
+index_type!(
+    /// Index into [`CallTree::nodes`]. Valid only for the tree it came from: transforms
+    /// build new trees, which is why users name nodes by CallNodePath instead.
+    CallNodeIndex
+);
+index_type!(
+    /// Index into [`CallTree::funcs`].
+    TreeFuncIndex
+);
 
 /// A function as the call tree shows it: one of the profile's funcs, or one a transform
 /// made (a collapsed library has no profile func).

@@ -30,6 +30,7 @@ macro_rules! index_type {
         }
     };
 }
+pub(crate) use index_type;
 
 index_type!(
     /// Index into [`Profile::libs`] / [`RawProfile::libs`].
