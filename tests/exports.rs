@@ -324,7 +324,8 @@ fn report_shows_the_known_call_tree_and_transforms() {
         )
     };
     let full = report(&[]);
-    assert!(full.contains("└─ main  split7030\n"), "{full}");
+    // main may have a sibling (a start-up sample), so either connector.
+    assert!(full.contains("─ main  split7030\n"), "{full}");
     assert!(full.contains("─ outer\n"), "{full}");
     let (_, share_a, _) = row(&full, "hot_a");
     let (_, share_b, _) = row(&full, "hot_b");
