@@ -17,6 +17,9 @@
 //! file is, where a mapped file and its debug file are found, and which file backs which
 //! address in a process over time.
 
+#[macro_use]
+pub mod diag;
+
 pub mod binary;
 pub mod calltree;
 pub mod emit;

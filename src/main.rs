@@ -255,7 +255,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
-            eprintln!("sampler: error: {e:#}");
+            sampler::say!("sampler: error: {e:#}");
             ExitCode::from(1)
         }
     }
@@ -342,7 +342,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
 
     let samples: usize = profile.threads.iter().map(|t| t.samples.len()).sum();
     let m = &profile.meta;
-    eprintln!(
+    sampler::say!(
         "sampler: {}",
         match ended {
             record::Ended::Command(record::CommandExit::Code(c)) =>
@@ -358,12 +358,12 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         }
     );
     if let Some(stopped) = info.stopped_for {
-        eprintln!(
+        sampler::say!(
             "sampler: the processes were stopped for {:.1} ms while sampler attached",
             stopped.as_secs_f64() * 1000.0
         );
     }
-    eprintln!(
+    sampler::say!(
         "sampler: {} samples ({}, {} Hz), {} lost, {} threads in {} processes, {:.2} s",
         samples,
         m.event,
@@ -374,7 +374,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         m.duration_ms / 1000.0
     );
     if samples > 0 {
-        eprintln!(
+        sampler::say!(
             "sampler: {} unwinding, {:.1} MB of samples ({} bytes per sample)",
             unwind_name,
             info.sample_bytes as f64 / 1e6,
@@ -383,19 +383,19 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     }
     print_lost_by_thread(&profile);
     if m.truncated_stacks > 0 {
-        eprintln!(
+        sampler::say!(
             "sampler: {} stacks could not be unwound to their outermost frame and start with [truncated] (the stack copy or the kernel's frame limit ended them; a larger --stack-size helps the first)",
             m.truncated_stacks
         );
     }
     if m.throttled > 0 {
-        eprintln!(
+        sampler::say!(
             "sampler: the kernel throttled sampling {} times (lower -F)",
             m.throttled
         );
     }
     print_symbol_gaps(&profile);
-    eprintln!(
+    sampler::say!(
         "sampler: wrote {} ({:.0} ms after the command ended); {}",
         output_path.display(),
         write_ms,
@@ -425,7 +425,7 @@ fn print_lost_by_thread(profile: &profile::Profile) {
         .map(|t| format!("{} ({}) {}", t.name, t.tid, t.lost_samples))
         .collect();
     let more = lost.len().saturating_sub(10);
-    eprintln!(
+    sampler::say!(
         "sampler: lost samples by thread: {}{} (a larger -m or a lower -F loses fewer)",
         shown.join(", "),
         if more > 0 {
@@ -457,9 +457,9 @@ fn print_symbol_gaps(profile: &profile::Profile) {
         if gaps.is_empty() {
             continue;
         }
-        eprintln!("sampler: {heading}:");
+        sampler::say!("sampler: {heading}:");
         for g in gaps {
-            eprintln!("sampler:   {}: {}", profile.libs[g.lib.index()].name, g.why);
+            sampler::say!("sampler:   {}: {}", profile.libs[g.lib.index()].name, g.why);
         }
     }
 }
@@ -709,7 +709,7 @@ fn convert_main(args: ConvertArgs) -> Result<()> {
     };
     emit::write(&profile, format, &export, output, &output_path)?;
     give_to_sudo_user(&output_path)?;
-    eprintln!(
+    sampler::say!(
         "sampler: wrote {}; {}",
         output_path.display(),
         how_to_open(format, &output_path)

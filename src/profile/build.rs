@@ -203,7 +203,7 @@ impl ProfileBuilder {
     pub fn finish(mut self, info: &RecordingInfo) -> Built {
         if let Some(capture) = self.capture.take() {
             if let Err(e) = capture.write() {
-                eprintln!("sampler: could not write the sample capture: {e}");
+                say!("sampler: could not write the sample capture: {e}");
             }
         }
         let ms = |ns: u64| ns.saturating_sub(info.start_ns) as f64 / 1e6;

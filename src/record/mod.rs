@@ -10,7 +10,7 @@ mod launch;
 mod sys;
 
 use std::collections::HashSet;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -195,7 +195,7 @@ impl Drop for DeeperStacks {
             }
             std::thread::sleep(RESTORE_INTERVAL);
         }
-        eprintln!(
+        say!(
             "sampler: kernel.perf_event_max_stack stays {WANTED_MAX_STACK} (raised for deep \
              stacks; other perf sessions keep it busy): `sudo sysctl kernel.perf_event_max_stack={old}` puts it back"
         );
@@ -350,7 +350,7 @@ fn map_rings(
         }
     };
     if pages < requested {
-        eprintln!(
+        say!(
             "sampler: ring buffers shrunk from {requested} to {pages} pages per CPU: the kernel \
              refused more (kernel.perf_event_mlock_kb, ulimit -l); expect lost samples at high rates"
         );
@@ -509,7 +509,7 @@ pub fn record(
     let max_rate = read_sysctl("perf_event_max_sample_rate").unwrap_or(u64::MAX);
     let mut frequency_hz = opts.frequency_hz;
     if frequency_hz > max_rate {
-        eprintln!(
+        say!(
             "sampler: warning: -F {frequency_hz} is above kernel.perf_event_max_sample_rate ({max_rate}); using {max_rate} Hz"
         );
         frequency_hz = max_rate;
@@ -609,7 +609,7 @@ pub fn record(
     let start_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
-    eprintln!(
+    say!(
         "sampler: sampling {} with {} at {} Hz{}{}",
         match &opts.target {
             Target::Command(c) => format!("`{}`", c.join(" ")),
@@ -670,13 +670,12 @@ pub fn record(
             break ended;
         }
         if status_line && last_status.elapsed() >= Duration::from_millis(250) {
-            eprint!(
+            say_partial!(
                 "\rsampler: {} samples, {} threads, {} lost   ",
                 progress.samples,
                 progress.tids.len(),
                 progress.lost
             );
-            let _ = std::io::stderr().flush();
             last_status = Instant::now();
         }
     };
@@ -686,7 +685,7 @@ pub fn record(
     drain_all(&mut events.rings, &parser, &mut pending, &mut progress);
     let end_ns = monotonic_ns();
     if status_line {
-        eprint!("\r\x1b[K");
+        say_partial!("\r\x1b[K");
     }
     hand_on(&mut pending, sink, u64::MAX);
     let info = RecordingInfo {
