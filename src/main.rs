@@ -37,6 +37,10 @@ enum Command {
     /// Print the call tree of a profile that sampler wrote, with transforms applied in the
     /// order given (paths are CallNodePaths: A>B>C, from the root)
     Report(ReportArgs),
+    /// Internal: the watchdog that puts kernel.perf_event_max_stack back for a recording
+    /// session that died (see `record::stack_limit`).
+    #[command(name = record::stack_limit::WATCHDOG_COMMAND, hide = true)]
+    RestoreMaxStack { pid: i32, start: u64 },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -229,6 +233,13 @@ struct RecordArgs {
     /// Root of separate debug files (.build-id/xx/rest.debug, .gnu_debuglink paths).
     #[arg(long = "debug-root", default_value = symbolicate::DEFAULT_DEBUG_ROOT)]
     debug_root: PathBuf,
+    /// Deepest stack (frames) the kernel walks per sample. Above
+    /// kernel.perf_event_max_stack, sampler (as root) raises that setting while it
+    /// records and puts it back after; at or below it, nothing machine-wide changes.
+    #[arg(long = "max-stack", value_name = "FRAMES",
+          default_value_t = record::stack_limit::DEFAULT_MAX_STACK,
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(record::stack_limit::MAX_FITTING_FRAMES)))]
+    max_stack: u16,
     /// The command to profile, with its arguments.
     #[arg(
         trailing_var_arg = true,
@@ -245,6 +256,9 @@ fn main() -> ExitCode {
         Command::Record(args) => record_main(args),
         Command::Symbolize(args) => symbolize_main(args).map(|()| 0),
         Command::Convert(args) => convert_main(args).map(|()| 0),
+        Command::RestoreMaxStack { pid, start } => {
+            record::stack_limit::watchdog_main(pid, start).map(|()| 0)
+        }
         Command::Report(args) => {
             let sub = matches
                 .subcommand_matches("report")
@@ -307,6 +321,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         frequency_hz: args.frequency,
         mmap_pages: args.mmap_pages,
         duration,
+        max_stack: args.max_stack,
     };
     let (format, output_path) = output_choice(args.format, args.output.clone());
     let output = std::fs::File::create(&output_path).with_context(|| {
@@ -388,6 +403,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
             m.truncated_stacks
         );
     }
+    print_why_incomplete(&info, samples);
     if m.throttled > 0 {
         sampler::say!(
             "sampler: the kernel throttled sampling {} times (lower -F)",
@@ -405,6 +421,62 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         record::Ended::Command(exit) => exit.shell_code(),
         record::Ended::Detached(_) => 0,
     })
+}
+
+/// Says why a profile is empty, or misses stack frames, processes or samples, where
+/// sampler knows: one line each, so that nothing is missing silently.
+fn print_why_incomplete(info: &record::RecordingInfo, samples: usize) {
+    use record::stack_limit::Raise;
+    let gaps = &info.gaps;
+    if gaps.stack_limit == Raise::Refused {
+        let why = if nix::unistd::Uid::effective().is_root() {
+            "another perf session's callchain events (perf record -g, another profiler) keep the kernel from changing it"
+        } else {
+            "only root may change it"
+        };
+        sampler::say!(
+            "sampler: stacks deeper than {} frames are cut and start with [truncated]: kernel.perf_event_max_stack could not be raised ({why})",
+            info.max_stack
+        );
+    }
+    if gaps.unreadable_bytes > 0 {
+        sampler::say!(
+            "sampler: {} bytes of the ring buffers could not be parsed (a corrupt record); the about {} samples in them are counted as lost",
+            gaps.unreadable_bytes,
+            gaps.unreadable_samples
+        );
+    }
+    for pid in &gaps.left_stopped {
+        sampler::say!(
+            "sampler: pid {pid} was already stopped when sampler attached and was left so: a stopped process runs no code, so it has no samples (`kill -CONT {pid}` continues it)"
+        );
+    }
+    if !gaps.outliving.is_empty() {
+        let list: Vec<String> = gaps
+            .outliving
+            .iter()
+            .map(|(pid, name)| format!("{pid} ({name})"))
+            .collect();
+        sampler::say!(
+            "sampler: {} processes the command started were still running when it exited, and were recorded only until then: {} (`sampler record -p PID` records a daemon)",
+            list.len(),
+            list.join(", ")
+        );
+    }
+    if samples == 0 {
+        match &gaps.set_id_program {
+            Some(file) => sampler::say!(
+                "sampler: no samples: {} is a set-user-ID or set-group-ID program, and the kernel stops sampling a program that gains privileges when it starts",
+                file.display()
+            ),
+            None if gaps.left_stopped.is_empty() => sampler::say!(
+                "sampler: no samples: what was recorded used less than one sampling period of CPU time ({:.1} ms at {} Hz), or waited the whole time",
+                1000.0 / info.frequency_hz as f64,
+                info.frequency_hz
+            ),
+            None => {}
+        }
+    }
 }
 
 /// The threads that lost samples, most first (at most ten), so that a thread whose

@@ -4,49 +4,10 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-
-/// A bench target running in the background, killed when the test ends however it ends.
-struct Running(Child);
-
-impl Running {
-    fn start(name: &str, args: &[&str]) -> Running {
-        let child = Command::new(target(name))
-            .args(args)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{name} starts: {e}"));
-        // Let it get past its start-up (the loader, the first mappings).
-        std::thread::sleep(Duration::from_millis(200));
-        Running(child)
-    }
-
-    fn pid(&self) -> String {
-        self.0.id().to_string()
-    }
-
-    /// The state letter of /proc/PID/stat.
-    fn state(&self) -> char {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).unwrap();
-        stat.rsplit_once(") ").unwrap().1.chars().next().unwrap()
-    }
-
-    /// Waits for the program to finish; its exit code.
-    fn wait(mut self) -> Option<i32> {
-        let status = self.0.wait().unwrap();
-        status.code()
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Runs `sampler record -o OUT <args>`; its output and the profile's path.
 fn attach(args: &[&str]) -> (std::process::Output, std::path::PathBuf) {

@@ -7,6 +7,7 @@
 mod attach;
 mod events;
 mod launch;
+pub mod stack_limit;
 mod sys;
 
 use std::collections::HashSet;
@@ -62,6 +63,8 @@ pub struct RecordingInfo {
     pub kernel_included: bool,
     /// The frame limit the kernel applied to callchains (user + kernel).
     pub max_stack: u16,
+    /// What the recording may be missing, and why.
+    pub gaps: RecordingGaps,
     /// The command line that was profiled, or `-p PID,...` for attached processes.
     pub command: Vec<String>,
     /// The pid of the launched command, or of the first attached process.
@@ -72,6 +75,29 @@ pub struct RecordingInfo {
     pub stopped_for: Option<Duration>,
     /// Bytes of sample records the kernel wrote (what a sample costs in the ring buffer).
     pub sample_bytes: u64,
+}
+
+/// What a recording may be missing, and why: stack frames beyond the frame limit,
+/// samples in unreadable ring data, processes that ran no code or outlived the command,
+/// a program the kernel would not let sampler follow. The summary says each.
+#[derive(Clone, Debug, Default)]
+pub struct RecordingGaps {
+    /// Whether `kernel.perf_event_max_stack` could be raised to the frames asked for.
+    pub stack_limit: stack_limit::Raise,
+    /// Bytes of ring buffer that could not be parsed (a corrupt record and what followed
+    /// it in that read), and the samples they are estimated to have held; the estimate
+    /// is included in `lost_samples`.
+    pub unreadable_bytes: u64,
+    pub unreadable_samples: u64,
+    /// Attached processes that were already stopped (SIGSTOP, a debugger) and were left
+    /// so: they run no code, so they have no samples.
+    pub left_stopped: Vec<i32>,
+    /// Processes the launched command started that were still running when it exited:
+    /// they were recorded only until then (a daemon).
+    pub outliving: Vec<(i32, String)>,
+    /// The launched program's file, when it is set-user-ID or set-group-ID: the kernel
+    /// ends the sampling of a program that gains privileges at `exec`.
+    pub set_id_program: Option<std::path::PathBuf>,
 }
 
 /// A whole recording held in memory: its description and its events in time order.
@@ -102,6 +128,9 @@ pub struct RecordOptions {
     pub duration: Option<Duration>,
     /// Bytes of user stack copied with each sample, for unwinding (a multiple of 8).
     pub stack_bytes: u32,
+    /// The deepest callchain (frames) to ask the kernel for; raising
+    /// `kernel.perf_event_max_stack` when it is lower (see [`stack_limit`]).
+    pub max_stack: u16,
 }
 
 /// Why the launched command ended.
@@ -134,7 +163,7 @@ pub enum Ended {
 pub enum DetachReason {
     /// `-d` elapsed.
     Duration,
-    /// Ctrl-C or SIGTERM.
+    /// Ctrl-C, SIGTERM, or another signal that ends a recording ([`STOP_SIGNALS`]).
     Interrupted,
     /// Every attached process exited.
     AllExited,
@@ -157,54 +186,6 @@ const USER_REGS_MASK: u64 =
 /// How often the loop wakes up to drain buffers and refresh the status line even when the
 /// kernel has not signalled a full watermark.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
-
-/// How deep a callchain sampler asks the kernel for. The kernel's default limit
-/// (`kernel.perf_event_max_stack`, 127) cuts a recursion of a few hundred levels; with
-/// this a recursion thousands deep stays whole. Each frame costs 8 bytes in a sample, and
-/// only stacks that are that deep pay it.
-const WANTED_MAX_STACK: u64 = 8192;
-
-/// Raises `kernel.perf_event_max_stack` to [`WANTED_MAX_STACK`] for the recording, when
-/// it is lower and sampler may (root), and puts the old value back when dropped. The
-/// kernel refuses to lower it while any callchain event exists (EBUSY), so putting it back
-/// is retried for a while; when other perf sessions keep it busy, it stays raised and
-/// sampler says how to lower it.
-struct DeeperStacks {
-    old: Option<u64>,
-}
-
-/// How long to keep trying to put `perf_event_max_stack` back: our own events are freed
-/// shortly after their descriptors close.
-const RESTORE_ATTEMPTS: u32 = 40;
-const RESTORE_INTERVAL: Duration = Duration::from_millis(25);
-
-impl DeeperStacks {
-    fn raise() -> DeeperStacks {
-        let old = read_sysctl("perf_event_max_stack").filter(|&v| v < WANTED_MAX_STACK);
-        let raised = old.filter(|_| write_sysctl("perf_event_max_stack", WANTED_MAX_STACK));
-        DeeperStacks { old: raised }
-    }
-}
-
-impl Drop for DeeperStacks {
-    fn drop(&mut self) {
-        let Some(old) = self.old else { return };
-        for _ in 0..RESTORE_ATTEMPTS {
-            if write_sysctl("perf_event_max_stack", old) {
-                return;
-            }
-            std::thread::sleep(RESTORE_INTERVAL);
-        }
-        say!(
-            "sampler: kernel.perf_event_max_stack stays {WANTED_MAX_STACK} (raised for deep \
-             stacks; other perf sessions keep it busy): `sudo sysctl kernel.perf_event_max_stack={old}` puts it back"
-        );
-    }
-}
-
-fn write_sysctl(name: &str, value: u64) -> bool {
-    std::fs::write(format!("/proc/sys/kernel/{name}"), value.to_string()).is_ok()
-}
 
 fn read_sysctl(name: &str) -> Option<u64> {
     std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
@@ -477,6 +458,13 @@ struct Progress {
     lost: u64,
     throttled: u64,
     tids: HashSet<i32>,
+    /// Sample records the parser could not read (counted as lost).
+    unparsed_samples: u64,
+    /// Ring data that could not be parsed, and in how many stretches.
+    unreadable_bytes: u64,
+    unreadable_stretches: u64,
+    /// Processes started while recording that have not exited (pid == tid forks).
+    processes: HashSet<i32>,
 }
 
 /// How far behind the drain time events are held back before they are handed on: the
@@ -485,22 +473,38 @@ struct Progress {
 /// takes and keeps the pending events small.
 const REORDER_WINDOW_NS: u64 = 50_000_000;
 
+/// The signals that end a recording the way Ctrl-C does: the profile is written, a
+/// launched command gets the signal too (its own default action then usually ends it),
+/// attached processes go on running. Any of them would otherwise kill sampler half way
+/// and leave no profile; the terminal's hangup (SIGHUP) and Ctrl-\ (SIGQUIT) among them.
+pub const STOP_SIGNALS: [Signal; 7] = [
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGALRM,
+];
+
 /// Test hook: `SAMPLER_TEST_FAULT=error|panic` makes attaching fail right after the
 /// processes were stopped, so tests can check that they are always continued.
 const FAULT_ENV: &str = "SAMPLER_TEST_FAULT";
 
 /// Records `opts.target` and hands the events to `sink` in time order, in batches, while
-/// it runs. A launched command is recorded until it exits: Ctrl-C and SIGTERM are
-/// forwarded to it (a tty's Ctrl-C already reached it) and a second one kills it.
-/// Attached processes are recorded until `opts.duration`, Ctrl-C or SIGTERM (which stop
-/// the recording, not the processes), or until they have all exited.
+/// it runs. A launched command is recorded until it exits: Ctrl-C, SIGTERM and the other
+/// [`STOP_SIGNALS`] are forwarded to it (unless the terminal sent them to it already)
+/// and a second one kills it. Attached processes are recorded until `opts.duration`, one
+/// of [`STOP_SIGNALS`] (which stop the recording, not the processes), or until they have
+/// all exited.
 pub fn record(
     opts: &RecordOptions,
     sink: &mut dyn FnMut(&[Event]),
 ) -> Result<(RecordingInfo, Ended)> {
     let mut signals = SigSet::empty();
-    signals.add(Signal::SIGINT);
-    signals.add(Signal::SIGTERM);
+    for signal in STOP_SIGNALS {
+        signals.add(signal);
+    }
     signals.add(Signal::SIGCHLD);
     launch::default_sigchld()?;
     launch::block_signals(&signals)?;
@@ -519,10 +523,11 @@ pub fn record(
             attach::check_pid(pid)?;
         }
     }
-    let _deeper = DeeperStacks::raise();
-    let max_stack = read_sysctl("perf_event_max_stack")
-        .unwrap_or(127)
-        .min(u16::MAX as u64) as u16;
+    let deeper = stack_limit::DeeperStacks::raise(u64::from(opts.max_stack));
+    let max_stack = deeper
+        .limit
+        .min(u64::from(opts.max_stack))
+        .min(u64::from(stack_limit::MAX_FITTING_FRAMES)) as u16;
     let ring_pages = opts
         .mmap_pages
         .unwrap_or_else(|| default_ring_pages(opts.stack_bytes));
@@ -533,6 +538,7 @@ pub fn record(
     let _ = sys::set_nice(RECORDER_NICE);
 
     let mut pending: Vec<Event> = Vec::new();
+    let mut left_stopped = Vec::new();
     let (mut events, mut target, description, stopped_for, start_ns) = match &opts.target {
         Target::Command(command) => {
             let mut child = launch::GatedChild::spawn(command, &signals)
@@ -569,6 +575,11 @@ pub fn record(
             )
         }
         Target::Pids(pids) => {
+            left_stopped = pids
+                .iter()
+                .copied()
+                .filter(|&p| matches!(attach::process_state(p), Some('T' | 't')))
+                .collect();
             let stopped = attach::Stopped::stop(pids)?;
             match std::env::var(FAULT_ENV).as_deref() {
                 Ok("error") => bail!("{FAULT_ENV}=error: failing after stopping the processes"),
@@ -688,16 +699,51 @@ pub fn record(
         say_partial!("\r\x1b[K");
     }
     hand_on(&mut pending, sink, u64::MAX);
+    let outliving = match &target {
+        Running::Launched { pid, .. } => progress
+            .processes
+            .iter()
+            .copied()
+            .filter(|&p| p != pid.as_raw() && !attach::has_exited(p))
+            .map(|p| {
+                let name = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+                (p, name.trim_end().to_string())
+            })
+            .collect(),
+        Running::Attached { .. } => Vec::new(),
+    };
+    // Samples in unreadable ring data: as many as the bytes would hold at the size the
+    // readable samples had (at least one per corrupt stretch).
+    let unreadable_samples = if progress.unreadable_bytes == 0 {
+        0
+    } else {
+        let per_sample = progress
+            .sample_bytes
+            .checked_div(progress.samples)
+            .unwrap_or(64);
+        (progress.unreadable_bytes / per_sample.max(8)).max(progress.unreadable_stretches)
+    };
     let info = RecordingInfo {
         event: events.event,
         frequency_hz,
         start_unix_ms,
         start_ns,
         end_ns,
-        lost_samples: progress.lost,
+        lost_samples: progress.lost + progress.unparsed_samples + unreadable_samples,
         throttled: progress.throttled,
         kernel_included: events.kernel_included,
         max_stack,
+        gaps: RecordingGaps {
+            stack_limit: deeper.outcome,
+            unreadable_bytes: progress.unreadable_bytes,
+            unreadable_samples,
+            left_stopped,
+            outliving,
+            set_id_program: match &opts.target {
+                Target::Command(command) => set_id_program(&command[0]),
+                Target::Pids(_) => None,
+            },
+        },
         command: description,
         root_pid: target.root_pid(),
         ring_pages: events.ring_pages,
@@ -705,6 +751,24 @@ pub fn record(
         sample_bytes: progress.sample_bytes,
     };
     Ok((info, ended))
+}
+
+/// The file `execvp` runs for `program` (a path, or a name looked up in `PATH`), when
+/// it has the set-user-ID or set-group-ID bit.
+fn set_id_program(program: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let candidates: Vec<std::path::PathBuf> = if program.contains('/') {
+        vec![program.into()]
+    } else {
+        std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).map(|d| d.join(program)).collect())
+            .unwrap_or_default()
+    };
+    let file = candidates
+        .into_iter()
+        .find(|c| c.metadata().is_ok_and(|m| m.is_file()))?;
+    let mode = file.metadata().ok()?.permissions().mode();
+    (mode & (libc::S_ISUID | libc::S_ISGID) != 0).then_some(file)
 }
 
 /// What is being recorded, while it runs.
@@ -721,15 +785,17 @@ enum Running {
 }
 
 impl Running {
-    /// A SIGINT or SIGTERM reached sampler (`from_tty`: sent by the terminal to the whole
-    /// foreground group).
+    /// One of [`STOP_SIGNALS`] reached sampler (`from_tty`: sent by the kernel, as a
+    /// terminal sends Ctrl-C, Ctrl-\ and a hangup to the whole foreground group, so the
+    /// command has it already).
     fn on_signal(&mut self, signo: i32, from_tty: bool) {
         match self {
             Running::Launched { pid, interrupts } => {
                 *interrupts += 1;
+                let tty_signal = [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP].contains(&signo);
                 let forward = if *interrupts > 1 {
                     Some(Signal::SIGKILL)
-                } else if !from_tty || signo == libc::SIGTERM {
+                } else if !(from_tty && tty_signal) {
                     Signal::try_from(signo).ok()
                 } else {
                     None
@@ -798,22 +864,35 @@ fn drain_all(
     progress: &mut Progress,
 ) {
     for ring in rings.iter_mut() {
-        ring.drain(|record| {
+        let drained = ring.drain(|record| {
             // The 8-byte record header and the body.
             let bytes = 8 + record.body.0.len() + record.body.1.len();
-            if let Some(event) = parser.parse(record) {
-                match &event.kind {
-                    EventKind::Sample(s) => {
-                        progress.samples += 1;
-                        progress.sample_bytes += bytes as u64;
-                        progress.tids.insert(s.tid);
-                    }
-                    EventKind::Lost { count, .. } => progress.lost += count,
-                    EventKind::Throttle => progress.throttled += 1,
-                    _ => {}
+            let is_sample = record.kind == pb::PERF_RECORD_SAMPLE;
+            let Some(event) = parser.parse(record) else {
+                progress.unparsed_samples += u64::from(is_sample);
+                return;
+            };
+            match &event.kind {
+                EventKind::Sample(s) => {
+                    progress.samples += 1;
+                    progress.sample_bytes += bytes as u64;
+                    progress.tids.insert(s.tid);
                 }
-                log.push(event);
+                EventKind::Lost { count, .. } => progress.lost += count,
+                EventKind::Throttle => progress.throttled += 1,
+                EventKind::Fork { pid, tid, .. } if pid == tid => {
+                    progress.processes.insert(*pid);
+                }
+                EventKind::Exit { pid, tid } if pid == tid => {
+                    progress.processes.remove(pid);
+                }
+                _ => {}
             }
+            log.push(event);
         });
+        if drained.unreadable_bytes > 0 {
+            progress.unreadable_bytes += drained.unreadable_bytes as u64;
+            progress.unreadable_stretches += 1;
+        }
     }
 }

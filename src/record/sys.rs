@@ -113,14 +113,14 @@ impl RingBuffer {
     }
 
     /// Hands every complete record now in the buffer to `each`, then releases the space.
-    /// Returns the number of records read.
-    pub fn drain(&mut self, mut each: impl FnMut(RingRecord<'_>)) -> usize {
+    /// Returns how much was read, and how much of it could not be.
+    pub fn drain(&mut self, mut each: impl FnMut(RingRecord<'_>)) -> Drained {
         let (head_atomic, tail_atomic) = self.head_and_tail();
         let head = head_atomic.load(Ordering::Acquire);
         let tail = tail_atomic.load(Ordering::Relaxed);
         let available = (head - tail) as usize;
         if available == 0 {
-            return 0;
+            return Drained::default();
         }
         // The readable bytes [tail, head) as one or two slices (when they wrap around).
         let start = (tail as usize) % self.data_size;
@@ -135,19 +135,36 @@ impl RingBuffer {
                 std::slice::from_raw_parts(data, available - first_len),
             )
         };
-        let count = parse_records(first, second, &mut each);
+        let drained = parse_records(first, second, &mut each);
         tail_atomic.store(head, Ordering::Release);
-        count
+        drained
     }
+}
+
+/// What one drain of a ring buffer read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drained {
+    pub records: usize,
+    /// Bytes from the first record that could not be a kernel record (a size that is
+    /// not a multiple of 8, or runs past what the kernel published, or an unknown type)
+    /// to the end of what was read. The kernel publishes whole records only, so the rest
+    /// cannot be told apart from garbage: it is skipped, and the caller reports it.
+    pub unreadable_bytes: usize,
 }
 
 /// Splits `first ++ second` into records. Records are 8-byte aligned and `first` ends at
 /// the end of the buffer, a multiple of 8, so a record header never straddles the two.
-fn parse_records(first: &[u8], second: &[u8], each: &mut impl FnMut(RingRecord<'_>)) -> usize {
+fn parse_records(first: &[u8], second: &[u8], each: &mut impl FnMut(RingRecord<'_>)) -> Drained {
     let total = first.len() + second.len();
     let mut at = 0;
     let mut count = 0;
-    while at + 8 <= total {
+    while at < total {
+        if at + 8 > total {
+            return Drained {
+                records: count,
+                unreadable_bytes: total - at,
+            };
+        }
         let header = if at < first.len() {
             &first[at..at + 8]
         } else {
@@ -156,9 +173,12 @@ fn parse_records(first: &[u8], second: &[u8], each: &mut impl FnMut(RingRecord<'
         let kind = u32::from_ne_bytes(header[0..4].try_into().unwrap());
         let misc = u16::from_ne_bytes(header[4..6].try_into().unwrap());
         let size = u16::from_ne_bytes(header[6..8].try_into().unwrap()) as usize;
-        if size < 8 || at + size > total {
-            // A corrupt or incomplete record: drop the rest of what was read.
-            break;
+        let known = (1..sys::bindings::PERF_RECORD_MAX).contains(&kind);
+        if size < 8 || size % 8 != 0 || at + size > total || !known {
+            return Drained {
+                records: count,
+                unreadable_bytes: total - at,
+            };
         }
         let (body_start, body_end) = (at + 8, at + size);
         let body = if body_end <= first.len() {
@@ -175,7 +195,10 @@ fn parse_records(first: &[u8], second: &[u8], each: &mut impl FnMut(RingRecord<'
         at += size;
         count += 1;
     }
-    count
+    Drained {
+        records: count,
+        unreadable_bytes: 0,
+    }
 }
 
 #[cfg(test)]
@@ -202,9 +225,49 @@ mod tests {
             let body: Vec<u8> = r.body.0.iter().chain(r.body.1).copied().collect();
             seen.push((r.kind, body));
         });
-        assert_eq!(n, 3);
+        assert_eq!(
+            n,
+            Drained {
+                records: 3,
+                unreadable_bytes: 0
+            }
+        );
         assert_eq!(seen[0], (1, vec![1; 16]));
         assert_eq!(seen[1], (2, vec![2; 24]));
         assert_eq!(seen[2], (3, vec![3; 8]));
+    }
+
+    #[test]
+    fn corrupt_records_are_counted_not_dropped_silently() {
+        // A size wrapped past 16 bits leaves a record whose size field is too small for
+        // it: what follows is the middle of a callchain, not a record.
+        let good = record(9, &[0; 16]);
+        let mut wrapped = 9u32.to_ne_bytes().to_vec();
+        wrapped.extend_from_slice(&0u16.to_ne_bytes());
+        wrapped.extend_from_slice(&12u16.to_ne_bytes());
+        wrapped.extend_from_slice(&[0xff; 36]);
+        let mut bytes = good.clone();
+        bytes.extend(&wrapped);
+        let n = parse_records(&bytes, &[], &mut |_| {});
+        assert_eq!(
+            n,
+            Drained {
+                records: 1,
+                unreadable_bytes: wrapped.len()
+            }
+        );
+        // An unknown record type, and a record running past the published head.
+        let mut unknown = good.clone();
+        unknown.extend(record(0x4000, &[1; 8]));
+        assert_eq!(
+            parse_records(&unknown, &[], &mut |_| {}).unreadable_bytes,
+            16
+        );
+        let cut = &good[..good.len() - 8];
+        assert_eq!(parse_records(cut, &[], &mut |_| {}).unreadable_bytes, 16);
+        assert_eq!(
+            parse_records(&good[..4], &[], &mut |_| {}).unreadable_bytes,
+            4
+        );
     }
 }

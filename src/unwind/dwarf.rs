@@ -93,10 +93,11 @@ impl ProcessUnwinders {
             (UnwindMode::Hybrid, Ended::Unknown) => match splice(&cfi, &fp_chain) {
                 Some(rest) => {
                     let mut user = cfi;
-                    let spliced = rest.len();
                     user.extend(rest.into_iter().map(CodeAddress::ReturnAddress));
-                    // The chain itself may have been cut at the kernel's frame limit.
-                    (user, spliced > 0 && sample.callchain_truncated)
+                    // The chain itself may have been cut at the kernel's frame limit, and
+                    // then the stack is incomplete, even where CFI reached beyond the
+                    // chain's end (nothing was spliced on).
+                    (user, sample.callchain_truncated)
                 }
                 None => (cfi, true),
             },

@@ -481,3 +481,88 @@ pub fn count_run(paths: &[Vec<String>], run: &[&str]) -> (usize, f64) {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// Checks a profile with the Firefox Profiler's own loader, `../shared/tools/ffp-check`
+/// beside the repository (exit 0: loaded, and every table consistent). Where the tool is
+/// not there it says so and skips the check; with `SAMPLER_REQUIRE_PERF=1` (CI) its
+/// absence fails the test.
+pub fn ffp_check(path: &Path) {
+    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/ffp-check");
+    if !tool.exists() {
+        if std::env::var("SAMPLER_REQUIRE_PERF").as_deref() == Ok("1") {
+            panic!("{} is required here but missing", tool.display());
+        }
+        eprintln!(
+            "SKIPPED ffp-check of {}: no {}",
+            path.display(),
+            tool.display()
+        );
+        return;
+    }
+    let out = Command::new(&tool)
+        .arg(path)
+        .output()
+        .expect("ffp-check runs");
+    assert!(
+        out.status.success(),
+        "the Firefox Profiler's loader rejects {} (exit {:?}): {}{}",
+        path.display(),
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Waits up to `limit` for `child` to exit.
+pub fn wait_with_timeout(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    None
+}
+
+/// A bench target running in the background, killed when the test ends however it ends.
+pub struct Running(pub std::process::Child);
+
+impl Running {
+    pub fn start(name: &str, args: &[&str]) -> Running {
+        let child = Command::new(target(name))
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name} starts: {e}"));
+        // Let it get past its start-up (the loader, the first mappings).
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        Running(child)
+    }
+
+    pub fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+
+    /// The state letter of /proc/PID/stat.
+    pub fn state(&self) -> char {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).unwrap();
+        stat.rsplit_once(") ").unwrap().1.chars().next().unwrap()
+    }
+
+    /// Waits for the program to finish; its exit code.
+    pub fn wait(mut self) -> Option<i32> {
+        let status = self.0.wait().unwrap();
+        status.code()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

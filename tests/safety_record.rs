@@ -1,0 +1,336 @@
+//! End-to-end: the recording holds up against what users and machines do to it — signals
+//! other than Ctrl-C, a stderr that cannot be written, a frame-pointer chain that never
+//! ends, a frame limit below the stack — and an empty or incomplete profile always says
+//! why. Each test is skipped (visibly) where perf recording is not permitted.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// Every sample's stack in every thread, as frame names root first.
+fn all_paths(path: &std::path::Path) -> Vec<Vec<String>> {
+    thread_paths(&load_checked(path))
+        .into_iter()
+        .flat_map(|t| t.paths)
+        .collect()
+}
+
+#[test]
+fn stop_signals_write_the_profile_and_reach_the_command() {
+    let test = "stop_signals_write_the_profile_and_reach_the_command";
+    if !perf_available(test) {
+        return;
+    }
+    let signals = [
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGALRM,
+        Signal::SIGTERM,
+    ];
+    let dir = tempdir();
+    let running: Vec<_> = signals
+        .iter()
+        .map(|&sig| {
+            let out = dir.join(format!("{sig:?}.json"));
+            let child = Command::new(sampler_bin())
+                .args(["record", "-o"])
+                .arg(&out)
+                .args(["--", &target("split7030"), "30"])
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            (sig, out, child)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    for (sig, _, child) in &running {
+        kill(Pid::from_raw(child.id() as i32), *sig).unwrap();
+    }
+    for (sig, out, mut child) in running {
+        let status = wait_with_timeout(&mut child, Duration::from_secs(20));
+        let o = child.wait_with_output().unwrap();
+        let status = status.unwrap_or_else(|| panic!("{sig:?}: sampler did not stop"));
+        // The command got the signal and died of it; sampler says so in its exit code.
+        assert_eq!(
+            status.code(),
+            Some(128 + sig as i32),
+            "{sig:?}: {status:?} {}",
+            stderr(&o)
+        );
+        assert!(
+            stderr(&o).contains(&format!("killed by signal {}", sig as i32)),
+            "{sig:?}: {}",
+            stderr(&o)
+        );
+        let n = all_paths(&out).len();
+        eprintln!("{test}: {sig:?}: {n} samples");
+        assert!(n > 20, "{sig:?}: {n} samples");
+        ffp_check(&out);
+    }
+}
+
+#[test]
+fn stop_signals_leave_attached_processes_running() {
+    let test = "stop_signals_leave_attached_processes_running";
+    if !perf_available(test) {
+        return;
+    }
+    for sig in [Signal::SIGHUP, Signal::SIGUSR1, Signal::SIGALRM] {
+        let target = Running::start("split7030", &["30"]);
+        let out = tempdir().join("attached.json");
+        let mut sampler = Command::new(sampler_bin())
+            .args(["record", "-o"])
+            .arg(&out)
+            .args(["-p", &target.pid()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Until the first sample has been written (the machine may be busy).
+        std::thread::sleep(Duration::from_millis(1500));
+        kill(Pid::from_raw(sampler.id() as i32), sig).unwrap();
+        let status = wait_with_timeout(&mut sampler, Duration::from_secs(20));
+        let o = sampler.wait_with_output().unwrap();
+        assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("recording interrupted"),
+            "{sig:?}: {}",
+            stderr(&o)
+        );
+        let n = all_paths(&out).len();
+        assert!(n > 20, "{sig:?}: {n} samples: {}", stderr(&o));
+        assert!(
+            matches!(target.state(), 'R' | 'S'),
+            "{sig:?}: the target is in state {}",
+            target.state()
+        );
+    }
+}
+
+#[test]
+fn a_stderr_that_cannot_be_written_changes_nothing() {
+    let test = "a_stderr_that_cannot_be_written_changes_nothing";
+    if !perf_available(test) {
+        return;
+    }
+    let dir = tempdir();
+    // A full device: every status and summary line fails to be written.
+    let full = dir.join("full.json");
+    let o = Command::new(sampler_bin())
+        .args(["record", "-o"])
+        .arg(&full)
+        .args(["--", &target("split7030"), "0.5"])
+        .stderr(
+            std::fs::File::options()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+        .status()
+        .unwrap();
+    assert_eq!(o.code(), Some(0), "2>/dev/full");
+    assert!(all_paths(&full).len() > 100);
+    ffp_check(&full);
+    // The exit code is still the command's.
+    let o = Command::new(sampler_bin())
+        .args(["record", "-o"])
+        .arg(dir.join("code.json"))
+        .args(["--", "sh", "-c", "exit 3"])
+        .stderr(
+            std::fs::File::options()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+        .status()
+        .unwrap();
+    assert_eq!(
+        o.code(),
+        Some(3),
+        "2>/dev/full keeps the command's exit code"
+    );
+    // A pipe whose reader leaves after the first line: the rest meets EPIPE.
+    let piped = dir.join("piped.json");
+    let script = format!(
+        "{} record -o {} -- {} 0.5 2>&1 | head -1; exit ${{PIPESTATUS[0]}}",
+        sampler_bin(),
+        piped.display(),
+        target("split7030")
+    );
+    let o = Command::new("bash").args(["-c", &script]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "2>&1 | head -1: {}", stderr(&o));
+    let first = String::from_utf8_lossy(&o.stdout);
+    assert!(first.starts_with("sampler: sampling"), "{first}");
+    assert!(all_paths(&piped).len() > 100);
+    ffp_check(&piped);
+}
+
+#[test]
+fn a_looping_frame_pointer_chain_loses_no_sample() {
+    let test = "a_looping_frame_pointer_chain_loses_no_sample";
+    if !perf_available(test) {
+        return;
+    }
+    for mode in ["hybrid", "fp", "dwarf"] {
+        let (o, path) = record(&["--unwind", mode], &[&target("fploop"), "1"]);
+        assert!(o.status.success(), "{mode}: {}", stderr(&o));
+        let paths = all_paths(&path);
+        let p = load(&path);
+        let lost = p["meta"]["extra"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["entries"].as_array().unwrap())
+            .find(|e| e["label"] == "Lost samples")
+            .map_or(0, |e| e["value"].as_u64().unwrap());
+        let in_loop = paths
+            .iter()
+            .filter(|p| p.iter().any(|f| f == "spin_in_loop"))
+            .count();
+        eprintln!(
+            "{test}: {mode}: {} samples, {lost} lost, {in_loop} in spin_in_loop",
+            paths.len()
+        );
+        // 1 s of one busy thread at 1000 Hz, on a machine shared with other tests.
+        assert!(paths.len() + lost as usize > 300, "{mode}: {}", stderr(&o));
+        assert!(in_loop * 10 >= paths.len() * 9, "{mode}");
+        // The walk stopped at the frame limit, never at the root: every stack of the
+        // loop says it is cut.
+        for p in paths
+            .iter()
+            .filter(|p| p.iter().any(|f| f == "spin_in_loop"))
+        {
+            assert_eq!(p[0], "[truncated]", "{mode}: {:?}", &p[..3.min(p.len())]);
+        }
+        assert!(stderr(&o).contains("start with [truncated]"), "{mode}");
+        ffp_check(&path);
+    }
+}
+
+#[test]
+fn stacks_cut_at_the_frame_limit_are_marked() {
+    let test = "stacks_cut_at_the_frame_limit_are_marked";
+    if !perf_available(test) {
+        return;
+    }
+    for mode in ["hybrid", "fp"] {
+        let (o, path) = record(
+            &["--unwind", mode, "--max-stack", "100"],
+            &[&target("deep"), "0.5"],
+        );
+        assert!(o.status.success(), "{mode}: {}", stderr(&o));
+        let paths = all_paths(&path);
+        let deep: Vec<_> = paths
+            .iter()
+            .filter(|p| p.iter().any(|f| f == "bottom"))
+            .collect();
+        assert!(deep.len() > 100, "{mode}: {} samples in bottom", deep.len());
+        for p in &deep {
+            assert_eq!(p[0], "[truncated]", "{mode}: {} frames", p.len());
+            assert!(
+                !p.iter().any(|f| f == "main"),
+                "{mode}: main is below the cut"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_set_user_id_program_says_why_it_has_no_samples() {
+    let test = "a_set_user_id_program_says_why_it_has_no_samples";
+    if !perf_available(test) {
+        return;
+    }
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("SKIPPED {test}: needs root to make a set-user-ID program");
+        return;
+    }
+    // Root runs a program that becomes another user at exec: the kernel ends the events.
+    let program = tempdir().join("setuid-split7030");
+    std::fs::copy(target("split7030"), &program).unwrap();
+    std::os::unix::fs::chown(&program, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let (o, path) = record(&[], &[program.to_str().unwrap(), "0.3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(all_paths(&path).len(), 0, "the kernel sampled it after all");
+    assert!(
+        stderr(&o).contains("set-user-ID or set-group-ID program"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_process_left_stopped_says_why_it_has_no_samples() {
+    let test = "a_process_left_stopped_says_why_it_has_no_samples";
+    if !perf_available(test) {
+        return;
+    }
+    let target = Running::start("split7030", &["30"]);
+    let pid = Pid::from_raw(target.0.id() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let out = tempdir().join("stopped.json");
+    let o = Command::new(sampler_bin())
+        .args(["record", "-d", "0.5", "-o"])
+        .arg(&out)
+        .args(["-p", &target.pid()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        target.state(),
+        'T',
+        "sampler continued a process it did not stop"
+    );
+    assert_eq!(all_paths(&out).len(), 0);
+    assert!(
+        stderr(&o).contains(&format!("pid {pid} was already stopped")),
+        "{}",
+        stderr(&o)
+    );
+    kill(pid, Signal::SIGCONT).unwrap();
+}
+
+#[test]
+fn a_daemon_that_outlives_the_command_is_named() {
+    let test = "a_daemon_that_outlives_the_command_is_named";
+    if !perf_available(test) {
+        return;
+    }
+    let script = format!("{} 5 >/dev/null & echo $!", target("split7030"));
+    let (o, path) = record(&[], &["sh", "-c", &script]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let daemon: i32 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    let err = stderr(&o);
+    let _ = kill(Pid::from_raw(daemon), Signal::SIGKILL);
+    assert!(
+        err.contains("still running when it exited") && err.contains(&format!("{daemon} (")),
+        "{err}"
+    );
+    ffp_check(&path);
+}
+
+#[test]
+fn an_empty_profile_says_why() {
+    let test = "an_empty_profile_says_why";
+    if !perf_available(test) {
+        return;
+    }
+    // At 1 Hz a sample needs a second of CPU time: sleep uses a millisecond.
+    let (o, path) = record(&["-F", "1"], &["sleep", "0.2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(all_paths(&path).len(), 0);
+    assert!(
+        stderr(&o).contains("no samples: what was recorded used less than one sampling period of CPU time (1000.0 ms at 1 Hz)"),
+        "{}",
+        stderr(&o)
+    );
+    ffp_check(&path);
+}
