@@ -3,8 +3,9 @@
 //! The crate is a one-way pipeline; each module only uses the ones above it:
 //!
 //! 1. [`record`]: talks to the kernel (`perf_event_open`, ring buffers, the launched
-//!    command) and hands over a [`record::Recording`], a time-ordered log of plain events.
-//!    It is the only module that knows about perf, and the only one with `unsafe`.
+//!    command) and hands over an [`events::Recording`], a time-ordered log of plain
+//!    events that no later stage needs perf to read. It is the only module that knows
+//!    about perf, and the only one with `unsafe`.
 //! 2. [`unwind`]: turns a sample's raw stack material (kernel callchain, user registers,
 //!    a small copy of the user stack) into a list of [`unwind::CodeAddress`]es.
 //! 3. [`profile`]: replays the recording's process and library maps, deduplicates the
@@ -23,6 +24,7 @@ pub mod diag;
 pub mod binary;
 pub mod calltree;
 pub mod emit;
+pub mod events;
 pub mod locate;
 pub mod maps;
 pub mod profile;

@@ -425,10 +425,10 @@ fn record_main(args: RecordArgs) -> Result<i32> {
 
 /// Says why a profile is empty, or misses stack frames, processes or samples, where
 /// sampler knows: one line each, so that nothing is missing silently.
-fn print_why_incomplete(info: &record::RecordingInfo, samples: usize) {
-    use record::stack_limit::Raise;
+fn print_why_incomplete(info: &sampler::events::RecordingInfo, samples: usize) {
+    use sampler::events::StackLimit;
     let gaps = &info.gaps;
-    if gaps.stack_limit == Raise::Refused {
+    if gaps.stack_limit == StackLimit::Refused {
         let why = if nix::unistd::Uid::effective().is_root() {
             "another perf session's callchain events (perf record -g, another profiler) keep the kernel from changing it"
         } else {

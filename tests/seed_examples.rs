@@ -2,8 +2,8 @@
 //! seed 003 (stack interning and func grouping) from a synthetic recording.
 
 use sampler::calltree::CallTree;
+use sampler::events::{Event, EventKind, Mapping, Recording, RecordingInfo, Sample, SamplingEvent};
 use sampler::profile::{self, CodeKind};
-use sampler::record::{Event, EventKind, Mapping, Recording, RecordingInfo, Sample, SamplingEvent};
 use sampler::symbolicate::{self, LibSymbols, Symbol, SymbolMap};
 
 /// The library is mapped at this address, and the file does not exist, so lib-relative
@@ -16,7 +16,7 @@ fn sample(time_ns: u64, user_leaf_first: &[u64]) -> Event {
         kind: EventKind::Sample(Sample {
             pid: 10,
             tid: 10,
-            user_stack: user_leaf_first.to_vec(),
+            user_callchain: user_leaf_first.to_vec(),
             ..Sample::default()
         }),
     }

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use super::capture::Capture;
 use super::*;
 use crate::binary::{Binary, FrameRule};
+use crate::events::{Event, EventKind, Mapping, Recording, RecordingInfo, Sample};
 use crate::locate::{FileFinder, MappedFile};
 use crate::maps::{AddressSpaces, Region};
-use crate::record::{Event, EventKind, Mapping, Recording, RecordingInfo, Sample};
 use crate::unwind::{unwind_frame_pointers, CodeAddress, CodeLookup, ProcessUnwinders, UnwindMode};
 
 /// Name of the library that holds kernel frames (perf's name for it).

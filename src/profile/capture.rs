@@ -11,7 +11,7 @@ use object::{Object, ObjectSymbol};
 use serde_json::{json, Value};
 
 use crate::binary::Binary;
-use crate::record::Sample;
+use crate::events::Sample;
 
 /// Samples a fixture holds: enough to cover every function of a small bench target.
 const CAPTURED_SAMPLES: usize = 120;
@@ -104,7 +104,7 @@ impl Capture {
             "ip": regs.ip,
             "sp": regs.sp,
             "bp": regs.bp,
-            "fp_chain": s.user_stack,
+            "fp_chain": s.user_callchain,
             "stack": hex(&s.stack_copy[..s.stack_copy.len().min(CAPTURED_STACK_BYTES)]),
         }));
     }

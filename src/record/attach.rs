@@ -14,7 +14,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::events::{Event, EventKind, Mapping};
+use crate::events::{Event, EventKind, Mapping};
 
 /// The state letter of `/proc/PID/stat` (R, S, D, T, t, Z, X, …), `None` when the
 /// process is gone.

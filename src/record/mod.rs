@@ -5,8 +5,8 @@
 //! of the pipeline consumes without knowing where it came from.
 
 mod attach;
-mod events;
 mod launch;
+mod parse;
 pub mod stack_limit;
 mod sys;
 
@@ -22,90 +22,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use perf_event_open_sys::bindings as pb;
 
-pub use events::{Event, EventKind, Mapping, Sample, UserRegs};
-
-/// What the sampling event was, as shown to the user and written into the profile.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SamplingEvent {
-    /// `PERF_TYPE_HARDWARE / PERF_COUNT_HW_CPU_CYCLES`: needs a hardware PMU.
-    Cycles,
-    /// `PERF_TYPE_SOFTWARE / PERF_COUNT_SW_CPU_CLOCK`: a timer, works everywhere.
-    CpuClock,
-}
-
-impl SamplingEvent {
-    pub fn name(self) -> &'static str {
-        match self {
-            SamplingEvent::Cycles => "cycles",
-            SamplingEvent::CpuClock => "cpu-clock",
-        }
-    }
-}
-
-/// What was sampled and how: everything about a recording session but its events.
-#[derive(Clone, Debug)]
-pub struct RecordingInfo {
-    pub event: SamplingEvent,
-    /// The sampling frequency actually requested from the kernel, in Hz.
-    pub frequency_hz: u64,
-    /// Wall-clock time of `start_ns`, in milliseconds since the Unix epoch.
-    pub start_unix_ms: f64,
-    /// CLOCK_MONOTONIC time (ns) at which recording started; event times use this clock.
-    pub start_ns: u64,
-    /// CLOCK_MONOTONIC time (ns) at which recording stopped.
-    pub end_ns: u64,
-    /// Samples the kernel could not write because a ring buffer was full (LOST records),
-    /// plus samples it dropped itself (LOST_SAMPLES records).
-    pub lost_samples: u64,
-    /// Times the kernel throttled the event because it fired too often.
-    pub throttled: u64,
-    /// Whether kernel frames were recorded (false when the kernel refused).
-    pub kernel_included: bool,
-    /// The frame limit the kernel applied to callchains (user + kernel).
-    pub max_stack: u16,
-    /// What the recording may be missing, and why.
-    pub gaps: RecordingGaps,
-    /// The command line that was profiled, or `-p PID,...` for attached processes.
-    pub command: Vec<String>,
-    /// The pid of the launched command, or of the first attached process.
-    pub root_pid: i32,
-    /// Data pages of each CPU's ring buffer.
-    pub ring_pages: usize,
-    /// How long attached processes were stopped while sampler attached to them.
-    pub stopped_for: Option<Duration>,
-    /// Bytes of sample records the kernel wrote (what a sample costs in the ring buffer).
-    pub sample_bytes: u64,
-}
-
-/// What a recording may be missing, and why: stack frames beyond the frame limit,
-/// samples in unreadable ring data, processes that ran no code or outlived the command,
-/// a program the kernel would not let sampler follow. The summary says each.
-#[derive(Clone, Debug, Default)]
-pub struct RecordingGaps {
-    /// Whether `kernel.perf_event_max_stack` could be raised to the frames asked for.
-    pub stack_limit: stack_limit::Raise,
-    /// Bytes of ring buffer that could not be parsed (a corrupt record and what followed
-    /// it in that read), and the samples they are estimated to have held; the estimate
-    /// is included in `lost_samples`.
-    pub unreadable_bytes: u64,
-    pub unreadable_samples: u64,
-    /// Attached processes that were already stopped (SIGSTOP, a debugger) and were left
-    /// so: they run no code, so they have no samples.
-    pub left_stopped: Vec<i32>,
-    /// Processes the launched command started that were still running when it exited:
-    /// they were recorded only until then (a daemon).
-    pub outliving: Vec<(i32, String)>,
-    /// The launched program's file, when it is set-user-ID or set-group-ID: the kernel
-    /// ends the sampling of a program that gains privileges at `exec`.
-    pub set_id_program: Option<std::path::PathBuf>,
-}
-
-/// A whole recording held in memory: its description and its events in time order.
-#[derive(Clone, Debug)]
-pub struct Recording {
-    pub info: RecordingInfo,
-    pub events: Vec<Event>,
-}
+use crate::events::{Event, EventKind, RecordingGaps, RecordingInfo, SamplingEvent};
 
 /// What to record.
 #[derive(Clone, Debug)]
@@ -645,7 +562,7 @@ pub fn record(
         )),
     );
 
-    let parser = events::Parser::new(&events.attr);
+    let parser = parse::Parser::new(&events.attr);
     let mut progress = Progress::default();
     let status_line = std::io::stderr().is_terminal();
     let mut last_status = Instant::now();
@@ -859,7 +776,7 @@ fn hand_on(pending: &mut Vec<Event>, sink: &mut dyn FnMut(&[Event]), up_to_ns: u
 
 fn drain_all(
     rings: &mut [sys::RingBuffer],
-    parser: &events::Parser,
+    parser: &parse::Parser,
     log: &mut Vec<Event>,
     progress: &mut Progress,
 ) {

@@ -221,18 +221,7 @@ fn settle(state: &mut State, attempts: u32) -> Option<String> {
     ))
 }
 
-/// The outcome of asking for deeper stacks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Raise {
-    /// The setting already allows the frames asked for; nothing was changed.
-    #[default]
-    NotNeeded,
-    /// Raised (or already raised by another session) for this one.
-    Raised,
-    /// It could not be raised (not root, or another perf session holds callchain events):
-    /// stacks deeper than the setting are cut, and marked so.
-    Refused,
-}
+use crate::events::StackLimit as Raise;
 
 /// This session's claim on a raised `perf_event_max_stack`. Dropping it gives the claim
 /// up and puts the setting back if this was the last session relying on it.

@@ -17,7 +17,7 @@ use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 
 use super::{callchain, kernel_frames, CodeAddress, UnwoundStack};
 use crate::binary::{SectionBytes, UnwindSections};
-use crate::record::Sample;
+use crate::events::Sample;
 
 /// How the user part of stacks is unwound (design §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -87,7 +87,7 @@ impl ProcessUnwinders {
         }
         let unwinder = self.unwinders.get(&sample.pid)?;
         let (cfi, ended) = cfi_frames(unwinder, &mut self.cache, regs, &sample.stack_copy);
-        let fp_chain = callchain(&sample.user_stack);
+        let fp_chain = callchain(&sample.user_callchain);
         let (user, truncated) = match (mode, ended) {
             (_, Ended::Root) => (cfi, false),
             (UnwindMode::Hybrid, Ended::Unknown) => match splice(&cfi, &fp_chain) {
@@ -125,7 +125,7 @@ enum Ended {
 fn cfi_frames(
     unwinder: &UnwinderX86_64<SectionBytes>,
     cache: &mut CacheX86_64,
-    regs: crate::record::UserRegs,
+    regs: crate::events::UserRegs,
     stack: &[u8],
 ) -> (Vec<CodeAddress>, Ended) {
     let sp = regs.sp;

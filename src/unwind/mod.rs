@@ -15,7 +15,7 @@ mod dwarf;
 pub use dwarf::{ProcessUnwinders, UnwindMode};
 
 use crate::binary::FrameRule;
-use crate::record::Sample;
+use crate::events::Sample;
 
 /// A code address found on a stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -66,7 +66,7 @@ pub trait CodeLookup {
 /// Builds the stack of `sample` from its frame-pointer callchain, restoring the caller
 /// that the chain skips when the sampled function has no RBP frame.
 pub fn unwind_frame_pointers(sample: &Sample, code: &mut dyn CodeLookup) -> UnwoundStack {
-    let mut user_raw = callchain(&sample.user_stack);
+    let mut user_raw = callchain(&sample.user_callchain);
     let mut restored = false;
     if let (Some(regs), Some(&leaf)) = (sample.user_regs, user_raw.first()) {
         if regs.ip == leaf {
@@ -99,7 +99,7 @@ fn callchain(addresses: &[u64]) -> Vec<u64> {
 
 /// The kernel part of a sample's callchain, leaf first.
 fn kernel_frames(sample: &Sample) -> Vec<CodeAddress> {
-    leaf_first(&callchain(&sample.kernel_stack))
+    leaf_first(&callchain(&sample.kernel_callchain))
 }
 
 /// Marks a leaf-first list of addresses: the first is the sampled instruction, every
@@ -134,7 +134,7 @@ fn frameless_return_address(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::UserRegs;
+    use crate::events::UserRegs;
 
     /// Code is 0x1000..0x4000; every address has the given rule.
     struct Fake(Option<FrameRule>);
@@ -154,8 +154,8 @@ mod tests {
         Sample {
             pid: 1,
             tid: 1,
-            user_stack: user.to_vec(),
-            kernel_stack: kernel.to_vec(),
+            user_callchain: user.to_vec(),
+            kernel_callchain: kernel.to_vec(),
             user_regs: Some(UserRegs {
                 ip: user[0],
                 sp: 0x7000,

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sampler::binary::UnwindSections;
-use sampler::record::{Sample, UserRegs};
+use sampler::events::{Sample, UserRegs};
 use sampler::unwind::ProcessUnwinders;
 use serde_json::Value;
 
@@ -43,7 +43,7 @@ impl Fixture {
             .map(|s| Sample {
                 pid: PID,
                 tid: PID,
-                user_stack: s["fp_chain"].as_array().unwrap().iter().map(num).collect(),
+                user_callchain: s["fp_chain"].as_array().unwrap().iter().map(num).collect(),
                 user_regs: Some(UserRegs {
                     ip: num(&s["ip"]),
                     sp: num(&s["sp"]),

@@ -1,5 +1,5 @@
-//! The recording's event log, in plain types, and the translation of perf records into
-//! it (parsing through `linux-perf-event-reader`). Downstream modules see only the types.
+//! The translation of perf records into the recording's plain events
+//! ([`crate::events`]), parsing through `linux-perf-event-reader`.
 
 use linux_perf_event_reader::{
     AttrFlags, BranchSampleFormat, CpuMode, Endianness, EventRecord, Mmap2FileId, PerfClock,
@@ -10,92 +10,7 @@ use perf_event_open_sys::bindings as pb;
 
 use super::sys::RingRecord;
 use super::{PERF_REG_X86_BP, PERF_REG_X86_IP, PERF_REG_X86_SP};
-
-/// One entry of the log. `time_ns` is CLOCK_MONOTONIC.
-#[derive(Clone, Debug)]
-pub struct Event {
-    pub time_ns: u64,
-    pub kind: EventKind,
-}
-
-#[derive(Clone, Debug)]
-pub enum EventKind {
-    Sample(Sample),
-    /// A file (or anonymous memory) was mapped executable into a process.
-    Mmap(Mapping),
-    /// A thread got a name; `exec` is set when it comes from an `exec` of a new program.
-    Comm {
-        pid: i32,
-        tid: i32,
-        name: String,
-        exec: bool,
-    },
-    /// A thread or process was created (`pid == tid` for a new process).
-    Fork {
-        pid: i32,
-        ppid: i32,
-        tid: i32,
-        ptid: i32,
-    },
-    /// A thread exited.
-    Exit {
-        pid: i32,
-        tid: i32,
-    },
-    /// Records the kernel had to drop; `tid` is the thread that was running when they
-    /// were lost (whose samples they were), when the kernel said.
-    Lost {
-        count: u64,
-        tid: Option<i32>,
-    },
-    /// The kernel throttled sampling because the event fired too often.
-    Throttle,
-}
-
-/// The user registers the unwinder needs, at the moment of the sample (for a sample taken
-/// in the kernel: at the entry into the kernel).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UserRegs {
-    pub ip: u64,
-    pub sp: u64,
-    pub bp: u64,
-}
-
-#[derive(Clone, Debug, Default)]
-pub struct Sample {
-    pub pid: i32,
-    pub tid: i32,
-    pub cpu: u32,
-    /// The kernel's frame-pointer walk through kernel code, leaf first (empty when the
-    /// sample was taken in user mode or kernel frames were excluded).
-    pub kernel_stack: Vec<u64>,
-    /// The kernel's frame-pointer walk through user code, leaf first; the first entry is
-    /// the user instruction pointer.
-    pub user_stack: Vec<u64>,
-    /// Whether the callchain reached the kernel's frame limit, so the outermost frames are
-    /// missing. The callchain cannot tell a stack of exactly the limit from a longer one,
-    /// so such a stack counts as truncated too.
-    pub callchain_truncated: bool,
-    pub user_regs: Option<UserRegs>,
-    /// A copy of user stack memory starting at `user_regs.sp`.
-    pub stack_copy: Vec<u8>,
-    /// The event count this sample stands for (ns for cpu-clock, cycles for cycles).
-    pub period: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mapping {
-    pub pid: i32,
-    pub start: u64,
-    pub len: u64,
-    /// Offset in the file of the byte mapped at `start`.
-    pub file_offset: u64,
-    /// The file's path, or a pseudo-name like `[vdso]`, `//anon`, `[anon:…]`.
-    pub path: String,
-    /// The GNU build ID, when the kernel reported it with the mapping.
-    pub build_id: Option<Vec<u8>>,
-    pub executable: bool,
-}
+use crate::events::{Event, EventKind, Mapping, Sample, UserRegs};
 
 /// Callchain context markers (`PERF_CONTEXT_*`) are the top 4095 values of u64.
 const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
@@ -230,15 +145,15 @@ impl Parser {
                     continue;
                 }
                 if in_kernel {
-                    sample.kernel_stack.push(addr);
+                    sample.kernel_callchain.push(addr);
                 } else {
-                    sample.user_stack.push(addr);
+                    sample.user_callchain.push(addr);
                 }
             }
             sample.callchain_truncated =
-                sample.kernel_stack.len() + sample.user_stack.len() >= self.max_stack;
+                sample.kernel_callchain.len() + sample.user_callchain.len() >= self.max_stack;
         } else if let Some(ip) = s.ip {
-            sample.user_stack.push(ip);
+            sample.user_callchain.push(ip);
         }
         if let Some(regs) = &s.user_regs {
             if let (Some(ip), Some(sp), Some(bp)) = (

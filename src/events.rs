@@ -1,0 +1,190 @@
+//! The recording as plain data: what `record` hands over and every later stage consumes
+//! (samples with their callchains, registers and stack copy; library maps; thread names;
+//! forks, exits and losses; the facts of the session). Nothing here knows perf, so the
+//! unwinder, the profile builder and the tests work the same on events replayed from a
+//! fixture as on a live recording.
+
+use std::time::Duration;
+
+/// One entry of the log. `time_ns` is CLOCK_MONOTONIC.
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub time_ns: u64,
+    pub kind: EventKind,
+}
+
+#[derive(Clone, Debug)]
+pub enum EventKind {
+    Sample(Sample),
+    /// A file (or anonymous memory) was mapped executable into a process.
+    Mmap(Mapping),
+    /// A thread got a name; `exec` is set when it comes from an `exec` of a new program.
+    Comm {
+        pid: i32,
+        tid: i32,
+        name: String,
+        exec: bool,
+    },
+    /// A thread or process was created (`pid == tid` for a new process).
+    Fork {
+        pid: i32,
+        ppid: i32,
+        tid: i32,
+        ptid: i32,
+    },
+    /// A thread exited.
+    Exit {
+        pid: i32,
+        tid: i32,
+    },
+    /// Records the kernel had to drop; `tid` is the thread that was running when they
+    /// were lost (whose samples they were), when the kernel said.
+    Lost {
+        count: u64,
+        tid: Option<i32>,
+    },
+    /// The kernel throttled sampling because the event fired too often.
+    Throttle,
+}
+
+/// The user registers the unwinder needs, at the moment of the sample (for a sample taken
+/// in the kernel: at the entry into the kernel).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserRegs {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Sample {
+    pub pid: i32,
+    pub tid: i32,
+    pub cpu: u32,
+    /// The kernel's frame-pointer walk through kernel code, leaf first (empty when the
+    /// sample was taken in user mode or kernel frames were excluded).
+    pub kernel_callchain: Vec<u64>,
+    /// The kernel's frame-pointer walk through user code, leaf first; the first entry is
+    /// the user instruction pointer.
+    pub user_callchain: Vec<u64>,
+    /// Whether the callchain reached the kernel's frame limit, so the outermost frames are
+    /// missing. The callchain cannot tell a stack of exactly the limit from a longer one,
+    /// so such a stack counts as truncated too.
+    pub callchain_truncated: bool,
+    pub user_regs: Option<UserRegs>,
+    /// A copy of user stack memory starting at `user_regs.sp`.
+    pub stack_copy: Vec<u8>,
+    /// The event count this sample stands for (ns for cpu-clock, cycles for cycles).
+    pub period: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub pid: i32,
+    pub start: u64,
+    pub len: u64,
+    /// Offset in the file of the byte mapped at `start`.
+    pub file_offset: u64,
+    /// The file's path, or a pseudo-name like `[vdso]`, `//anon`, `[anon:…]`.
+    pub path: String,
+    /// The GNU build ID, when the kernel reported it with the mapping.
+    pub build_id: Option<Vec<u8>>,
+    pub executable: bool,
+}
+
+/// Whether the frame limit sampler asked for could be had (it may take raising the
+/// machine-wide `kernel.perf_event_max_stack`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StackLimit {
+    /// The setting already allowed the frames asked for; nothing was changed.
+    #[default]
+    NotNeeded,
+    /// Raised (or already raised by another session) for this one.
+    Raised,
+    /// It could not be raised (not root, or another perf session holds callchain events):
+    /// stacks deeper than the setting are cut, and marked so.
+    Refused,
+}
+
+/// What the sampling event was, as shown to the user and written into the profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SamplingEvent {
+    /// `PERF_TYPE_HARDWARE / PERF_COUNT_HW_CPU_CYCLES`: needs a hardware PMU.
+    Cycles,
+    /// `PERF_TYPE_SOFTWARE / PERF_COUNT_SW_CPU_CLOCK`: a timer, works everywhere.
+    CpuClock,
+}
+
+impl SamplingEvent {
+    pub fn name(self) -> &'static str {
+        match self {
+            SamplingEvent::Cycles => "cycles",
+            SamplingEvent::CpuClock => "cpu-clock",
+        }
+    }
+}
+
+/// What was sampled and how: everything about a recording session but its events.
+#[derive(Clone, Debug)]
+pub struct RecordingInfo {
+    pub event: SamplingEvent,
+    /// The sampling frequency actually requested from the kernel, in Hz.
+    pub frequency_hz: u64,
+    /// Wall-clock time of `start_ns`, in milliseconds since the Unix epoch.
+    pub start_unix_ms: f64,
+    /// CLOCK_MONOTONIC time (ns) at which recording started; event times use this clock.
+    pub start_ns: u64,
+    /// CLOCK_MONOTONIC time (ns) at which recording stopped.
+    pub end_ns: u64,
+    /// Samples the kernel could not write because a ring buffer was full (LOST records),
+    /// plus samples it dropped itself (LOST_SAMPLES records).
+    pub lost_samples: u64,
+    /// Times the kernel throttled the event because it fired too often.
+    pub throttled: u64,
+    /// Whether kernel frames were recorded (false when the kernel refused).
+    pub kernel_included: bool,
+    /// The frame limit the kernel applied to callchains (user + kernel).
+    pub max_stack: u16,
+    /// What the recording may be missing, and why.
+    pub gaps: RecordingGaps,
+    /// The command line that was profiled, or `-p PID,...` for attached processes.
+    pub command: Vec<String>,
+    /// The pid of the launched command, or of the first attached process.
+    pub root_pid: i32,
+    /// Data pages of each CPU's ring buffer.
+    pub ring_pages: usize,
+    /// How long attached processes were stopped while sampler attached to them.
+    pub stopped_for: Option<Duration>,
+    /// Bytes of sample records the kernel wrote (what a sample costs in the ring buffer).
+    pub sample_bytes: u64,
+}
+
+/// What a recording may be missing, and why: stack frames beyond the frame limit,
+/// samples in unreadable ring data, processes that ran no code or outlived the command,
+/// a program the kernel would not let sampler follow. The summary says each.
+#[derive(Clone, Debug, Default)]
+pub struct RecordingGaps {
+    /// Whether `kernel.perf_event_max_stack` could be raised to the frames asked for.
+    pub stack_limit: StackLimit,
+    /// Bytes of ring buffer that could not be parsed (a corrupt record and what followed
+    /// it in that read), and the samples they are estimated to have held; the estimate
+    /// is included in `lost_samples`.
+    pub unreadable_bytes: u64,
+    pub unreadable_samples: u64,
+    /// Attached processes that were already stopped (SIGSTOP, a debugger) and were left
+    /// so: they run no code, so they have no samples.
+    pub left_stopped: Vec<i32>,
+    /// Processes the launched command started that were still running when it exited:
+    /// they were recorded only until then (a daemon).
+    pub outliving: Vec<(i32, String)>,
+    /// The launched program's file, when it is set-user-ID or set-group-ID: the kernel
+    /// ends the sampling of a program that gains privileges at `exec`.
+    pub set_id_program: Option<std::path::PathBuf>,
+}
+
+/// A whole recording held in memory: its description and its events in time order.
+#[derive(Clone, Debug)]
+pub struct Recording {
+    pub info: RecordingInfo,
+    pub events: Vec<Event>,
+}
