@@ -8,23 +8,10 @@ mod fixture;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sampler::binary::FrameRule;
-use sampler::unwind::{unwind_frame_pointers, CodeLookup, UnwindMode};
+use sampler::unwind::UnwindMode;
 
 /// How long each mode is timed.
 const MEASURE: Duration = Duration::from_secs(1);
-
-/// The frame-pointer walk needs no CFI; every address counts as code.
-struct AllCode;
-
-impl CodeLookup for AllCode {
-    fn frame_rule(&mut self, _: u64) -> Option<FrameRule> {
-        None
-    }
-    fn is_code(&mut self, _: u64) -> bool {
-        true
-    }
-}
 
 fn main() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nofp-samples.json");
@@ -38,15 +25,12 @@ fn main() {
         ("hybrid", UnwindMode::Hybrid),
         ("dwarf", UnwindMode::Dwarf),
     ] {
-        let mut unwinders = f.unwinders();
+        let mut unwinder = f.unwinder(mode);
         let (mut count, mut frames) = (0u64, 0u64);
         let start = Instant::now();
         while start.elapsed() < MEASURE {
             for s in &f.samples {
-                let stack = match mode {
-                    UnwindMode::Fp => unwind_frame_pointers(s, &mut AllCode),
-                    mode => unwinders.unwind(s, mode).expect("registers and stack"),
-                };
+                let stack = unwinder.unwind(s);
                 frames += stack.user.len() as u64;
                 count += 1;
             }

@@ -6,9 +6,6 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use gimli::{
-    BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, UnwindContext, UnwindSection,
-};
 use object::{Object, ObjectSection, ObjectSegment};
 
 /// Reads a whole file into one shared buffer, allocated once at its final size (files
@@ -29,15 +26,6 @@ pub struct LoadSegment {
     pub vaddr: u64,
     pub file_size: u64,
     pub executable: bool,
-}
-
-/// How to find the canonical frame address (the caller's stack pointer) at an address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FrameRule {
-    /// CFA = RSP + offset: the function has not set up (or has torn down) an RBP frame.
-    SpOffset(i64),
-    /// CFA = RBP + offset: the usual frame-pointer frame.
-    BpOffset(i64),
 }
 
 /// Section bytes, shared between the binary and the unwinders of every process mapping it.
@@ -66,13 +54,9 @@ pub struct Binary {
     pub has_dwarf: bool,
     pub has_symtab: bool,
     pub segments: Vec<LoadSegment>,
-    /// What CFI unwinding of this file's code needs (and [`Binary::frame_rule`] reads).
+    /// What CFI unwinding of this file's code needs (framehop reads it).
     pub unwind: UnwindSections,
 }
-
-/// DWARF register numbers on x86-64 (System V psABI, figure 3.36).
-const DWARF_REG_RBP: u16 = 6;
-const DWARF_REG_RSP: u16 = 7;
 
 impl Binary {
     /// Reads and parses `path`. `None` when the file cannot be read or is not ELF.
@@ -152,49 +136,6 @@ impl Binary {
             .find(|s| s.executable)
             .or_else(|| overlapping().next())?;
         Some(segment.vaddr.wrapping_sub(segment.file_offset) as i64)
-    }
-
-    /// The frame rule at `svma` from `.eh_frame`, when the CFA is RSP- or RBP-based.
-    pub fn frame_rule(&self, svma: u64) -> Option<FrameRule> {
-        let (eh_range, eh_bytes) = self.unwind.eh_frame.as_ref()?;
-        let text_address = self.unwind.text.as_ref().map_or(0, |t| t.start);
-        let mut bases = BaseAddresses::default()
-            .set_eh_frame(eh_range.start)
-            .set_text(text_address);
-        let eh_frame = EhFrame::new(eh_bytes, LittleEndian);
-        let mut ctx = UnwindContext::new();
-        let row = match &self.unwind.eh_frame_hdr {
-            Some((hdr_range, hdr_bytes)) => {
-                bases = bases.set_eh_frame_hdr(hdr_range.start);
-                let parsed = EhFrameHdr::new(hdr_bytes, LittleEndian)
-                    .parse(&bases, 8)
-                    .ok()?;
-                let table = parsed.table()?;
-                table
-                    .unwind_info_for_address(
-                        &eh_frame,
-                        &bases,
-                        &mut ctx,
-                        svma,
-                        EhFrame::cie_from_offset,
-                    )
-                    .ok()?
-                    .clone()
-            }
-            None => eh_frame
-                .unwind_info_for_address(&bases, &mut ctx, svma, EhFrame::cie_from_offset)
-                .ok()?
-                .clone(),
-        };
-        match row.cfa() {
-            CfaRule::RegisterAndOffset { register, offset } if register.0 == DWARF_REG_RSP => {
-                Some(FrameRule::SpOffset(*offset))
-            }
-            CfaRule::RegisterAndOffset { register, offset } if register.0 == DWARF_REG_RBP => {
-                Some(FrameRule::BpOffset(*offset))
-            }
-            _ => None,
-        }
     }
 }
 

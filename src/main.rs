@@ -183,19 +183,6 @@ enum UnwindArg {
     Dwarf,
 }
 
-/// The stack copy each mode needs by default. fp reads only the frameless leaf's return
-/// address near the stack top. hybrid needs CFI only until the frame-pointer chain can
-/// take over: 8 KiB covers the no-frame-pointer library frames measured here (qsort's
-/// merge recursion, Rust std) with room. dwarf has nothing to fall back on, so it copies
-/// twice that. The kernel caps a sample's copy below 64 KiB.
-fn default_stack_bytes(mode: sampler::unwind::UnwindMode) -> u32 {
-    match mode {
-        sampler::unwind::UnwindMode::Fp => record::FP_STACK_COPY_BYTES,
-        sampler::unwind::UnwindMode::Hybrid => 8192,
-        sampler::unwind::UnwindMode::Dwarf => 16384,
-    }
-}
-
 #[derive(clap::Args)]
 struct RecordArgs {
     /// Sampling frequency in Hz (per thread); lowered to kernel.perf_event_max_sample_rate.
@@ -276,7 +263,7 @@ fn main() -> ExitCode {
 }
 
 /// Developer aid: where to write an unwinder fixture of the recording's first samples
-/// (see `sampler::profile::capture`).
+/// (see `sampler::replay`).
 const CAPTURE_ENV: &str = "SAMPLER_CAPTURE_SAMPLES";
 
 fn record_main(args: RecordArgs) -> Result<i32> {
@@ -306,12 +293,9 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         UnwindArg::Fp => sampler::unwind::UnwindMode::Fp,
         UnwindArg::Dwarf => sampler::unwind::UnwindMode::Dwarf,
     };
-    let stack_bytes = args.stack_size.unwrap_or_else(|| default_stack_bytes(mode));
-    let unwind_name = match mode {
-        sampler::unwind::UnwindMode::Hybrid => "hybrid",
-        sampler::unwind::UnwindMode::Fp => "fp",
-        sampler::unwind::UnwindMode::Dwarf => "dwarf",
-    };
+    let stack_bytes = args
+        .stack_size
+        .unwrap_or_else(|| mode.default_stack_bytes());
     if stack_bytes % 8 != 0 || !(8..=65_528).contains(&stack_bytes) {
         bail!("--stack-size must be a multiple of 8 between 8 and 65528 (got {stack_bytes})");
     }
@@ -331,7 +315,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         )
     })?;
     // Samples are unwound and interned while the command runs (see ProfileBuilder).
-    let mut builder = profile::ProfileBuilder::new(symbolicate::kernel_text_start(), mode);
+    let mut builder = sampler::replay::ProfileBuilder::new(symbolicate::kernel_text_start(), mode);
     if let Some(path) = std::env::var_os(CAPTURE_ENV) {
         builder.capture_samples(PathBuf::from(path));
     }
@@ -391,7 +375,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     if samples > 0 {
         sampler::say!(
             "sampler: {} unwinding, {:.1} MB of samples ({} bytes per sample)",
-            unwind_name,
+            mode.name(),
             info.sample_bytes as f64 / 1e6,
             info.sample_bytes / samples as u64
         );

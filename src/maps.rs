@@ -1,11 +1,10 @@
 //! Which file backs which address of a process, as it changes over time. The recording's
-//! MMAP, FORK and exec COMM events are replayed in time order into [`AddressSpaces`], so
-//! that each sample is resolved against the map its process had when it was taken. Each
+//! MMAP, FORK and exec COMM events are replayed in time order into one [`AddressSpace`]
+//! per process (kept by [`crate::unwind::Unwinder`]), so that each sample is resolved
+//! against the map its process had when it was taken. Each
 //! region carries a payload `T`: whatever its user resolved once for the mapping (the
 //! library and how to turn addresses into the file's own), so that a frame costs only a
 //! binary search.
-
-use std::collections::HashMap;
 
 /// A mapped range: `len` bytes at `start`, showing the file from `file_offset`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,47 +80,6 @@ impl<T: Clone> AddressSpace<T> {
     }
 }
 
-/// The address spaces of every process seen so far, keyed by pid.
-#[derive(Clone, Debug)]
-pub struct AddressSpaces<T> {
-    spaces: HashMap<i32, AddressSpace<T>>,
-}
-
-impl<T> Default for AddressSpaces<T> {
-    fn default() -> Self {
-        AddressSpaces {
-            spaces: HashMap::new(),
-        }
-    }
-}
-
-impl<T: Clone> AddressSpaces<T> {
-    pub fn map(&mut self, pid: i32, region: Region<T>) {
-        self.spaces.entry(pid).or_default().map(region);
-    }
-
-    /// A new process starts with a copy of its parent's mappings.
-    pub fn fork(&mut self, parent: i32, child: i32) {
-        if parent != child {
-            let copy = self.spaces.get(&parent).cloned().unwrap_or_default();
-            self.spaces.insert(child, copy);
-        }
-    }
-
-    /// `exec` replaces the whole address space; the new program's mappings follow.
-    pub fn exec(&mut self, pid: i32) {
-        self.spaces.insert(pid, AddressSpace::default());
-    }
-
-    pub fn lookup(&self, pid: i32, address: u64) -> Option<&Region<T>> {
-        self.spaces.get(&pid)?.lookup(address)
-    }
-
-    pub fn space(&self, pid: i32) -> Option<&AddressSpace<T>> {
-        self.spaces.get(&pid)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,16 +109,5 @@ mod tests {
         assert!(s.lookup(0x4000).is_none());
         assert!(s.lookup(0xfff).is_none());
         assert_eq!(s.regions().len(), 3);
-    }
-
-    #[test]
-    fn fork_copies_and_exec_clears() {
-        let mut spaces = AddressSpaces::default();
-        spaces.map(1, r(0x1000, 0x1000, 0, "a"));
-        spaces.fork(1, 2);
-        assert_eq!(spaces.lookup(2, 0x1800).unwrap().data, "a");
-        spaces.exec(2);
-        assert!(spaces.lookup(2, 0x1800).is_none());
-        assert!(spaces.lookup(1, 0x1800).is_some());
     }
 }

@@ -70,7 +70,7 @@ fn seed_003_interning_and_func_grouping() {
         sample(4_000_000, &[BASE + 0x15, BASE + 0x07]),
         sample(5_000_000, &[BASE + 0x11, BASE + 0x04]),
     ]);
-    let raw = profile::build(&rec, None).profile;
+    let raw = sampler::replay::build(&rec, None).profile;
 
     // Frames: 0x02, 0x03, 0x11, 0x09, 0x06, 0x15 (callers at return address - 1).
     let mut addresses: Vec<u64> = raw.address_frames.iter().map(|f| f.address).collect();
@@ -128,7 +128,7 @@ fn address_without_symbol_stays_hex_and_lib_is_reported() {
         sample(1_000_000, &[BASE + 0x10]),
     ]);
     let p = symbolicate::apply(
-        profile::build(&rec, None).profile,
+        sampler::replay::build(&rec, None).profile,
         &[Err("the file cannot be read".into())],
     );
     assert_eq!(p.funcs[0].name, "0x2010");

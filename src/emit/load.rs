@@ -13,7 +13,6 @@ use super::firefox::{
     CATEGORY_KERNEL, CATEGORY_OTHER, EXTRA_LOST_BY_THREAD, EXTRA_RECORDING, EXTRA_SYMBOLS,
     GAP_DEBUG_INFO, GAP_SYMBOLS, PROCESSED_PROFILE_VERSION,
 };
-use crate::profile::build::{KERNEL_LIB_NAME, VDSO_NAME};
 use crate::profile::*;
 
 /// Reads a profile file (plain or gzipped JSON).

@@ -1,7 +1,7 @@
 //! The profile data model: prefix tables as the Firefox Profiler defines them (design §2).
 //!
 //! Two stages share these types:
-//! - [`RawProfile`] (built by [`build`] from a recording): each unique stack is interned
+//! - [`RawProfile`] (built by [`crate::replay`] from a recording): each unique stack is interned
 //!   as (prefix, [`AddressFrame`]), an address in a library, before any names are known.
 //! - [`Profile`] (made by the symbolicator): frames carry funcs, lines and inline depths;
 //!   one address may have become several frames, one per inline level.
@@ -9,10 +9,12 @@
 //! Invariants, for both stages: every index is in range; a stack's prefix comes before it
 //! in the stack table, so one pass from last to first can accumulate times.
 
-pub mod build;
-pub mod capture;
-
-pub use build::{build, Built, ProfileBuilder};
+/// Name of the library that holds kernel frames (perf's name for it).
+pub const KERNEL_LIB_NAME: &str = "[kernel.kallsyms]";
+/// Name of the marker frame at the root of a stack whose outer frames are missing.
+pub const TRUNCATED_MARKER: &str = "[truncated]";
+/// The pseudo-path of the kernel's vdso mapping, and the name of its library.
+pub const VDSO_NAME: &str = "[vdso]";
 
 macro_rules! index_type {
     ($(#[$doc:meta])* $name:ident) => {

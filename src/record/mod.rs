@@ -5,9 +5,12 @@
 //! of the pipeline consumes without knowing where it came from.
 
 mod attach;
+// The two parts that call the kernel directly; each `unsafe` block says why it is sound.
+#[allow(unsafe_code)]
 mod launch;
 mod parse;
 pub mod stack_limit;
+#[allow(unsafe_code)]
 mod sys;
 
 use std::collections::HashSet;
@@ -85,13 +88,6 @@ pub enum DetachReason {
     /// Every attached process exited.
     AllExited,
 }
-
-/// Bytes of user stack copied with every sample in frame-pointer mode. The copy lets the
-/// unwinder read the return address of a frameless leaf function (one that has not
-/// pushed RBP, which gcc does for every -O2 leaf even with -fno-omit-frame-pointer): it
-/// lies at `sp + CFA offset - 8`, and 512 bytes cover leaves with up to ~500 bytes of
-/// locals while keeping a sample record around 700 bytes.
-pub const FP_STACK_COPY_BYTES: u32 = 512;
 
 /// x86-64 perf register numbers (asm/perf_regs.h) of the user registers we copy.
 const PERF_REG_X86_BP: u64 = 6;

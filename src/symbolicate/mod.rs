@@ -19,8 +19,9 @@ use std::sync::Arc;
 use crate::binary::Binary;
 pub use crate::locate::DEFAULT_DEBUG_ROOT;
 use crate::locate::{build_id_path, find_debug_file};
-use crate::profile::build::{LibFile, TRUNCATED_MARKER, VDSO_NAME};
 use crate::profile::*;
+use crate::profile::{TRUNCATED_MARKER, VDSO_NAME};
+use crate::replay::LibFile;
 pub use dwarf::{DwarfInfo, SourceFrame};
 pub use symbols::{demangle, Symbol, SymbolMap};
 

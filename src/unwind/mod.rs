@@ -10,12 +10,58 @@
 //! look up the leaf's call frame information: when its CFA is RSP-based, the return
 //! address sits at `sp + offset - 8` in the stack copy, and we put it back in.
 
-mod dwarf;
+mod cfi;
 
-pub use dwarf::{ProcessUnwinders, UnwindMode};
+use std::collections::HashMap;
+use std::ops::Range;
 
-use crate::binary::FrameRule;
-use crate::events::Sample;
+use framehop::x86_64::CacheX86_64;
+
+use crate::binary::UnwindSections;
+use crate::events::{Sample, UserRegs};
+use crate::maps::{AddressSpace, Region};
+
+/// How the user part of stacks is unwound (design §5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum UnwindMode {
+    /// CFI through the stack copy, then the frame-pointer chain beyond it.
+    #[default]
+    Hybrid,
+    /// The kernel's frame-pointer chain only (with the frameless-leaf repair).
+    Fp,
+    /// CFI through the stack copy only.
+    Dwarf,
+}
+
+/// Bytes of user stack copied with every sample in frame-pointer mode. The copy lets the
+/// unwinder read the return address of a frameless leaf function (one that has not
+/// pushed RBP, which gcc does for every -O2 leaf even with -fno-omit-frame-pointer): it
+/// lies at `sp + CFA offset - 8`, and 512 bytes cover leaves with up to ~500 bytes of
+/// locals while keeping a sample record around 700 bytes.
+const FP_STACK_COPY_BYTES: u32 = 512;
+
+impl UnwindMode {
+    /// The stack copy each mode needs by default. fp reads only the frameless leaf's
+    /// return address near the stack top. hybrid needs CFI only until the frame-pointer
+    /// chain can take over: 8 KiB covers the no-frame-pointer library frames measured
+    /// here (qsort's merge recursion, Rust std) with room. dwarf has nothing to fall back
+    /// on, so it copies twice that. The kernel caps a sample's copy below 64 KiB.
+    pub fn default_stack_bytes(self) -> u32 {
+        match self {
+            UnwindMode::Fp => FP_STACK_COPY_BYTES,
+            UnwindMode::Hybrid => 8192,
+            UnwindMode::Dwarf => 16384,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            UnwindMode::Hybrid => "hybrid",
+            UnwindMode::Fp => "fp",
+            UnwindMode::Dwarf => "dwarf",
+        }
+    }
+}
 
 /// A code address found on a stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -55,10 +101,21 @@ pub struct UnwoundStack {
     pub restored_leaf_caller: bool,
 }
 
-/// What the unwinder needs to know about the code of the sample's process.
+/// What CFI says of the sampled function's own frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeafFrame {
+    /// It has no RBP frame of its own (yet, or any more): RBP still holds its caller's
+    /// frame, so the frame-pointer chain skips the caller, whose return address this is.
+    Frameless { return_address: u64 },
+    /// RBP points at its own frame: the frame-pointer chain is right.
+    Framed,
+}
+
+/// What the frame-pointer unwinder needs to know about the code of the sample's process.
 pub trait CodeLookup {
-    /// The call frame rule at an absolute address, when its module has CFI for it.
-    fn frame_rule(&mut self, address: u64) -> Option<FrameRule>;
+    /// The sampled function's frame, by its CFI, through the stack copy; `None` when
+    /// there is no CFI for it or the copy does not reach its return address.
+    fn leaf_frame(&mut self, regs: UserRegs, stack_copy: &[u8]) -> Option<LeafFrame>;
     /// Whether an absolute address lies in executable memory of the process.
     fn is_code(&mut self, address: u64) -> bool;
 }
@@ -70,7 +127,7 @@ pub fn unwind_frame_pointers(sample: &Sample, code: &mut dyn CodeLookup) -> Unwo
     let mut restored = false;
     if let (Some(regs), Some(&leaf)) = (sample.user_regs, user_raw.first()) {
         if regs.ip == leaf {
-            if let Some(ra) = frameless_return_address(leaf, &sample.stack_copy, code) {
+            if let Some(ra) = frameless_return_address(regs, &sample.stack_copy, code) {
                 // The kernel read the next entry at RBP + 8, and RBP still holds the
                 // caller's frame: that entry is the caller's caller, so the caller always
                 // goes in between (even when both are the same call site, in recursion).
@@ -115,32 +172,163 @@ fn leaf_first(addresses: &[u64]) -> Vec<CodeAddress> {
     out
 }
 
-/// The return address of a leaf that has no RBP frame, read from the stack copy; only
-/// believed when it points into executable memory.
+/// The return address of a leaf that has no RBP frame, from its CFI and the stack copy;
+/// only believed when it points into executable memory.
 fn frameless_return_address(
-    leaf: u64,
+    regs: UserRegs,
     stack_copy: &[u8],
     code: &mut dyn CodeLookup,
 ) -> Option<u64> {
-    let FrameRule::SpOffset(offset) = code.frame_rule(leaf)? else {
-        return None;
-    };
-    let at = usize::try_from(offset.checked_sub(8)?).ok()?;
-    let bytes = stack_copy.get(at..at + 8)?;
-    let ra = u64::from_le_bytes(bytes.try_into().ok()?);
-    code.is_code(ra).then_some(ra)
+    match code.leaf_frame(regs, stack_copy)? {
+        LeafFrame::Frameless { return_address } => {
+            code.is_code(return_address).then_some(return_address)
+        }
+        LeafFrame::Framed => None,
+    }
+}
+
+/// One process while it is being recorded: its executable mappings, each with what its
+/// user resolved for it once (`T`), and the CFI of their code.
+#[derive(Clone)]
+struct Process<T> {
+    space: AddressSpace<T>,
+    modules: cfi::Modules,
+}
+
+impl<T> Default for Process<T> {
+    fn default() -> Self {
+        Process {
+            space: AddressSpace::default(),
+            modules: cfi::Modules::default(),
+        }
+    }
+}
+
+/// The one entry into unwinding: every process's code mappings as they change (replayed
+/// in time order: maps, forks, execs), their CFI, and the mode's policy. Each mapping
+/// carries a payload `T` that the caller resolves once (its library, how its addresses
+/// translate), which [`Unwinder::lookup`] hands back for a frame's address.
+pub struct Unwinder<T> {
+    mode: UnwindMode,
+    processes: HashMap<i32, Process<T>>,
+    cache: CacheX86_64,
+}
+
+/// The code of a mapping, for CFI: the module's name, where the file's address 0 lies in
+/// the process (`bias`), and its unwind sections.
+pub struct CodeModule<'a> {
+    pub name: &'a str,
+    pub bias: u64,
+    pub sections: &'a UnwindSections,
+}
+
+impl<T: Clone> Unwinder<T> {
+    pub fn new(mode: UnwindMode) -> Unwinder<T> {
+        Unwinder {
+            mode,
+            processes: HashMap::new(),
+            cache: CacheX86_64::default(),
+        }
+    }
+
+    pub fn mode(&self) -> UnwindMode {
+        self.mode
+    }
+
+    /// A mapping of process `pid`; whatever it overlaps is unmapped, as `mmap(MAP_FIXED)`
+    /// does. `code` is its CFI, when its file could be read.
+    pub fn map(&mut self, pid: i32, region: Region<T>, code: Option<CodeModule<'_>>) {
+        let process = self.processes.entry(pid).or_default();
+        if let Some(code) = code {
+            let avma: Range<u64> = region.start..region.start + region.len;
+            cfi::add_module(
+                &mut process.modules,
+                code.name,
+                avma,
+                code.bias,
+                code.sections,
+            );
+        }
+        process.space.map(region);
+    }
+
+    /// A new process starts with a copy of its parent's mappings.
+    pub fn fork(&mut self, parent: i32, child: i32) {
+        if parent != child {
+            let copy = self.processes.get(&parent).cloned().unwrap_or_default();
+            self.processes.insert(child, copy);
+        }
+    }
+
+    /// `exec` replaces the whole address space; the new program's mappings follow.
+    pub fn exec(&mut self, pid: i32) {
+        self.processes.insert(pid, Process::default());
+    }
+
+    /// The mapping of process `pid` that contains `address`.
+    pub fn lookup(&self, pid: i32, address: u64) -> Option<&Region<T>> {
+        self.processes.get(&pid)?.space.lookup(address)
+    }
+
+    /// The stack of `sample`, as the mode says: hybrid takes CFI through the stack copy
+    /// and the frame-pointer chain beyond it, and the frame-pointer chain alone where
+    /// CFI knew nothing of the sampled code (fewer than two frames: JIT code, a file that
+    /// could not be read); dwarf takes CFI only; fp the chain with its leaf repaired.
+    pub fn unwind(&mut self, sample: &Sample) -> UnwoundStack {
+        let empty = Process::default();
+        let process = self.processes.get(&sample.pid).unwrap_or(&empty);
+        if self.mode != UnwindMode::Fp {
+            let hybrid = self.mode == UnwindMode::Hybrid;
+            if let Some((user, truncated)) =
+                cfi::unwind(&process.modules, &mut self.cache, sample, hybrid)
+            {
+                if user.len() >= 2 || !hybrid {
+                    return UnwoundStack {
+                        kernel: kernel_frames(sample),
+                        user,
+                        truncated,
+                        restored_leaf_caller: false,
+                    };
+                }
+            }
+        }
+        let mut code = ProcessCode {
+            process,
+            cache: &mut self.cache,
+        };
+        unwind_frame_pointers(sample, &mut code)
+    }
+}
+
+/// One process's code, as the frame-pointer unwinder looks it up.
+struct ProcessCode<'a, T> {
+    process: &'a Process<T>,
+    cache: &'a mut CacheX86_64,
+}
+
+impl<T: Clone> CodeLookup for ProcessCode<'_, T> {
+    fn leaf_frame(&mut self, regs: UserRegs, stack_copy: &[u8]) -> Option<LeafFrame> {
+        cfi::leaf_frame(&self.process.modules, self.cache, regs, stack_copy)
+    }
+
+    fn is_code(&mut self, address: u64) -> bool {
+        self.process.space.lookup(address).is_some()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::UserRegs;
 
-    /// Code is 0x1000..0x4000; every address has the given rule.
-    struct Fake(Option<FrameRule>);
+    /// Code is 0x1000..0x4000; the sampled function's frame is as given.
+    struct Fake(Option<LeafFrame>);
+
+    fn frameless(return_address: u64) -> Fake {
+        Fake(Some(LeafFrame::Frameless { return_address }))
+    }
 
     impl CodeLookup for Fake {
-        fn frame_rule(&mut self, _: u64) -> Option<FrameRule> {
+        fn leaf_frame(&mut self, _: UserRegs, _: &[u8]) -> Option<LeafFrame> {
             self.0
         }
         fn is_code(&mut self, a: u64) -> bool {
@@ -175,7 +363,7 @@ mod tests {
         // hot (0x1010, frameless) called from outer (return 0x2005), which main called
         // (return 0x3005); the RBP walk saw only main's return address.
         let s = sample(&[0x1010, 0x3005], &[], 0x2005);
-        let st = unwind_frame_pointers(&s, &mut Fake(Some(FrameRule::SpOffset(8))));
+        let st = unwind_frame_pointers(&s, &mut frameless(0x2005));
         assert_eq!(st.user[0], CodeAddress::InstructionPointer(0x1010));
         assert_eq!(st.user[1], CodeAddress::ReturnAddress(0x2005));
         assert_eq!(raw(&st.user), vec![0x1010, 0x2005, 0x3005]);
@@ -183,31 +371,22 @@ mod tests {
     }
 
     #[test]
-    fn return_address_is_read_at_the_cfa_offset() {
-        // After `push rbp` (CFA = RSP + 16) the return address is the second word.
-        let mut s = sample(&[0x1010, 0x3005], &[], 0xdead);
-        s.stack_copy[8..16].copy_from_slice(&0x2005u64.to_le_bytes());
-        let st = unwind_frame_pointers(&s, &mut Fake(Some(FrameRule::SpOffset(16))));
-        assert_eq!(raw(&st.user), vec![0x1010, 0x2005, 0x3005]);
-    }
-
-    #[test]
     fn recursion_at_function_entry_keeps_every_level() {
         // f called itself from the call site returning to 0x1020; sampled at f's entry.
         let s = sample(&[0x1000, 0x1020, 0x3005], &[], 0x1020);
-        let st = unwind_frame_pointers(&s, &mut Fake(Some(FrameRule::SpOffset(8))));
+        let st = unwind_frame_pointers(&s, &mut frameless(0x1020));
         assert_eq!(raw(&st.user), vec![0x1000, 0x1020, 0x1020, 0x3005]);
     }
 
     #[test]
     fn framed_leaf_or_implausible_return_address_is_left_alone() {
         let s = sample(&[0x1010, 0x2005, 0x3005], &[], 0x2777);
-        let st = unwind_frame_pointers(&s, &mut Fake(Some(FrameRule::BpOffset(16))));
+        let st = unwind_frame_pointers(&s, &mut Fake(Some(LeafFrame::Framed)));
         assert_eq!(raw(&st.user), vec![0x1010, 0x2005, 0x3005]);
         assert!(!st.restored_leaf_caller);
         // A stack word that is not a code address is not taken for a return address.
         let s = sample(&[0x1010, 0x3005], &[], 0x7fff_0000);
-        let st = unwind_frame_pointers(&s, &mut Fake(Some(FrameRule::SpOffset(8))));
+        let st = unwind_frame_pointers(&s, &mut frameless(0x7fff_0000));
         assert_eq!(raw(&st.user), vec![0x1010, 0x3005]);
         // Without CFI nothing is guessed.
         let st = unwind_frame_pointers(&s, &mut Fake(None));
@@ -229,5 +408,31 @@ mod tests {
         assert_eq!(st.kernel[1].lookup_address(), 0xffff_ffff_8100_1fff);
         assert_eq!(st.user[0], CodeAddress::InstructionPointer(0x1010));
         assert_eq!(st.user[1].lookup_address(), 0x2004);
+    }
+
+    #[test]
+    fn fork_copies_the_maps_and_exec_clears_them() {
+        let region = |start: u64, data: &'static str| Region {
+            start,
+            len: 0x1000,
+            file_offset: 0,
+            data,
+        };
+        let mut u: Unwinder<&str> = Unwinder::new(UnwindMode::Fp);
+        u.map(1, region(0x1000, "a"), None);
+        u.fork(1, 2);
+        assert_eq!(u.lookup(2, 0x1800).unwrap().data, "a");
+        u.map(2, region(0x1000, "b"), None);
+        assert_eq!(
+            u.lookup(1, 0x1800).unwrap().data,
+            "a",
+            "the parent keeps its own"
+        );
+        u.exec(2);
+        assert!(u.lookup(2, 0x1800).is_none());
+        assert!(u.lookup(1, 0x1800).is_some());
+        // A sample of a process with no maps still has its sampled instruction.
+        let st = u.unwind(&sample(&[0x5010, 0x6005], &[], 0));
+        assert_eq!(raw(&st.user), vec![0x5010, 0x6005]);
     }
 }

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use sampler::binary::UnwindSections;
 use sampler::events::{Sample, UserRegs};
-use sampler::unwind::ProcessUnwinders;
+use sampler::maps::Region;
+use sampler::unwind::{CodeModule, UnwindMode, Unwinder};
 use serde_json::Value;
 
 pub struct Fixture {
@@ -73,9 +74,9 @@ impl Fixture {
         }
     }
 
-    /// Unwinders that know the fixture's modules.
-    pub fn unwinders(&self) -> ProcessUnwinders {
-        let mut unwinders = ProcessUnwinders::default();
+    /// An unwinder in `mode` that knows the fixture's modules.
+    pub fn unwinder(&self, mode: UnwindMode) -> Unwinder<()> {
+        let mut unwinder = Unwinder::new(mode);
         for m in self.json["modules"].as_array().unwrap() {
             let section = |s: &Value| -> Option<(std::ops::Range<u64>, Arc<[u8]>)> {
                 let bytes: Arc<[u8]> = Arc::from(unhex(s["hex"].as_str()?));
@@ -88,10 +89,21 @@ impl Fixture {
                 ..UnwindSections::default()
             };
             let name = m["name"].as_str().unwrap();
-            let avma = num(&m["start"])..num(&m["end"]);
-            unwinders.add_module(PID, name, avma, num(&m["bias"]), &sections);
+            let (start, end) = (num(&m["start"]), num(&m["end"]));
+            let region = Region {
+                start,
+                len: end - start,
+                file_offset: 0,
+                data: (),
+            };
+            let code = CodeModule {
+                name,
+                bias: num(&m["bias"]),
+                sections: &sections,
+            };
+            unwinder.map(PID, region, Some(code));
         }
-        unwinders
+        unwinder
     }
 
     /// The function an address lies in.

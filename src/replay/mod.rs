@@ -1,4 +1,4 @@
-//! From recorded events to a [`RawProfile`], incrementally: events are fed in time order
+//! Replay: from recorded events to a [`RawProfile`], incrementally. Events are fed in time order
 //! (while the command still runs), each process's library map and each thread's name are
 //! kept current, every sample is unwound and its stack interned at once, and the sample's
 //! raw material (registers, stack copy) is dropped. Memory then grows with the number of
@@ -8,25 +8,21 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::capture::Capture;
-use super::*;
-use crate::binary::{Binary, FrameRule};
+mod capture;
+
+use capture::Capture;
+
+use crate::binary::Binary;
 use crate::events::{Event, EventKind, Mapping, Recording, RecordingInfo, Sample};
 use crate::locate::{FileFinder, MappedFile};
-use crate::maps::{AddressSpaces, Region};
-use crate::unwind::{unwind_frame_pointers, CodeAddress, CodeLookup, ProcessUnwinders, UnwindMode};
+use crate::maps::Region;
+use crate::profile::*;
+use crate::unwind::{CodeAddress, CodeModule, UnwindMode, Unwinder};
 
-/// Name of the library that holds kernel frames (perf's name for it).
-pub const KERNEL_LIB_NAME: &str = "[kernel.kallsyms]";
-/// Name of the marker frame at the root of a stack whose outer frames are missing.
-pub const TRUNCATED_MARKER: &str = "[truncated]";
 /// Kernel addresses are the upper half of the x86-64 address space. Kernel frames are
 /// made relative to this when the kernel's text start is unknown (kallsyms hidden), which
 /// keeps them below 2^53, exact in JSON numbers.
 const KERNEL_SPACE_START: u64 = 0xffff_8000_0000_0000;
-
-/// The pseudo-path of the kernel's vdso mapping, and the name of its library.
-pub const VDSO_NAME: &str = "[vdso]";
 
 /// What one mapping of a process was resolved to, once, when it was mapped.
 #[derive(Clone, Copy, Debug)]
@@ -79,7 +75,9 @@ pub struct Built {
 pub struct ProfileBuilder {
     files: FileFinder,
     kernel_base: u64,
-    spaces: AddressSpaces<Module>,
+    /// Every process's maps, each mapping resolved to its [`Module`] once, and the
+    /// unwinding of their samples.
+    unwinder: Unwinder<Module>,
     libs: Interner<Lib, LibIndex>,
     lib_binaries: Vec<LibFile>,
     frames: Interner<AddressFrame, AddressFrameIndex>,
@@ -88,11 +86,8 @@ pub struct ProfileBuilder {
     process_by_pid: HashMap<i32, ProcessIndex>,
     threads: Vec<ThreadState>,
     thread_by_tid: HashMap<i32, usize>,
-    frame_rules: HashMap<(LibIndex, u64), Option<FrameRule>>,
     truncated_stacks: u64,
     restored_callers: u64,
-    mode: UnwindMode,
-    unwinders: ProcessUnwinders,
     capture: Option<Capture>,
 }
 
@@ -111,7 +106,7 @@ impl ProfileBuilder {
         ProfileBuilder {
             files: FileFinder::default(),
             kernel_base: kernel_base.unwrap_or(KERNEL_SPACE_START),
-            spaces: AddressSpaces::default(),
+            unwinder: Unwinder::new(mode),
             libs: Interner::default(),
             lib_binaries: Vec::new(),
             frames: Interner::default(),
@@ -120,11 +115,8 @@ impl ProfileBuilder {
             process_by_pid: HashMap::new(),
             threads: Vec::new(),
             thread_by_tid: HashMap::new(),
-            frame_rules: HashMap::new(),
             truncated_stacks: 0,
             restored_callers: 0,
-            mode,
-            unwinders: ProcessUnwinders::default(),
             capture: None,
         }
     }
@@ -149,8 +141,7 @@ impl ProfileBuilder {
                     exec,
                 } => {
                     if *exec {
-                        self.spaces.exec(*pid);
-                        self.unwinders.exec(*pid);
+                        self.unwinder.exec(*pid);
                     }
                     let th = self.thread(*pid, *tid, t, None);
                     self.threads[th].name = name.clone();
@@ -166,8 +157,7 @@ impl ProfileBuilder {
                     ptid,
                 } => {
                     if pid == tid && pid != ppid {
-                        self.spaces.fork(*ppid, *pid);
-                        self.unwinders.fork(*ppid, *pid);
+                        self.unwinder.fork(*ppid, *pid);
                     }
                     let parent_name = self
                         .thread_by_tid
@@ -308,6 +298,8 @@ impl ProfileBuilder {
     /// through [`FileFinder`], which checks the build ID: a replaced file's symbols and CFI
     /// would be wrong, so it is not used).
     fn map(&mut self, m: &Mapping) {
+        // The file's code, for CFI: (its name, the process's address of its address 0).
+        let mut code: Option<(Arc<Binary>, String, u64)> = None;
         let (module, file_offset) = if is_anonymous(m) {
             // Anonymous executable memory is JIT code, named (if at all) by the
             // process's perf map; its addresses stay absolute.
@@ -365,11 +357,10 @@ impl ProfileBuilder {
             if let (Ok(binary), Translate::Delta(delta)) = (&binary, translate) {
                 // The process's address of the file's address 0.
                 let bias = m.start.wrapping_sub(file_offset).wrapping_sub(delta as u64);
-                self.unwinders
-                    .add_module(m.pid, &lib.name, m.start..end, bias, &binary.unwind);
                 if let Some(capture) = &mut self.capture {
                     capture.module(m.pid, &lib.name, (m.start, end), bias, binary);
                 }
+                code = Some((binary.clone(), lib.name.clone(), bias));
             }
             let lib = self.intern_lib(lib, binary);
             let module = Module {
@@ -378,15 +369,18 @@ impl ProfileBuilder {
             };
             (module, file_offset)
         };
-        self.spaces.map(
-            m.pid,
-            Region {
-                start: m.start,
-                len: m.len,
-                file_offset,
-                data: module,
-            },
-        );
+        let region = Region {
+            start: m.start,
+            len: m.len,
+            file_offset,
+            data: module,
+        };
+        let code = code.as_ref().map(|(binary, name, bias)| CodeModule {
+            name,
+            bias: *bias,
+            sections: &binary.unwind,
+        });
+        self.unwinder.map(m.pid, region, code);
     }
 
     /// The module of memory with no file behind it.
@@ -424,22 +418,7 @@ impl ProfileBuilder {
         if let Some(capture) = &mut self.capture {
             capture.sample(s);
         }
-        let cfi = match self.mode {
-            UnwindMode::Fp => None,
-            mode => self.unwinders.unwind(s, mode),
-        };
-        let stack = match cfi {
-            // With fewer than two frames CFI knew nothing of the leaf's code (JIT code,
-            // a file that could not be read): frame pointers are all there is.
-            Some(stack) if stack.user.len() >= 2 || self.mode == UnwindMode::Dwarf => stack,
-            _ => {
-                let mut lookup = Lookup {
-                    builder: self,
-                    pid: s.pid,
-                };
-                unwind_frame_pointers(s, &mut lookup)
-            }
-        };
+        let stack = self.unwinder.unwind(s);
         self.truncated_stacks += u64::from(stack.truncated);
         self.restored_callers += u64::from(stack.restored_leaf_caller);
         let mut prefix = None;
@@ -477,7 +456,7 @@ impl ProfileBuilder {
 
     /// The (library, address in the file's own address space) of an absolute address.
     fn resolve(&self, pid: i32, address: u64) -> Option<(Option<LibIndex>, u64)> {
-        let region = self.spaces.lookup(pid, address)?;
+        let region = self.unwinder.lookup(pid, address)?;
         let file_offset = region.file_offset_of(address);
         let address = match region.data.translate {
             Translate::Absolute => address,
@@ -524,30 +503,6 @@ impl ProfileBuilder {
             }
         };
         self.frames.intern(frame, AddressFrameIndex::new)
-    }
-}
-
-/// The unwinder's view of one process's code, through the builder's maps.
-struct Lookup<'a> {
-    builder: &'a mut ProfileBuilder,
-    pid: i32,
-}
-
-impl CodeLookup for Lookup<'_> {
-    fn frame_rule(&mut self, address: u64) -> Option<FrameRule> {
-        let (Some(lib), svma) = self.builder.resolve(self.pid, address)? else {
-            return None;
-        };
-        let binary = self.builder.lib_binaries[lib.index()].as_ref().ok()?;
-        *self
-            .builder
-            .frame_rules
-            .entry((lib, svma))
-            .or_insert_with(|| binary.frame_rule(svma))
-    }
-
-    fn is_code(&mut self, address: u64) -> bool {
-        self.builder.spaces.lookup(self.pid, address).is_some()
     }
 }
 

@@ -1,0 +1,218 @@
+//! Call frame information (`.eh_frame`, `.eh_frame_hdr`, `.debug_frame`), read by
+//! framehop and by nothing else: the modules of a process as framehop knows them, the
+//! CFI walk over the copy of the user stack that comes with a sample, the rule of the
+//! sampled function alone (for the frame-pointer chain's repair), and the hybrid of the
+//! CFI walk with the kernel's frame-pointer chain.
+//!
+//! CFI unwinds correctly through code without frame pointers, but only as far as the
+//! stack copy reaches. The kernel's frame-pointer walk reaches the outermost frame of a
+//! deep stack, but goes wrong (or stops) in code without frame pointers. Hybrid takes CFI
+//! for the inner frames and, where the copy ends, continues with the frame-pointer chain
+//! from the first return address the two agree on. Where they never agree, the stack
+//! ends in a marker frame rather than in garbage.
+
+use std::ops::Range;
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
+
+use super::{callchain, CodeAddress, LeafFrame};
+use crate::binary::{SectionBytes, UnwindSections};
+use crate::events::{Sample, UserRegs};
+
+/// The CFI of one process's code modules.
+pub type Modules = UnwinderX86_64<SectionBytes>;
+
+/// Registers a code module: `avma` is where it is mapped, and `bias` what is added to the
+/// file's addresses to get the process's.
+pub fn add_module(
+    modules: &mut Modules,
+    name: &str,
+    avma: Range<u64>,
+    bias: u64,
+    sections: &UnwindSections,
+) {
+    let info = ExplicitModuleSectionInfo {
+        base_svma: 0,
+        text_svma: sections.text.clone(),
+        got_svma: sections.got.clone(),
+        eh_frame_svma: sections.eh_frame.as_ref().map(|(r, _)| r.clone()),
+        eh_frame: sections.eh_frame.as_ref().map(|(_, d)| d.clone()),
+        eh_frame_hdr_svma: sections.eh_frame_hdr.as_ref().map(|(r, _)| r.clone()),
+        eh_frame_hdr: sections.eh_frame_hdr.as_ref().map(|(_, d)| d.clone()),
+        debug_frame: sections.debug_frame.clone(),
+        ..Default::default()
+    };
+    modules.remove_module(avma.start);
+    modules.add_module(Module::new(name.to_string(), avma, bias, info));
+}
+
+/// Reads the 8-byte word at `address` from a stack copy that starts at `sp`.
+fn stack_reader(sp: u64, stack: &[u8]) -> impl FnMut(u64) -> Result<u64, ()> + '_ {
+    move |address: u64| {
+        let offset = usize::try_from(address.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
+        let bytes = stack
+            .get(offset..offset.checked_add(8).ok_or(())?)
+            .ok_or(())?;
+        Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+    }
+}
+
+/// The sampled function's frame by its CFI alone: its caller's return address, and
+/// whether it has an RBP frame of its own. Unwinding it leaves RBP as it was exactly when
+/// the function has not pushed and set up its own frame (gcc's `-O2` leaves, every
+/// function at its first instructions): then RBP still holds the caller's frame.
+pub fn leaf_frame(
+    modules: &Modules,
+    cache: &mut CacheX86_64,
+    regs: UserRegs,
+    stack: &[u8],
+) -> Option<LeafFrame> {
+    let mut unwound = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+    let return_address = modules
+        .unwind_frame(
+            FrameAddress::from_instruction_pointer(regs.ip),
+            &mut unwound,
+            cache,
+            &mut stack_reader(regs.sp, stack),
+        )
+        .ok()??;
+    Some(if unwound.bp() == regs.bp {
+        LeafFrame::Frameless { return_address }
+    } else {
+        LeafFrame::Framed
+    })
+}
+
+/// Unwinds the user stack of `sample` with CFI, and with `hybrid` continues with the
+/// frame-pointer chain beyond the stack copy: the user frames, leaf first, and whether
+/// the outermost ones are missing. `None` when the sample has no registers and stack copy.
+pub fn unwind(
+    modules: &Modules,
+    cache: &mut CacheX86_64,
+    sample: &Sample,
+    hybrid: bool,
+) -> Option<(Vec<CodeAddress>, bool)> {
+    let regs = sample.user_regs?;
+    if sample.stack_copy.is_empty() {
+        return None;
+    }
+    let (cfi, ended) = cfi_frames(modules, cache, regs, &sample.stack_copy);
+    let fp_chain = callchain(&sample.user_callchain);
+    Some(match (hybrid, ended) {
+        (_, Ended::Root) => (cfi, false),
+        (true, Ended::Unknown) => match splice(&cfi, &fp_chain) {
+            Some(rest) => {
+                let mut user = cfi;
+                user.extend(rest.into_iter().map(CodeAddress::ReturnAddress));
+                // The chain itself may have been cut at the kernel's frame limit, and
+                // then the stack is incomplete, even where CFI reached beyond the
+                // chain's end (nothing was spliced on).
+                (user, sample.callchain_truncated)
+            }
+            None => (cfi, true),
+        },
+        (false, Ended::Unknown) => (cfi, true),
+    })
+}
+
+/// How CFI unwinding ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// At the outermost frame (CFI says there is no caller).
+    Root,
+    /// Not at the root: the stack copy ended, or CFI was missing or wrong.
+    Unknown,
+}
+
+/// The frames CFI finds through the stack copy, leaf first, and how the walk ended.
+fn cfi_frames(
+    modules: &Modules,
+    cache: &mut CacheX86_64,
+    regs: UserRegs,
+    stack: &[u8],
+) -> (Vec<CodeAddress>, Ended) {
+    let mut read_stack = stack_reader(regs.sp, stack);
+    let mut frames = modules.iter_frames(
+        regs.ip,
+        UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp),
+        cache,
+        &mut read_stack,
+    );
+    let mut out = Vec::new();
+    loop {
+        match frames.next() {
+            Ok(Some(FrameAddress::InstructionPointer(a))) => {
+                out.push(CodeAddress::InstructionPointer(a))
+            }
+            Ok(Some(FrameAddress::ReturnAddress(a))) => {
+                out.push(CodeAddress::ReturnAddress(a.get()))
+            }
+            Ok(None) => return (out, Ended::Root),
+            Err(_) => return (out, Ended::Unknown),
+        }
+        if out.len() >= MAX_CFI_FRAMES {
+            return (out, Ended::Unknown);
+        }
+    }
+}
+
+/// A stack copy of a few kilobytes holds at most a few hundred frames; this bounds a
+/// CFI walk that loops on corrupt data.
+const MAX_CFI_FRAMES: usize = 4096;
+
+/// The frame-pointer chain's frames beyond the last frame CFI found: the chain from just
+/// after its entry for that frame. `None` when the chain never has its return address
+/// (the two disagree, so nothing beyond can be trusted). Only the chain's entries after
+/// its first one are return addresses; its first is the sampled instruction.
+///
+/// In a recursion the same return address is on the stack many times; the chain's entry
+/// for CFI's last frame is the one at about the same depth (the chain may lack a few
+/// frameless frames near the leaf, or have a few bogus ones), so of several equal entries
+/// the one nearest that depth is taken.
+fn splice(cfi: &[CodeAddress], fp_chain: &[u64]) -> Option<Vec<u64>> {
+    let last = match cfi.last()? {
+        CodeAddress::ReturnAddress(a) => *a,
+        CodeAddress::InstructionPointer(_) => return None,
+    };
+    let depth = cfi.len() - 1;
+    let at = (1..fp_chain.len())
+        .filter(|&i| fp_chain[i] == last)
+        .min_by_key(|&i| i.abs_diff(depth))?;
+    Some(fp_chain[at + 1..].to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splice_continues_after_the_agreed_return_address() {
+        let cfi = [
+            CodeAddress::InstructionPointer(0x10),
+            CodeAddress::ReturnAddress(0x20),
+            CodeAddress::ReturnAddress(0x30),
+        ];
+        // The chain skipped 0x20 (a frameless function) but has 0x30 and beyond.
+        assert_eq!(
+            splice(&cfi, &[0x10, 0x30, 0x40, 0x50]),
+            Some(vec![0x40, 0x50])
+        );
+        assert_eq!(splice(&cfi, &[0x10, 0x99, 0x98]), None, "no agreement");
+        assert_eq!(
+            splice(&cfi[..1], &[0x10, 0x20]),
+            None,
+            "no return address yet"
+        );
+        // A recursion: 0x30 is every level's return address. CFI saw three levels; the
+        // chain's third entry for it is where CFI stopped.
+        let recursion = [
+            CodeAddress::InstructionPointer(0x10),
+            CodeAddress::ReturnAddress(0x30),
+            CodeAddress::ReturnAddress(0x30),
+            CodeAddress::ReturnAddress(0x30),
+        ];
+        let chain = [0x10, 0x30, 0x30, 0x30, 0x30, 0x30, 0x40];
+        assert_eq!(splice(&recursion, &chain), Some(vec![0x30, 0x30, 0x40]));
+    }
+}
