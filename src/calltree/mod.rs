@@ -329,7 +329,7 @@ impl CallTree {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn seed_001() -> Profile {

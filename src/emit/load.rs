@@ -342,7 +342,7 @@ pub fn from_json(p: &Value) -> Result<Profile> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A profile that uses every part of the format: libraries of each kind, files,

@@ -4,6 +4,8 @@
 
 pub mod firefox;
 pub mod folded;
+#[cfg(test)]
+mod golden;
 pub mod load;
 pub mod pprof;
 pub mod report;
