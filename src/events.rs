@@ -157,6 +157,8 @@ pub struct RecordingInfo {
     pub stopped_for: Option<Duration>,
     /// Bytes of sample records the kernel wrote (what a sample costs in the ring buffer).
     pub sample_bytes: u64,
+    /// CPUs of the recording machine.
+    pub logical_cpus: u32,
 }
 
 /// What a recording may be missing, and why: stack frames beyond the frame limit,

@@ -194,7 +194,25 @@ fn exit_codes_and_signals_pass_through() {
     }
     let (o, path) = record(&[], &["sh", "-c", "exit 42"]);
     assert_eq!(o.status.code(), Some(42));
-    assert!(path.exists());
+    // The command line comes back word for word, the one with a space included, from the
+    // file and from a copy that `convert` wrote.
+    let p = load(&path);
+    assert_eq!(p["meta"]["arguments"], "sh -c 'exit 42'");
+    let again = path.with_file_name("again.json");
+    let c = Command::new(sampler_bin())
+        .arg("convert")
+        .arg(&path)
+        .arg("-o")
+        .arg(&again)
+        .output()
+        .unwrap();
+    assert!(c.status.success(), "{}", stderr(&c));
+    let words = sampler::emit::load::read_profile(&again)
+        .unwrap()
+        .meta
+        .command;
+    assert_eq!(words, ["sh", "-c", "exit 42"]);
+    ffp_check(&path);
     let (o, path) = record(&[], &["sh", "-c", "kill -KILL $$"]);
     assert_eq!(o.status.code(), Some(128 + 9), "{}", stderr(&o));
     check_processed_profile(&load(&path));

@@ -54,6 +54,7 @@ fn recording(events: Vec<Event>) -> Recording {
         ring_pages: 128,
         stopped_for: None,
         sample_bytes: 0,
+        logical_cpus: 2,
         gaps: Default::default(),
     };
     Recording { info, events }

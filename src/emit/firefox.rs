@@ -5,12 +5,13 @@
 
 use std::collections::HashMap;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use super::fxformat::{self as fx, ExtraEntry, ExtraSection, ProcessedProfile};
 use crate::profile::{CodeKind, Lib, Missing, Profile};
 
-/// `PROCESSED_PROFILE_VERSION` of the Firefox Profiler this writer targets.
-pub const PROCESSED_PROFILE_VERSION: u32 = 70;
+pub use super::fxformat::PROCESSED_PROFILE_VERSION;
+
 /// `meta.version` is the Gecko format version; processed files ignore it, samply writes 24.
 const GECKO_VERSION: u32 = 24;
 
@@ -29,22 +30,7 @@ pub const GAP_SYMBOLS: &str = "some frames unnamed";
 pub const GAP_DEBUG_INFO: &str = "no source lines or inlined calls";
 
 /// Strings are stored once, in `shared.stringArray`.
-#[derive(Default)]
-struct Strings {
-    list: Vec<String>,
-    index: HashMap<String, usize>,
-}
-
-impl Strings {
-    fn get(&mut self, s: &str) -> usize {
-        if let Some(&i) = self.index.get(s) {
-            return i;
-        }
-        self.list.push(s.to_string());
-        self.index.insert(s.to_string(), self.list.len() - 1);
-        self.list.len() - 1
-    }
-}
+type Strings = super::StringTable;
 
 /// The Breakpad debug ID of an ELF build ID: its first 16 bytes as a GUID (the first
 /// three fields byte-swapped), followed by the age, 0.
@@ -62,7 +48,7 @@ pub fn breakpad_id(build_id: &[u8]) -> String {
 
 /// One entry per sampled library that lacks names or debug information, saying why, so
 /// that `0x…` frames are explained where they are seen.
-fn symbol_gap_entries(profile: &Profile) -> Vec<Value> {
+fn symbol_gap_entries(profile: &Profile) -> Vec<ExtraEntry> {
     profile
         .symbol_gaps
         .iter()
@@ -71,32 +57,48 @@ fn symbol_gap_entries(profile: &Profile) -> Vec<Value> {
                 Missing::Symbols => GAP_SYMBOLS,
                 Missing::DebugInfo => GAP_DEBUG_INFO,
             };
-            json!({
-                "label": profile.libs[g.lib.index()].name,
-                "format": "string",
-                "value": format!("{what}: {}", g.why),
-            })
+            ExtraEntry {
+                label: profile.libs[g.lib.index()].name.clone(),
+                format: "string".into(),
+                value: format!("{what}: {}", g.why).into(),
+            }
         })
         .collect()
 }
 
-fn lib_json(lib: &Lib) -> Value {
-    let (breakpad, code_id) = match &lib.build_id {
+fn lib_entry(lib: &Lib) -> fx::Lib {
+    let (breakpad_id, code_id) = match &lib.build_id {
         Some(id) => (
-            breakpad_id(id),
-            Value::String(id.iter().map(|b| format!("{b:02x}")).collect()),
+            self::breakpad_id(id),
+            Some(id.iter().map(|b| format!("{b:02x}")).collect()),
         ),
-        None => ("0".repeat(33), Value::Null),
+        None => ("0".repeat(33), None),
     };
-    json!({
-        "arch": "x86_64",
-        "name": lib.name,
-        "path": lib.path,
-        "debugName": lib.name,
-        "debugPath": lib.path,
-        "breakpadId": breakpad,
-        "codeId": code_id,
-    })
+    fx::Lib {
+        arch: "x86_64".into(),
+        name: lib.name.clone(),
+        path: lib.path.clone(),
+        debug_name: lib.name.clone(),
+        debug_path: lib.path.clone(),
+        breakpad_id,
+        code_id,
+    }
+}
+
+fn integer(label: &str, value: u64) -> ExtraEntry {
+    ExtraEntry {
+        label: label.into(),
+        format: "integer".into(),
+        value: value.into(),
+    }
+}
+
+fn text(label: &str, value: &str) -> ExtraEntry {
+    ExtraEntry {
+        label: label.into(),
+        format: "string".into(),
+        value: value.into(),
+    }
 }
 
 fn category(kind: CodeKind) -> u32 {
@@ -109,191 +111,239 @@ fn category(kind: CodeKind) -> u32 {
 
 /// The profile as a processed-format JSON value.
 pub fn to_json(profile: &Profile) -> Value {
+    serde_json::to_value(to_processed(profile)).expect("the model serializes")
+}
+
+/// Labels of the recording facts in the `Recording` section of `meta.extra`.
+pub const RECORDING_EVENT: &str = "Event";
+pub const RECORDING_FREQUENCY: &str = "Frequency (Hz)";
+pub const RECORDING_LOST: &str = "Lost samples";
+pub const RECORDING_TRUNCATED: &str = "Truncated stacks";
+pub const RECORDING_RESTORED: &str = "Restored callers";
+pub const RECORDING_THROTTLED: &str = "Throttled";
+pub const RECORDING_KERNEL: &str = "Kernel frames";
+
+/// The profile in the processed format's model.
+pub fn to_processed(profile: &Profile) -> ProcessedProfile {
     let mut strings = Strings::default();
+    let index = |i: usize| i as u32;
 
     // One resource per library, in library order.
-    let resource_name: Vec<usize> = profile.libs.iter().map(|l| strings.get(&l.name)).collect();
-    let resource_count = profile.libs.len();
+    let resource_name: Vec<u32> = profile
+        .libs
+        .iter()
+        .map(|l| index(strings.get(&l.name)))
+        .collect();
+    let resources = profile.libs.len();
 
-    let mut source_index: HashMap<&str, usize> = HashMap::new();
-    let mut source_files: Vec<usize> = Vec::new();
-    let mut func_name = Vec::new();
-    let mut func_resource = Vec::new();
-    let mut func_source = Vec::new();
+    let mut source_index: HashMap<&str, u32> = HashMap::new();
+    let mut source_files: Vec<u32> = Vec::new();
+    let mut func_table = fx::FuncTable::default();
     for f in &profile.funcs {
-        func_name.push(strings.get(&f.name));
-        func_resource.push(f.lib.map_or(-1, |l| l.index() as i64));
-        func_source.push(f.file.as_deref().map(|file| {
+        func_table.name.push(index(strings.get(&f.name)));
+        func_table
+            .resource
+            .push(f.lib.map_or(-1, |l| l.index() as i64));
+        func_table.source.push(f.file.as_deref().map(|file| {
             *source_index.entry(file).or_insert_with(|| {
-                source_files.push(strings.get(file));
-                source_files.len() - 1
+                source_files.push(index(strings.get(file)));
+                index(source_files.len() - 1)
             })
         }));
     }
-    let funcs_len = profile.funcs.len();
+    let funcs = profile.funcs.len();
+    func_table.is_js = vec![false; funcs];
+    func_table.relevant_for_js = vec![false; funcs];
+    func_table.line_number = vec![None; funcs];
+    func_table.column_number = vec![None; funcs];
+    func_table.original_location = vec![None; funcs];
+    func_table.length = funcs;
 
     let frames = &profile.frames;
-    let frame_table = json!({
-        "address": frames.iter().map(|f| f.address.map_or(-1, |a| a as i64)).collect::<Vec<_>>(),
-        "lib": frames.iter().map(|f| f.lib.map_or(-1, |l| l.index() as i64)).collect::<Vec<_>>(),
-        "inlineDepth": frames.iter().map(|f| f.inline_depth).collect::<Vec<_>>(),
-        "category": frames.iter().map(|f| category(f.kind)).collect::<Vec<_>>(),
-        "subcategory": frames.iter().map(|_| 0).collect::<Vec<_>>(),
-        "func": frames.iter().map(|f| f.func.index()).collect::<Vec<_>>(),
-        "nativeSymbol": frames.iter().map(|f| f.native_symbol.map(|n| n.index())).collect::<Vec<_>>(),
-        "innerWindowID": frames.iter().map(|_| 0).collect::<Vec<_>>(),
-        "line": frames.iter().map(|f| f.line).collect::<Vec<_>>(),
-        "column": frames.iter().map(|_| Value::Null).collect::<Vec<_>>(),
-        "originalLocation": frames.iter().map(|_| Value::Null).collect::<Vec<_>>(),
-        "length": frames.len(),
-    });
+    let frame_table = fx::FrameTable {
+        address: frames
+            .iter()
+            .map(|f| f.address.map_or(-1, |a| a as i64))
+            .collect(),
+        lib: frames
+            .iter()
+            .map(|f| f.lib.map_or(-1, |l| l.index() as i64))
+            .collect(),
+        inline_depth: frames.iter().map(|f| f.inline_depth).collect(),
+        category: frames.iter().map(|f| Some(category(f.kind))).collect(),
+        subcategory: vec![Some(0); frames.len()],
+        func: frames.iter().map(|f| index(f.func.index())).collect(),
+        native_symbol: frames
+            .iter()
+            .map(|f| f.native_symbol.map(|n| index(n.index())))
+            .collect(),
+        inner_window_id: vec![Some(0); frames.len()],
+        line: frames.iter().map(|f| f.line).collect(),
+        column: vec![None; frames.len()],
+        original_location: vec![None; frames.len()],
+        length: frames.len(),
+    };
 
     let stacks = &profile.stacks;
-    let stack_table = json!({
-        "frame": stacks.iter().map(|s| s.frame.index()).collect::<Vec<_>>(),
-        "prefixOffset": stacks.iter().enumerate().map(|(i, s)| s.prefix.map_or(0, |p| i - p.index())).collect::<Vec<_>>(),
-        "length": stacks.len(),
-    });
+    let stack_table = fx::StackTable {
+        frame: stacks.iter().map(|s| index(s.frame.index())).collect(),
+        prefix_offset: stacks
+            .iter()
+            .enumerate()
+            .map(|(i, s)| index(s.prefix.map_or(0, |p| i - p.index())))
+            .collect(),
+        length: stacks.len(),
+    };
 
     let syms = &profile.native_symbols;
-    let native_symbols = json!({
-        "libIndex": syms.iter().map(|s| s.lib.index()).collect::<Vec<_>>(),
-        "address": syms.iter().map(|s| s.address).collect::<Vec<_>>(),
-        "name": syms.iter().map(|s| strings.get(&s.name)).collect::<Vec<_>>(),
-        "functionSize": syms.iter().map(|s| s.size).collect::<Vec<_>>(),
-        "length": syms.len(),
-    });
+    let native_symbols = fx::NativeSymbols {
+        lib_index: syms.iter().map(|s| index(s.lib.index())).collect(),
+        address: syms.iter().map(|s| s.address).collect(),
+        name: syms.iter().map(|s| index(strings.get(&s.name))).collect(),
+        function_size: syms.iter().map(|s| s.size).collect(),
+        length: syms.len(),
+    };
 
-    let threads: Vec<Value> = profile
+    let threads = profile
         .threads
         .iter()
         .map(|t| {
             let process = &profile.processes[t.process.index()];
-            let n = t.samples.len();
-            json!({
-                "processType": "default",
-                "processStartupTime": process.start_ms,
-                "processShutdownTime": process.end_ms,
-                "registerTime": t.start_ms,
-                "unregisterTime": t.end_ms,
-                "pausedRanges": [],
-                "name": t.name,
-                "isMainThread": t.is_main,
-                "processName": process.name,
-                "pid": process.pid.to_string(),
-                "tid": t.tid,
-                "samples": {
-                    "stack": t.samples.iter().map(|s| s.stack.index()).collect::<Vec<_>>(),
-                    "time": t.samples.iter().map(|s| s.time_ms).collect::<Vec<_>>(),
-                    "weight": if t.samples.iter().all(|s| s.weight == 1) {
-                        Value::Null
-                    } else {
-                        json!(t.samples.iter().map(|s| s.weight).collect::<Vec<_>>())
-                    },
-                    "weightType": "samples",
-                    "length": n,
+            fx::Thread {
+                process_type: "default".into(),
+                process_startup_time: process.start_ms,
+                process_shutdown_time: process.end_ms,
+                register_time: t.start_ms,
+                unregister_time: t.end_ms,
+                paused_ranges: Vec::new(),
+                name: t.name.clone(),
+                is_main_thread: t.is_main,
+                process_name: process.name.clone(),
+                pid: process.pid.to_string(),
+                tid: i64::from(t.tid),
+                samples: fx::Samples {
+                    stack: t
+                        .samples
+                        .iter()
+                        .map(|s| Some(index(s.stack.index())))
+                        .collect(),
+                    time: t.samples.iter().map(|s| s.time_ms).collect(),
+                    weight: (!t.samples.iter().all(|s| s.weight == 1))
+                        .then(|| t.samples.iter().map(|s| s.weight).collect()),
+                    weight_type: "samples".into(),
+                    length: t.samples.len(),
                 },
-                "markers": {
-                    "data": [], "name": [], "startTime": [], "endTime": [], "phase": [], "category": [],
-                    "length": 0,
-                },
-            })
+                markers: fx::Markers::default(),
+            }
         })
         .collect();
 
-    let func_table = json!({
-        "name": func_name,
-        "isJS": vec![false; funcs_len],
-        "relevantForJS": vec![false; funcs_len],
-        "resource": func_resource,
-        "source": func_source,
-        "lineNumber": vec![Value::Null; funcs_len],
-        "columnNumber": vec![Value::Null; funcs_len],
-        "originalLocation": vec![Value::Null; funcs_len],
-        "length": funcs_len,
-    });
-    let resource_table = json!({
-        "name": resource_name,
-        "host": vec![Value::Null; resource_count],
-        "type": vec![1; resource_count],
-        "length": resource_count,
-    });
-    let sources = json!({
-        "id": vec![Value::Null; source_files.len()],
-        "filename": source_files,
-        "startLine": vec![1; source_files.len()],
-        "startColumn": vec![1; source_files.len()],
-        "sourceMapURL": vec![Value::Null; source_files.len()],
-        "content": vec![Value::Null; source_files.len()],
-        "length": source_files.len(),
-    });
+    let resource_table = fx::ResourceTable {
+        name: resource_name,
+        host: vec![None; resources],
+        kind: vec![1; resources],
+        length: resources,
+    };
+    let source_count = source_files.len();
+    let sources = fx::Sources {
+        id: vec![None; source_count],
+        filename: source_files,
+        start_line: vec![1; source_count],
+        start_column: vec![1; source_count],
+        source_map_url: vec![None; source_count],
+        content: vec![None; source_count],
+        length: source_count,
+    };
 
     let meta = &profile.meta;
-    let command = meta.command.join(" ");
-    json!({
-        "meta": {
-            "interval": meta.interval_ms,
-            "startTime": meta.start_unix_ms,
-            "endTime": meta.start_unix_ms + meta.duration_ms,
-            "profilingStartTime": 0.0,
-            "profilingEndTime": meta.duration_ms,
-            "processType": 0,
-            "product": if command.is_empty() { "sampler".to_string() } else { format!("sampler: {command}") },
-            "stackwalk": 1,
-            "version": GECKO_VERSION,
-            "preprocessedProfileVersion": PROCESSED_PROFILE_VERSION,
-            "symbolicated": true,
-            "platform": "Linux",
-            "oscpu": "Linux x86_64",
-            "logicalCPUs": std::thread::available_parallelism().map_or(1, |n| n.get()),
-            "arguments": command,
-            "importedFrom": "sampler",
-            "usesOnlyOneStackType": true,
-            "sourceCodeIsNotOnSearchfox": true,
-            "keepProfileThreadOrder": true,
-            "sampleUnits": { "time": "ms", "eventDelay": "ms", "threadCPUDelta": "ns" },
-            "categories": [
-                { "name": "Other", "color": "grey", "subcategories": ["Other"] },
-                { "name": "User", "color": "yellow", "subcategories": ["Other"] },
-                { "name": "Kernel", "color": "orange", "subcategories": ["Other"] },
-            ],
-            "markerSchema": [],
-            "extra": [{
-                "label": EXTRA_RECORDING,
-                "entries": [
-                    { "label": "Event", "format": "string", "value": meta.event },
-                    { "label": "Frequency (Hz)", "format": "integer", "value": meta.frequency_hz },
-                    { "label": "Lost samples", "format": "integer", "value": meta.lost_samples },
-                    { "label": "Truncated stacks", "format": "integer", "value": meta.truncated_stacks },
-                    { "label": "Restored callers", "format": "integer", "value": meta.restored_callers },
-                    { "label": "Throttled", "format": "integer", "value": meta.throttled },
-                    { "label": "Kernel frames", "format": "string", "value": if meta.kernel_included { "yes" } else { "no" } },
+    let command = fx::quote_command(&meta.command);
+    let category = |name: &str, color: &str| fx::Category {
+        name: name.into(),
+        color: color.into(),
+        subcategories: vec!["Other".into()],
+    };
+    let meta = fx::Meta {
+        interval: meta.interval_ms,
+        start_time: meta.start_unix_ms,
+        end_time: meta.start_unix_ms + meta.duration_ms,
+        profiling_start_time: 0.0,
+        profiling_end_time: meta.duration_ms,
+        process_type: 0,
+        product: if command.is_empty() {
+            "sampler".to_string()
+        } else {
+            format!("sampler: {command}")
+        },
+        stackwalk: 1,
+        version: GECKO_VERSION,
+        preprocessed_profile_version: PROCESSED_PROFILE_VERSION,
+        symbolicated: true,
+        platform: "Linux".into(),
+        oscpu: "Linux x86_64".into(),
+        logical_cpus: meta.logical_cpus,
+        arguments: command,
+        imported_from: "sampler".into(),
+        uses_only_one_stack_type: true,
+        source_code_is_not_on_searchfox: true,
+        keep_profile_thread_order: true,
+        sample_units: fx::SampleUnits {
+            time: "ms".into(),
+            event_delay: "ms".into(),
+            thread_cpu_delta: "ns".into(),
+        },
+        // In the order of the CATEGORY_* indexes.
+        categories: vec![
+            category("Other", "grey"),
+            category("User", "yellow"),
+            category("Kernel", "orange"),
+        ],
+        marker_schema: Vec::new(),
+        extra: vec![
+            ExtraSection {
+                label: EXTRA_RECORDING.into(),
+                entries: vec![
+                    text(RECORDING_EVENT, &meta.event),
+                    integer(RECORDING_FREQUENCY, meta.frequency_hz),
+                    integer(RECORDING_LOST, meta.lost_samples),
+                    integer(RECORDING_TRUNCATED, meta.truncated_stacks),
+                    integer(RECORDING_RESTORED, meta.restored_callers),
+                    integer(RECORDING_THROTTLED, meta.throttled),
+                    text(
+                        RECORDING_KERNEL,
+                        if meta.kernel_included { "yes" } else { "no" },
+                    ),
                 ],
-            }, {
-                "label": EXTRA_SYMBOLS,
-                "entries": symbol_gap_entries(profile),
-            }, {
-                "label": EXTRA_LOST_BY_THREAD,
-                "entries": profile.threads.iter().filter(|t| t.lost_samples > 0).map(|t| json!({
-                    "label": format!("{} ({})", t.name, t.tid),
-                    "format": "integer",
-                    "value": t.lost_samples,
-                })).collect::<Vec<_>>(),
-            }],
+            },
+            ExtraSection {
+                label: EXTRA_SYMBOLS.into(),
+                entries: symbol_gap_entries(profile),
+            },
+            ExtraSection {
+                label: EXTRA_LOST_BY_THREAD.into(),
+                entries: profile
+                    .threads
+                    .iter()
+                    .filter(|t| t.lost_samples > 0)
+                    .map(|t| integer(&format!("{} ({})", t.name, t.tid), t.lost_samples))
+                    .collect(),
+            },
+        ],
+    };
+    ProcessedProfile {
+        meta,
+        libs: profile.libs.iter().map(lib_entry).collect(),
+        shared: fx::Shared {
+            string_array: strings.into_list(),
+            stack_table,
+            frame_table,
+            func_table,
+            resource_table,
+            native_symbols,
+            sources,
+            source_location_table: fx::SourceLocationTable::default(),
         },
-        "libs": profile.libs.iter().map(lib_json).collect::<Vec<_>>(),
-        "shared": {
-            "stringArray": strings.list,
-            "stackTable": stack_table,
-            "frameTable": frame_table,
-            "funcTable": func_table,
-            "resourceTable": resource_table,
-            "nativeSymbols": native_symbols,
-            "sources": sources,
-            "sourceLocationTable": { "source": [], "line": [], "column": [], "length": 0 },
-        },
-        "threads": threads,
-    })
+        threads,
+    }
 }
 
 #[cfg(test)]

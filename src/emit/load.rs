@@ -1,18 +1,26 @@
 //! Reads a profile that sampler wrote (Firefox Profiler processed format, version 70)
 //! back into a [`Profile`], so that `report` and `convert` work from the file alone, on
-//! any machine. It is the inverse of [`super::firefox::to_json`]: every table, the
-//! recording facts in `meta.extra`, and the symbol gaps come back as they were written.
+//! any machine. It is the inverse of [`super::firefox::to_processed`], through the same
+//! typed model ([`super::fxformat`]): every table, the recording facts in `meta.extra`,
+//! and the symbol gaps come back as they were written.
+//!
+//! A file is checked before anything uses it: every column has its table's length, every
+//! index is in range, every stack's prefix comes before it. The [`Profile`] it returns
+//! holds the invariants its type documents, so later stages need no checks of their own.
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::firefox::{
     CATEGORY_KERNEL, CATEGORY_OTHER, EXTRA_LOST_BY_THREAD, EXTRA_RECORDING, EXTRA_SYMBOLS,
-    GAP_DEBUG_INFO, GAP_SYMBOLS, PROCESSED_PROFILE_VERSION,
+    GAP_DEBUG_INFO, GAP_SYMBOLS, PROCESSED_PROFILE_VERSION, RECORDING_EVENT, RECORDING_FREQUENCY,
+    RECORDING_KERNEL, RECORDING_LOST, RECORDING_RESTORED, RECORDING_THROTTLED, RECORDING_TRUNCATED,
 };
+use super::fxformat::{self as fx, ExtraEntry, ProcessedProfile};
 use crate::profile::*;
 
 /// Reads a profile file (plain or gzipped JSON).
@@ -24,44 +32,6 @@ pub fn read_profile(path: &Path) -> Result<Profile> {
             path.display()
         )
     })
-}
-
-fn column<'a>(table: &'a Value, table_name: &str, name: &str) -> Result<&'a [Value]> {
-    table[name]
-        .as_array()
-        .map(Vec::as_slice)
-        .ok_or_else(|| anyhow!("{table_name}.{name} is missing"))
-}
-
-fn index(v: &Value, what: &str, len: usize) -> Result<usize> {
-    match v.as_u64() {
-        Some(i) if (i as usize) < len => Ok(i as usize),
-        _ => bail!("{what} = {v} is not an index below {len}"),
-    }
-}
-
-/// An index column entry that may be null or -1 (none).
-fn optional_index(v: &Value, what: &str, len: usize) -> Result<Option<usize>> {
-    if v.is_null() || v.as_i64() == Some(-1) {
-        Ok(None)
-    } else {
-        index(v, what, len).map(Some)
-    }
-}
-
-fn entries<'a>(meta: &'a Value, label: &str) -> &'a [Value] {
-    meta["extra"]
-        .as_array()
-        .and_then(|sections| sections.iter().find(|s| s["label"] == label))
-        .and_then(|s| s["entries"].as_array())
-        .map_or(&[], Vec::as_slice)
-}
-
-fn entry<'a>(meta: &'a Value, section: &str, label: &str) -> &'a Value {
-    entries(meta, section)
-        .iter()
-        .find(|e| e["label"] == label)
-        .map_or(&Value::Null, |e| &e["value"])
 }
 
 fn lib_kind(name: &str) -> LibKind {
@@ -83,47 +53,93 @@ fn parse_build_id(hex: &str) -> Option<Vec<u8>> {
         .then(|| {
             (0..hex.len())
                 .step_by(2)
-                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).ok())
+                .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
                 .collect()
         })
         .flatten()
 }
 
+/// Checks that every column of a table has the table's length.
+fn same_length(table: &str, length: usize, columns: &[(&str, usize)]) -> Result<()> {
+    for (name, len) in columns {
+        if *len != length {
+            bail!("{table}.{name} has {len} entries, but {table}.length is {length}");
+        }
+    }
+    Ok(())
+}
+
+/// `column[row]` as an index below `len`.
+fn index(column: &str, row: usize, value: u32, len: usize) -> Result<usize> {
+    let i = value as usize;
+    if i >= len {
+        bail!("{column}[{row}] = {value} is not an index below {len}");
+    }
+    Ok(i)
+}
+
+/// An index column whose "none" is -1.
+fn signed_index(column: &str, row: usize, value: i64, len: usize) -> Result<Option<usize>> {
+    match value {
+        -1 => Ok(None),
+        v if v >= 0 && (v as u64) < len as u64 => Ok(Some(v as usize)),
+        v => bail!("{column}[{row}] = {v} is not -1 or an index below {len}"),
+    }
+}
+
+fn optional_index(
+    column: &str,
+    row: usize,
+    value: Option<u32>,
+    len: usize,
+) -> Result<Option<usize>> {
+    value.map(|v| index(column, row, v, len)).transpose()
+}
+
+fn section<'a>(meta: &'a fx::Meta, label: &str) -> &'a [ExtraEntry] {
+    meta.extra
+        .iter()
+        .find(|s| s.label == label)
+        .map_or(&[], |s| s.entries.as_slice())
+}
+
+fn entry<'a>(meta: &'a fx::Meta, section_label: &str, label: &str) -> &'a Value {
+    section(meta, section_label)
+        .iter()
+        .find(|e| e.label == label)
+        .map_or(&Value::Null, |e| &e.value)
+}
+
 /// The profile in a processed-format JSON value.
-pub fn from_json(p: &Value) -> Result<Profile> {
-    let version = p["meta"]["preprocessedProfileVersion"].as_u64();
+pub fn from_json(value: &Value) -> Result<Profile> {
+    let version = value["meta"]["preprocessedProfileVersion"].as_u64();
     if version != Some(u64::from(PROCESSED_PROFILE_VERSION)) {
         bail!(
             "meta.preprocessedProfileVersion is {}, sampler reads version {PROCESSED_PROFILE_VERSION}",
             version.map_or("missing".into(), |v| v.to_string())
         );
     }
-    let meta = &p["meta"];
-    let shared = &p["shared"];
-    let strings: Vec<&str> = column(shared, "shared", "stringArray")?
-        .iter()
-        .map(|s| {
-            s.as_str()
-                .ok_or_else(|| anyhow!("a string is not a string"))
-        })
-        .collect::<Result<_>>()?;
-    let string = |v: &Value, what: &str| -> Result<String> {
-        Ok(strings[index(v, what, strings.len())?].to_string())
+    let p = ProcessedProfile::deserialize(value)?;
+    from_processed(&p)
+}
+
+/// The profile of a processed profile, after checking every table.
+pub fn from_processed(p: &ProcessedProfile) -> Result<Profile> {
+    let shared = &p.shared;
+    let strings = &shared.string_array;
+    let string = |column: &str, row: usize, v: u32| -> Result<String> {
+        Ok(strings[index(column, row, v, strings.len())?].clone())
     };
 
-    let libs: Vec<Lib> = p["libs"]
-        .as_array()
-        .ok_or_else(|| anyhow!("libs is missing"))?
+    let libs: Vec<Lib> = p
+        .libs
         .iter()
-        .map(|l| {
-            let name = l["name"].as_str().unwrap_or_default().to_string();
-            Lib {
-                kind: lib_kind(&name),
-                path: l["path"].as_str().unwrap_or_default().to_string(),
-                build_id: l["codeId"].as_str().and_then(parse_build_id),
-                base: 0,
-                name,
-            }
+        .map(|l| Lib {
+            kind: lib_kind(&l.name),
+            path: l.path.clone(),
+            build_id: l.code_id.as_deref().and_then(parse_build_id),
+            base: 0,
+            name: l.name.clone(),
         })
         .collect();
     let lib_by_name: HashMap<&str, usize> = libs
@@ -133,173 +149,199 @@ pub fn from_json(p: &Value) -> Result<Profile> {
         .collect();
 
     // Resources are libraries, matched by name.
-    let rt = &shared["resourceTable"];
-    let resource_lib: Vec<Option<LibIndex>> = column(rt, "resourceTable", "name")?
-        .iter()
-        .map(|n| {
-            let name = string(n, "resourceTable.name")?;
-            Ok(lib_by_name.get(name.as_str()).map(|&i| LibIndex::new(i)))
+    let rt = &shared.resource_table;
+    same_length(
+        "resourceTable",
+        rt.length,
+        &[
+            ("name", rt.name.len()),
+            ("host", rt.host.len()),
+            ("type", rt.kind.len()),
+        ],
+    )?;
+    let resource_lib: Vec<Option<LibIndex>> = (0..rt.length)
+        .map(|i| {
+            let name = string("resourceTable.name", i, rt.name[i])?;
+            Ok(lib_by_name.get(name.as_str()).map(|&l| LibIndex::new(l)))
         })
         .collect::<Result<_>>()?;
 
-    let sources = &shared["sources"];
-    let source_files: Vec<String> = column(sources, "sources", "filename")?
-        .iter()
-        .map(|f| string(f, "sources.filename"))
+    let so = &shared.sources;
+    same_length("sources", so.length, &[("filename", so.filename.len())])?;
+    let source_files: Vec<String> = (0..so.length)
+        .map(|i| string("sources.filename", i, so.filename[i]))
         .collect::<Result<_>>()?;
 
-    let ft = &shared["funcTable"];
-    let names = column(ft, "funcTable", "name")?;
-    let resources = column(ft, "funcTable", "resource")?;
-    let func_sources = column(ft, "funcTable", "source")?;
-    let funcs: Vec<Func> = (0..names.len())
+    let ft = &shared.func_table;
+    same_length(
+        "funcTable",
+        ft.length,
+        &[
+            ("name", ft.name.len()),
+            ("resource", ft.resource.len()),
+            ("source", ft.source.len()),
+        ],
+    )?;
+    let funcs: Vec<Func> = (0..ft.length)
         .map(|i| {
-            let resource = optional_index(&resources[i], "funcTable.resource", resource_lib.len())?;
-            let source = optional_index(&func_sources[i], "funcTable.source", source_files.len())?;
+            let resource =
+                signed_index("funcTable.resource", i, ft.resource[i], resource_lib.len())?;
+            let source = optional_index("funcTable.source", i, ft.source[i], source_files.len())?;
             Ok(Func {
-                name: string(&names[i], "funcTable.name")?,
+                name: string("funcTable.name", i, ft.name[i])?,
                 file: source.map(|s| source_files[s].clone()),
                 lib: resource.and_then(|r| resource_lib[r]),
             })
         })
         .collect::<Result<_>>()?;
 
-    let ns = &shared["nativeSymbols"];
-    let ns_lib = column(ns, "nativeSymbols", "libIndex")?;
-    let ns_address = column(ns, "nativeSymbols", "address")?;
-    let ns_name = column(ns, "nativeSymbols", "name")?;
-    let ns_size = column(ns, "nativeSymbols", "functionSize")?;
-    let native_symbols: Vec<NativeSymbol> = (0..ns_lib.len())
+    let ns = &shared.native_symbols;
+    same_length(
+        "nativeSymbols",
+        ns.length,
+        &[
+            ("libIndex", ns.lib_index.len()),
+            ("address", ns.address.len()),
+            ("name", ns.name.len()),
+            ("functionSize", ns.function_size.len()),
+        ],
+    )?;
+    let native_symbols: Vec<NativeSymbol> = (0..ns.length)
         .map(|i| {
             Ok(NativeSymbol {
-                lib: LibIndex::new(index(&ns_lib[i], "nativeSymbols.libIndex", libs.len())?),
-                address: ns_address[i].as_u64().unwrap_or(0),
-                size: ns_size[i].as_u64(),
-                name: string(&ns_name[i], "nativeSymbols.name")?,
+                lib: LibIndex::new(index(
+                    "nativeSymbols.libIndex",
+                    i,
+                    ns.lib_index[i],
+                    libs.len(),
+                )?),
+                address: ns.address[i],
+                size: ns.function_size[i],
+                name: string("nativeSymbols.name", i, ns.name[i])?,
             })
         })
         .collect::<Result<_>>()?;
 
-    let fr = &shared["frameTable"];
-    let f_func = column(fr, "frameTable", "func")?;
-    let f_lib = column(fr, "frameTable", "lib")?;
-    let f_address = column(fr, "frameTable", "address")?;
-    let f_depth = column(fr, "frameTable", "inlineDepth")?;
-    let f_symbol = column(fr, "frameTable", "nativeSymbol")?;
-    let f_line = column(fr, "frameTable", "line")?;
-    let f_category = column(fr, "frameTable", "category")?;
-    let frames: Vec<Frame> = (0..f_func.len())
+    let fr = &shared.frame_table;
+    same_length(
+        "frameTable",
+        fr.length,
+        &[
+            ("address", fr.address.len()),
+            ("lib", fr.lib.len()),
+            ("inlineDepth", fr.inline_depth.len()),
+            ("category", fr.category.len()),
+            ("func", fr.func.len()),
+            ("nativeSymbol", fr.native_symbol.len()),
+            ("line", fr.line.len()),
+        ],
+    )?;
+    let frames: Vec<Frame> = (0..fr.length)
         .map(|i| {
-            let func = FuncIndex::new(index(&f_func[i], "frameTable.func", funcs.len())?);
-            let kind = match f_category[i].as_u64().map(|c| c as u32) {
+            let kind = match fr.category[i] {
                 Some(CATEGORY_KERNEL) => CodeKind::Kernel,
                 Some(CATEGORY_OTHER) => CodeKind::Marker,
                 _ => CodeKind::User,
             };
             Ok(Frame {
-                func,
-                lib: optional_index(&f_lib[i], "frameTable.lib", libs.len())?.map(LibIndex::new),
-                address: f_address[i].as_u64(),
-                inline_depth: f_depth[i].as_u64().unwrap_or(0) as u32,
+                func: FuncIndex::new(index("frameTable.func", i, fr.func[i], funcs.len())?),
+                lib: signed_index("frameTable.lib", i, fr.lib[i], libs.len())?.map(LibIndex::new),
+                address: u64::try_from(fr.address[i]).ok(),
+                inline_depth: fr.inline_depth[i],
                 native_symbol: optional_index(
-                    &f_symbol[i],
                     "frameTable.nativeSymbol",
+                    i,
+                    fr.native_symbol[i],
                     native_symbols.len(),
                 )?
                 .map(NativeSymbolIndex::new),
-                line: f_line[i].as_u64().map(|l| l as u32),
+                line: fr.line[i],
                 kind,
             })
         })
         .collect::<Result<_>>()?;
 
-    let st = &shared["stackTable"];
-    let s_frame = column(st, "stackTable", "frame")?;
-    let s_offset = column(st, "stackTable", "prefixOffset")?;
-    let stacks: Vec<Stack> = (0..s_frame.len())
+    let st = &shared.stack_table;
+    same_length(
+        "stackTable",
+        st.length,
+        &[
+            ("frame", st.frame.len()),
+            ("prefixOffset", st.prefix_offset.len()),
+        ],
+    )?;
+    let stacks: Vec<Stack> = (0..st.length)
         .map(|i| {
-            let offset = index(&s_offset[i], "stackTable.prefixOffset", i + 1)?;
+            // A prefix lies before its stack: offset 0 (a root) up to i.
+            let offset = index("stackTable.prefixOffset", i, st.prefix_offset[i], i + 1)?;
             Ok(Stack {
                 prefix: (offset > 0).then(|| StackIndex::new(i - offset)),
-                frame: FrameIndex::new(index(&s_frame[i], "stackTable.frame", frames.len())?),
+                frame: FrameIndex::new(index("stackTable.frame", i, st.frame[i], frames.len())?),
             })
         })
         .collect::<Result<_>>()?;
 
-    let lost_by_thread: HashMap<String, u64> = entries(meta, EXTRA_LOST_BY_THREAD)
+    let meta = &p.meta;
+    let lost_by_thread: HashMap<&str, u64> = section(meta, EXTRA_LOST_BY_THREAD)
         .iter()
-        .filter_map(|e| Some((e["label"].as_str()?.to_string(), e["value"].as_u64()?)))
+        .filter_map(|e| Some((e.label.as_str(), e.value.as_u64()?)))
         .collect();
     let mut processes: Vec<Process> = Vec::new();
-    let mut process_by_pid: HashMap<String, ProcessIndex> = HashMap::new();
+    let mut process_by_pid: HashMap<&str, ProcessIndex> = HashMap::new();
     let mut threads = Vec::new();
-    for t in p["threads"]
-        .as_array()
-        .ok_or_else(|| anyhow!("threads is missing"))?
-    {
-        let pid_text = t["pid"].as_str().unwrap_or_default().to_string();
-        let process = *process_by_pid.entry(pid_text.clone()).or_insert_with(|| {
+    for (t_index, t) in p.threads.iter().enumerate() {
+        let process = *process_by_pid.entry(&t.pid).or_insert_with(|| {
             processes.push(Process {
-                pid: pid_text.parse().unwrap_or(0),
-                name: t["processName"].as_str().unwrap_or_default().to_string(),
-                start_ms: t["processStartupTime"].as_f64().unwrap_or(0.0),
-                end_ms: t["processShutdownTime"].as_f64(),
+                pid: t.pid.parse().unwrap_or(0),
+                name: t.process_name.clone(),
+                start_ms: t.process_startup_time,
+                end_ms: t.process_shutdown_time,
             });
             ProcessIndex::new(processes.len() - 1)
         });
-        let samples = &t["samples"];
-        let stack_col = column(samples, "samples", "stack")?;
-        let times: Vec<f64> = match samples["time"].as_array() {
-            Some(times) => times.iter().map(|v| v.as_f64().unwrap_or(0.0)).collect(),
-            None => column(samples, "samples", "timeDeltas")?
-                .iter()
-                .scan(0.0, |at, d| {
-                    *at += d.as_f64().unwrap_or(0.0);
-                    Some(*at)
-                })
-                .collect(),
-        };
-        let weights = samples["weight"].as_array();
-        let mut rows = Vec::with_capacity(stack_col.len());
-        for (i, s) in stack_col.iter().enumerate() {
+        let samples = &t.samples;
+        let what = format!("threads[{t_index}].samples");
+        let mut columns = vec![("stack", samples.stack.len()), ("time", samples.time.len())];
+        if let Some(w) = &samples.weight {
+            columns.push(("weight", w.len()));
+        }
+        same_length(&what, samples.length, &columns)?;
+        let mut rows = Vec::with_capacity(samples.length);
+        for i in 0..samples.length {
             // A sample without a stack has nothing a call tree or export could show.
-            let Some(stack) = optional_index(s, "samples.stack", stacks.len())? else {
+            let Some(stack) =
+                optional_index(&format!("{what}.stack"), i, samples.stack[i], stacks.len())?
+            else {
                 continue;
             };
             rows.push(SampleRow {
-                time_ms: times.get(i).copied().unwrap_or(0.0),
+                time_ms: samples.time[i],
                 stack: StackIndex::new(stack),
-                weight: weights
-                    .and_then(|w| w.get(i))
-                    .and_then(Value::as_u64)
-                    .map_or(1, |w| w as u32),
+                weight: samples.weight.as_ref().map_or(1, |w| w[i]),
             });
         }
-        let name = t["name"].as_str().unwrap_or_default().to_string();
-        let tid = t["tid"]
-            .as_i64()
-            .or_else(|| t["tid"].as_str().and_then(|s| s.parse().ok()))
-            .unwrap_or(0) as i32;
+        let tid = i32::try_from(t.tid)
+            .with_context(|| format!("threads[{t_index}].tid = {} is not a thread id", t.tid))?;
         threads.push(Thread {
             lost_samples: lost_by_thread
-                .get(&format!("{name} ({tid})"))
+                .get(format!("{} ({tid})", t.name).as_str())
                 .copied()
                 .unwrap_or(0),
             tid,
             process,
-            name,
-            is_main: t["isMainThread"].as_bool().unwrap_or(false),
-            start_ms: t["registerTime"].as_f64().unwrap_or(0.0),
-            end_ms: t["unregisterTime"].as_f64(),
+            name: t.name.clone(),
+            is_main: t.is_main_thread,
+            start_ms: t.register_time,
+            end_ms: t.unregister_time,
             samples: rows,
         });
     }
 
-    let symbol_gaps = entries(meta, EXTRA_SYMBOLS)
+    let symbol_gaps = section(meta, EXTRA_SYMBOLS)
         .iter()
         .filter_map(|e| {
-            let lib = *lib_by_name.get(e["label"].as_str()?)?;
-            let value = e["value"].as_str()?;
+            let lib = *lib_by_name.get(e.label.as_str())?;
+            let value = e.value.as_str()?;
             let (missing, why) = if let Some(why) = value.strip_prefix(GAP_SYMBOLS) {
                 (Missing::Symbols, why)
             } else {
@@ -313,23 +355,27 @@ pub fn from_json(p: &Value) -> Result<Profile> {
         })
         .collect();
 
-    let command = meta["arguments"].as_str().unwrap_or_default();
     let recording = |label: &str| entry(meta, EXTRA_RECORDING, label);
-    let meta = Meta {
-        start_unix_ms: meta["startTime"].as_f64().unwrap_or(0.0),
-        interval_ms: meta["interval"].as_f64().unwrap_or(1.0),
-        duration_ms: meta["profilingEndTime"].as_f64().unwrap_or(0.0),
-        event: recording("Event").as_str().unwrap_or("unknown").to_string(),
-        frequency_hz: recording("Frequency (Hz)").as_u64().unwrap_or(0),
-        command: command.split_whitespace().map(str::to_string).collect(),
-        lost_samples: recording("Lost samples").as_u64().unwrap_or(0),
-        throttled: recording("Throttled").as_u64().unwrap_or(0),
-        kernel_included: recording("Kernel frames") == "yes",
-        truncated_stacks: recording("Truncated stacks").as_u64().unwrap_or(0),
-        restored_callers: recording("Restored callers").as_u64().unwrap_or(0),
+    let count = |label: &str| recording(label).as_u64().unwrap_or(0);
+    let profile_meta = Meta {
+        start_unix_ms: meta.start_time,
+        interval_ms: meta.interval,
+        duration_ms: meta.profiling_end_time,
+        event: recording(RECORDING_EVENT)
+            .as_str()
+            .unwrap_or("unknown")
+            .to_string(),
+        frequency_hz: count(RECORDING_FREQUENCY),
+        command: fx::split_command(&meta.arguments),
+        lost_samples: count(RECORDING_LOST),
+        throttled: count(RECORDING_THROTTLED),
+        kernel_included: recording(RECORDING_KERNEL) == "yes",
+        truncated_stacks: count(RECORDING_TRUNCATED),
+        restored_callers: count(RECORDING_RESTORED),
+        logical_cpus: meta.logical_cpus,
     };
     Ok(Profile {
-        meta,
+        meta: profile_meta,
         libs,
         funcs,
         native_symbols,
@@ -446,12 +492,13 @@ pub(crate) mod tests {
             duration_ms: 3.0,
             event: "cpu-clock".into(),
             frequency_hz: 2000,
-            command: vec!["app".into(), "-n".into(), "3".into()],
+            command: vec!["app".into(), "-n".into(), "3 4".into()],
             lost_samples: 14,
             throttled: 2,
             kernel_included: true,
             truncated_stacks: 2,
             restored_callers: 1,
+            logical_cpus: 2,
         };
         p
     }
@@ -472,6 +519,9 @@ pub(crate) mod tests {
         let mut v = super::super::firefox::to_json(&rich_profile());
         v["shared"]["stackTable"]["frame"][0] = 1000.into();
         let err = from_json(&v).unwrap_err().to_string();
-        assert!(err.contains("stackTable.frame = 1000"), "{err}");
+        assert!(
+            err.contains("stackTable.frame[0] = 1000 is not an index below"),
+            "{err}"
+        );
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod firefox;
 pub mod folded;
+pub mod fxformat;
 #[cfg(test)]
 mod golden;
 pub mod load;
@@ -125,6 +126,30 @@ pub fn read_json(path: &Path) -> Result<serde_json::Value> {
         serde_json::from_slice(&bytes)?
     };
     Ok(value)
+}
+
+/// Strings stored once each, numbered in the order they were first seen: the string
+/// tables of the Firefox and pprof formats.
+#[derive(Default)]
+pub(crate) struct StringTable {
+    list: Vec<String>,
+    index: HashMap<String, usize>,
+}
+
+impl StringTable {
+    /// The index of `s`, added at the end when new.
+    pub(crate) fn get(&mut self, s: &str) -> usize {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        self.list.push(s.to_string());
+        self.index.insert(s.to_string(), self.list.len() - 1);
+        self.list.len() - 1
+    }
+
+    pub(crate) fn into_list(self) -> Vec<String> {
+        self.list
+    }
 }
 
 /// A thread's samples summed per leaf stack, in the order stacks were first sampled.

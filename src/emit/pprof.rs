@@ -126,27 +126,17 @@ pub struct Function {
     pub filename: i64,
 }
 
-/// `string_table` with index 0 the empty string, as the format requires.
-struct Strings {
-    list: Vec<String>,
-    index: HashMap<String, i64>,
-}
+/// pprof's string table, whose entry 0 must be the empty string; indexes are i64.
+struct Strings(super::StringTable);
 
 impl Strings {
     fn new() -> Strings {
-        Strings {
-            list: vec![String::new()],
-            index: HashMap::from([(String::new(), 0)]),
-        }
+        let mut table = super::StringTable::default();
+        table.get("");
+        Strings(table)
     }
     fn get(&mut self, s: &str) -> i64 {
-        if let Some(&i) = self.index.get(s) {
-            return i;
-        }
-        self.list.push(s.to_string());
-        let i = self.list.len() as i64 - 1;
-        self.index.insert(s.to_string(), i);
-        i
+        self.0.get(s) as i64
     }
 }
 
@@ -331,7 +321,7 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
         mapping,
         location,
         function,
-        string_table: strings.list,
+        string_table: strings.0.into_list(),
         time_nanos: (profile.meta.start_unix_ms * 1e6) as i64,
         duration_nanos: (profile.meta.duration_ms * 1e6) as i64,
         period_type: Some(cpu_type),

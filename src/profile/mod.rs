@@ -191,6 +191,8 @@ pub struct Meta {
     pub truncated_stacks: u64,
     /// Samples in which a caller skipped by the frame-pointer chain was restored.
     pub restored_callers: u64,
+    /// CPUs of the machine that recorded it.
+    pub logical_cpus: u32,
 }
 
 /// The profile before symbolication.
@@ -359,6 +361,7 @@ impl Profile {
                 kernel_included: false,
                 truncated_stacks: 0,
                 restored_callers: 0,
+                logical_cpus: 1,
             },
             libs: Vec::new(),
             funcs: funcs.items,

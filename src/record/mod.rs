@@ -662,6 +662,7 @@ pub fn record(
         ring_pages: events.ring_pages,
         stopped_for,
         sample_bytes: progress.sample_bytes,
+        logical_cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
     };
     Ok((info, ended))
 }

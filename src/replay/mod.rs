@@ -242,6 +242,7 @@ impl ProfileBuilder {
                 kernel_included: info.kernel_included,
                 truncated_stacks: self.truncated_stacks,
                 restored_callers: self.restored_callers,
+                logical_cpus: info.logical_cpus,
             },
             libs: self.libs.items,
             address_frames: self.frames.items,
