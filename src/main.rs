@@ -315,7 +315,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         )
     })?;
     // Samples are unwound and interned while the command runs (see ProfileBuilder).
-    let mut builder = sampler::replay::ProfileBuilder::new(symbolicate::kernel_text_start(), mode);
+    let mut builder = sampler::replay::ProfileBuilder::new(mode);
     if let Some(path) = std::env::var_os(CAPTURE_ENV) {
         builder.capture_samples(PathBuf::from(path));
     }
@@ -327,9 +327,16 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         }
     };
     let exited = Instant::now();
-    let built = builder.finish(&info);
+    // The kernel's symbols, read once, and only when a sample was in the kernel: its text
+    // start places kernel frames, its names name them.
+    let kernel = builder
+        .has_kernel_frames()
+        .then(symbolicate::read_kallsyms)
+        .flatten();
+    let built = builder.finish(&info, kernel.as_ref().map(|k| k.kernel_text_start()));
     let symbol_options = symbolicate::SymbolOptions {
         debug_root: args.debug_root.clone(),
+        kernel,
     };
     let profile = symbolicate::symbolicate(built.profile, &built.lib_binaries, &symbol_options);
     let export = emit::ExportOptions {
@@ -528,6 +535,7 @@ fn symbolize_main(args: SymbolizeArgs) -> Result<()> {
         .with_context(|| format!("cannot read {} as an ELF file", args.exe.display()))?;
     let opts = symbolicate::SymbolOptions {
         debug_root: args.debug_root,
+        kernel: None,
     };
     let path = args.exe.canonicalize().unwrap_or(args.exe.clone());
     let syms = symbolicate::LibSymbols::load(&binary, &path.to_string_lossy(), &opts)

@@ -155,6 +155,7 @@ fn debuglink_without_build_id_is_matched_by_crc() {
         assert!(binary.build_id.is_none() && binary.debuglink.is_some());
         let opts = sampler::symbolicate::SymbolOptions {
             debug_root: dir.join("no-debug-root"),
+            kernel: None,
         };
         LibSymbols::load(&binary, bin.to_str().unwrap(), &opts).unwrap()
     };

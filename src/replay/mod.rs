@@ -74,7 +74,8 @@ pub struct Built {
 /// Builds a raw profile from events fed in time order.
 pub struct ProfileBuilder {
     files: FileFinder,
-    kernel_base: u64,
+    /// Whether a sample had a frame in the kernel's half of the address space.
+    kernel_frames: bool,
     /// Every process's maps, each mapping resolved to its [`Module`] once, and the
     /// unwinding of their samples.
     unwinder: Unwinder<Module>,
@@ -93,19 +94,17 @@ pub struct ProfileBuilder {
 
 /// Builds the raw profile of a whole recording at once (see [`ProfileBuilder`]).
 pub fn build(recording: &Recording, kernel_base: Option<u64>) -> Built {
-    let mut b = ProfileBuilder::new(kernel_base, UnwindMode::Fp);
+    let mut b = ProfileBuilder::new(UnwindMode::Fp);
     b.add_events(&recording.events);
-    b.finish(&recording.info)
+    b.finish(&recording.info, kernel_base)
 }
 
 impl ProfileBuilder {
-    /// `kernel_base` is the kernel's text start (from kallsyms), to which kernel frame
-    /// addresses are made relative; `None` when unknown. `mode` says how user stacks are
-    /// unwound.
-    pub fn new(kernel_base: Option<u64>, mode: UnwindMode) -> ProfileBuilder {
+    /// `mode` says how user stacks are unwound.
+    pub fn new(mode: UnwindMode) -> ProfileBuilder {
         ProfileBuilder {
             files: FileFinder::default(),
-            kernel_base: kernel_base.unwrap_or(KERNEL_SPACE_START),
+            kernel_frames: false,
             unwinder: Unwinder::new(mode),
             libs: Interner::default(),
             lib_binaries: Vec::new(),
@@ -189,8 +188,17 @@ impl ProfileBuilder {
         }
     }
 
-    /// The raw profile; times become milliseconds since `info.start_ns`.
-    pub fn finish(mut self, info: &RecordingInfo) -> Built {
+    /// Whether any sample had kernel frames (so the kernel's symbols are needed).
+    pub fn has_kernel_frames(&self) -> bool {
+        self.kernel_frames
+    }
+
+    /// The raw profile; times become milliseconds since `info.start_ns`. Kernel frames
+    /// are kept as absolute addresses until now; they become relative to `kernel_base`,
+    /// the kernel's text start (from kallsyms, read once after recording), or to the
+    /// start of the kernel's half of the address space when it is unknown.
+    pub fn finish(mut self, info: &RecordingInfo, kernel_base: Option<u64>) -> Built {
+        self.relocate_kernel_frames(kernel_base.unwrap_or(KERNEL_SPACE_START));
         if let Some(capture) = self.capture.take() {
             if let Err(e) = capture.write() {
                 say!("sampler: could not write the sample capture: {e}");
@@ -480,30 +488,39 @@ impl ProfileBuilder {
         )
     }
 
+    /// A kernel frame, at its absolute address until [`Self::finish`] relocates it.
     fn kernel_frame(&mut self, addr: CodeAddress) -> AddressFrameIndex {
-        let lookup = addr.lookup_address();
-        let frame = if lookup >= self.kernel_base {
-            let kernel = Lib {
-                name: KERNEL_LIB_NAME.into(),
-                path: KERNEL_LIB_NAME.into(),
-                build_id: None,
-                kind: LibKind::Kernel,
-                base: self.kernel_base,
-            };
-            let lib = self.intern_lib(kernel, Err("no file".into()));
-            AddressFrame {
-                lib: Some(lib),
-                address: lookup - self.kernel_base,
-                kind: CodeKind::Kernel,
-            }
-        } else {
-            AddressFrame {
-                lib: None,
-                address: lookup,
-                kind: CodeKind::Kernel,
-            }
+        let address = addr.lookup_address();
+        self.kernel_frames |= address >= KERNEL_SPACE_START;
+        let frame = AddressFrame {
+            lib: None,
+            address,
+            kind: CodeKind::Kernel,
         };
         self.frames.intern(frame, AddressFrameIndex::new)
+    }
+
+    /// Puts the kernel frames at or above `base` in the kernel's library, relative to it.
+    /// Frames stay distinct: the mapping from absolute to relative addresses is one to
+    /// one.
+    fn relocate_kernel_frames(&mut self, base: u64) {
+        if !self.kernel_frames {
+            return;
+        }
+        let kernel = Lib {
+            name: KERNEL_LIB_NAME.into(),
+            path: KERNEL_LIB_NAME.into(),
+            build_id: None,
+            kind: LibKind::Kernel,
+            base,
+        };
+        let lib = self.intern_lib(kernel, Err("no file".into()));
+        for frame in &mut self.frames.items {
+            if frame.kind == CodeKind::Kernel && frame.lib.is_none() && frame.address >= base {
+                frame.lib = Some(lib);
+                frame.address -= base;
+            }
+        }
     }
 }
 

@@ -42,12 +42,15 @@ pub struct AddressInfo {
 pub struct SymbolOptions {
     /// The root of separate debug files (`.build-id/xx/rest.debug`, and debuglink paths).
     pub debug_root: PathBuf,
+    /// The kernel's symbols ([`read_kallsyms`], read once), for kernel frames.
+    pub kernel: Option<SymbolMap>,
 }
 
 impl Default for SymbolOptions {
     fn default() -> Self {
         SymbolOptions {
             debug_root: PathBuf::from(DEFAULT_DEBUG_ROOT),
+            kernel: None,
         }
     }
 }
@@ -448,31 +451,9 @@ pub fn read_kallsyms() -> Option<SymbolMap> {
     Some(map.renamed(|name| format!("{KERNEL_PREFIX}{name}")))
 }
 
-/// The kernel's text start (`_text`), read from the first lines of `/proc/kallsyms`
-/// without loading the whole table; `None` when the addresses are hidden.
-pub fn kernel_text_start() -> Option<u64> {
-    use std::io::BufRead;
-    let file = std::fs::File::open("/proc/kallsyms").ok()?;
-    for line in std::io::BufReader::new(file)
-        .lines()
-        .take(KALLSYMS_TEXT_SEARCH_LINES)
-    {
-        let line = line.ok()?;
-        if let Some((address, _, "_text" | "_stext")) = symbols::kallsyms_line(&line) {
-            return (address != 0).then_some(address);
-        }
-    }
-    None
-}
-
-/// `_text` is among the first lines of kallsyms (after a few absolute symbols); past this
-/// many lines the full table is needed anyway.
-const KALLSYMS_TEXT_SEARCH_LINES: usize = 1000;
-
 /// Loads the symbols of every library of `raw` from the files the profile builder
-/// verified (`lib_binaries`, parallel to `raw.libs`), and symbolicates. Kernel symbols are
-/// read only when the profile has kernel frames. Libraries load in parallel, one worker
-/// per CPU.
+/// verified (`lib_binaries`, parallel to `raw.libs`), and symbolicates; kernel frames
+/// with `opts.kernel`. Libraries load in parallel, one worker per CPU.
 pub fn symbolicate(raw: RawProfile, lib_binaries: &[LibFile], opts: &SymbolOptions) -> Profile {
     let n = raw.libs.len();
     let workers = std::thread::available_parallelism()
@@ -512,7 +493,9 @@ fn load_lib(lib: &Lib, binary: &LibFile, opts: &SymbolOptions) -> Result<LibSymb
             LibSymbols::load(binary, &lib.path, opts).ok_or_else(|| "not an ELF file".into())
         }
         LibKind::Kernel => Ok(LibSymbols {
-            symbols: read_kallsyms()
+            symbols: opts
+                .kernel
+                .clone()
                 .ok_or("/proc/kallsyms hides addresses (kernel.kptr_restrict; run as root)")?,
             base: lib.base,
             ..LibSymbols::default()
