@@ -32,29 +32,49 @@ fn ok(what: &str, o: &Output) -> String {
 }
 
 /// One recording of uselibs (several libraries, inlined calls, the vdso) shared by the
-/// tests of this file; `None` where perf recording is not permitted.
-fn uselibs_profile(test: &str) -> Option<&'static Path> {
-    if !perf_available(test) {
-        return None;
-    }
+/// tests of this file (each needs perf).
+fn uselibs_profile() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    Some(PATH.get_or_init(|| {
+    PATH.get_or_init(|| {
         let (o, path) = record(&["-F", "1000"], &[&target("uselibs")]);
         assert!(o.status.success(), "recording uselibs: {}", stderr(&o));
+        ffp_check(&path);
         path
-    }))
+    })
 }
 
-/// Whether a consumer program is there; says so and skips, or fails in CI.
-fn consumer(test: &str, what: &str, present: bool) -> bool {
-    if present {
-        return true;
-    }
-    if std::env::var("SAMPLER_REQUIRE_CONSUMERS").as_deref() == Ok("1") {
-        panic!("{test}: {what} is required here (SAMPLER_REQUIRE_CONSUMERS=1) but missing");
-    }
-    eprintln!("SKIPPED {test}: {what} is not installed");
-    false
+/// Whether `go` works (for `go tool pprof`).
+fn go_present() -> bool {
+    Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// speedscope's published schema: where scripts/install-consumers puts it, or
+/// `SAMPLER_SPEEDSCOPE_SCHEMA`.
+fn speedscope_schema() -> Option<String> {
+    std::env::var("SAMPLER_SPEEDSCOPE_SCHEMA")
+        .ok()
+        .or_else(|| {
+            Some(
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/target/speedscope/file-format-schema.json"
+                )
+                .into(),
+            )
+        })
+        .filter(|p: &String| Path::new(p).exists())
+}
+
+/// Whether the schema and python3's jsonschema are there.
+fn speedscope_validator_present() -> bool {
+    let jsonschema = Command::new("python3")
+        .args(["-c", "import jsonschema"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    speedscope_schema().is_some() && jsonschema
 }
 
 fn convert(profile: &Path, format: &str, out: &Path) {
@@ -219,12 +239,8 @@ fn report_self(text: &str) -> SelfCounts {
     out
 }
 
-#[test]
 fn every_format_agrees_on_totals_and_self_samples() {
-    let Some(profile_path) = uselibs_profile("every_format_agrees_on_totals_and_self_samples")
-    else {
-        return;
-    };
+    let profile_path = uselibs_profile();
     let profile = load::read_profile(profile_path).expect("sampler reads its own profile");
     let tree = CallTree::all_threads(&profile);
     let total = tree.total();
@@ -297,11 +313,7 @@ fn every_format_agrees_on_totals_and_self_samples() {
     assert_eq!(load(&dir.join("again.json")), load(profile_path));
 }
 
-#[test]
 fn report_shows_the_known_call_tree_and_transforms() {
-    if !perf_available("report_shows_the_known_call_tree_and_transforms") {
-        return;
-    }
     let (o, path) = record(&["-F", "1000"], &[&target("split7030"), "1"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let file = path.display().to_string();
@@ -402,11 +414,7 @@ fn report_shows_the_known_call_tree_and_transforms() {
     }
 }
 
-#[test]
 fn report_per_thread_and_thread_selection() {
-    if !perf_available("report_per_thread_and_thread_selection") {
-        return;
-    }
     let (o, path) = record(&["-F", "1000"], &[&target("threads"), "1"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let file = path.display().to_string();
@@ -432,11 +440,7 @@ fn report_per_thread_and_thread_selection() {
     );
 }
 
-#[test]
 fn record_writes_other_formats_directly() {
-    if !perf_available("record_writes_other_formats_directly") {
-        return;
-    }
     let dir = tempdir();
     let out = dir.join("split.folded");
     let o = Command::new(sampler_bin())
@@ -480,19 +484,8 @@ fn record_writes_other_formats_directly() {
     }
 }
 
-#[test]
 fn go_tool_pprof_reads_the_pprof_file() {
-    let test = "go_tool_pprof_reads_the_pprof_file";
-    let Some(profile_path) = uselibs_profile(test) else {
-        return;
-    };
-    let go = Command::new("go")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !consumer(test, "go (scripts/install-consumers installs it)", go) {
-        return;
-    }
+    let profile_path = uselibs_profile();
     let out = tempdir().join("p.pb.gz");
     convert(profile_path, "pprof", &out);
     let o = Command::new("go")
@@ -531,36 +524,9 @@ fn go_tool_pprof_reads_the_pprof_file() {
     assert!(text.contains("(inline)"), "{text}");
 }
 
-#[test]
 fn speedscope_file_validates_against_its_schema() {
-    let test = "speedscope_file_validates_against_its_schema";
-    let Some(profile_path) = uselibs_profile(test) else {
-        return;
-    };
-    // scripts/install-consumers puts it here; SAMPLER_SPEEDSCOPE_SCHEMA may name another.
-    let schema = std::env::var("SAMPLER_SPEEDSCOPE_SCHEMA")
-        .ok()
-        .or_else(|| {
-            Some(
-                concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/target/speedscope/file-format-schema.json"
-                )
-                .into(),
-            )
-        })
-        .filter(|p: &String| Path::new(p).exists());
-    let validator = Command::new("python3")
-        .args(["-c", "import jsonschema"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !consumer(
-        test,
-        "speedscope's file-format-schema.json and python3's jsonschema (scripts/install-consumers installs them)",
-        schema.is_some() && validator,
-    ) {
-        return;
-    }
+    let profile_path = uselibs_profile();
+    let schema = speedscope_schema().expect("the schema (a need of this test)");
     let out = tempdir().join("p.speedscope.json");
     convert(profile_path, "speedscope", &out);
     let check = "import json, sys, jsonschema\n\
@@ -571,7 +537,7 @@ fn speedscope_file_validates_against_its_schema() {
                  try:\n    jsonschema.validate(bad, schema)\n    sys.exit('a broken file validated')\n\
                  except jsonschema.ValidationError:\n    print('valid')\n";
     let o = Command::new("python3")
-        .args(["-c", check, &schema.unwrap()])
+        .args(["-c", check, &schema])
         .arg(&out)
         .output()
         .unwrap();
@@ -581,4 +547,20 @@ fn speedscope_file_validates_against_its_schema() {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+fn main() {
+    run_tests(tests![
+        every_format_agrees_on_totals_and_self_samples: Need::Perf;
+        report_shows_the_known_call_tree_and_transforms: Need::Perf;
+        report_per_thread_and_thread_selection: Need::Perf;
+        record_writes_other_formats_directly: Need::Perf;
+        go_tool_pprof_reads_the_pprof_file: Need::Perf,
+            Need::Consumer("go (scripts/install-consumers installs it)", go_present);
+        speedscope_file_validates_against_its_schema: Need::Perf,
+            Need::Consumer(
+                "speedscope's file-format-schema.json and python3's jsonschema (scripts/install-consumers installs them)",
+                speedscope_validator_present
+            );
+    ]);
 }

@@ -21,12 +21,8 @@ fn all_paths(path: &std::path::Path) -> Vec<Vec<String>> {
         .collect()
 }
 
-#[test]
 fn stop_signals_write_the_profile_and_reach_the_command() {
     let test = "stop_signals_write_the_profile_and_reach_the_command";
-    if !perf_available(test) {
-        return;
-    }
     let signals = [
         Signal::SIGHUP,
         Signal::SIGQUIT,
@@ -77,12 +73,7 @@ fn stop_signals_write_the_profile_and_reach_the_command() {
     }
 }
 
-#[test]
 fn stop_signals_leave_attached_processes_running() {
-    let test = "stop_signals_leave_attached_processes_running";
-    if !perf_available(test) {
-        return;
-    }
     for sig in [Signal::SIGHUP, Signal::SIGUSR1, Signal::SIGALRM] {
         let target = Running::start("split7030", &["30"]);
         let out = tempdir().join("attached.json");
@@ -114,12 +105,7 @@ fn stop_signals_leave_attached_processes_running() {
     }
 }
 
-#[test]
 fn a_stderr_that_cannot_be_written_changes_nothing() {
-    let test = "a_stderr_that_cannot_be_written_changes_nothing";
-    if !perf_available(test) {
-        return;
-    }
     let dir = tempdir();
     // A full device: every status and summary line fails to be written.
     let full = dir.join("full.json");
@@ -172,12 +158,8 @@ fn a_stderr_that_cannot_be_written_changes_nothing() {
     ffp_check(&piped);
 }
 
-#[test]
 fn a_looping_frame_pointer_chain_loses_no_sample() {
     let test = "a_looping_frame_pointer_chain_loses_no_sample";
-    if !perf_available(test) {
-        return;
-    }
     for mode in ["hybrid", "fp", "dwarf"] {
         let (o, path) = record(&["--unwind", mode], &[&target("fploop"), "1"]);
         assert!(o.status.success(), "{mode}: {}", stderr(&o));
@@ -214,12 +196,7 @@ fn a_looping_frame_pointer_chain_loses_no_sample() {
     }
 }
 
-#[test]
 fn stacks_cut_at_the_frame_limit_are_marked() {
-    let test = "stacks_cut_at_the_frame_limit_are_marked";
-    if !perf_available(test) {
-        return;
-    }
     for mode in ["hybrid", "fp"] {
         let (o, path) = record(
             &["--unwind", mode, "--max-stack", "100"],
@@ -242,16 +219,7 @@ fn stacks_cut_at_the_frame_limit_are_marked() {
     }
 }
 
-#[test]
 fn a_set_user_id_program_says_why_it_has_no_samples() {
-    let test = "a_set_user_id_program_says_why_it_has_no_samples";
-    if !perf_available(test) {
-        return;
-    }
-    if !nix::unistd::Uid::effective().is_root() {
-        eprintln!("SKIPPED {test}: needs root to make a set-user-ID program");
-        return;
-    }
     // Root runs a program that becomes another user at exec: the kernel ends the events.
     let program = tempdir().join("setuid-split7030");
     std::fs::copy(target("split7030"), &program).unwrap();
@@ -267,12 +235,7 @@ fn a_set_user_id_program_says_why_it_has_no_samples() {
     );
 }
 
-#[test]
 fn a_process_left_stopped_says_why_it_has_no_samples() {
-    let test = "a_process_left_stopped_says_why_it_has_no_samples";
-    if !perf_available(test) {
-        return;
-    }
     let target = Running::start("split7030", &["30"]);
     let pid = Pid::from_raw(target.0.id() as i32);
     kill(pid, Signal::SIGSTOP).unwrap();
@@ -298,12 +261,7 @@ fn a_process_left_stopped_says_why_it_has_no_samples() {
     kill(pid, Signal::SIGCONT).unwrap();
 }
 
-#[test]
 fn a_daemon_that_outlives_the_command_is_named() {
-    let test = "a_daemon_that_outlives_the_command_is_named";
-    if !perf_available(test) {
-        return;
-    }
     let script = format!("{} 5 >/dev/null & echo $!", target("split7030"));
     let (o, path) = record(&[], &["sh", "-c", &script]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -317,12 +275,7 @@ fn a_daemon_that_outlives_the_command_is_named() {
     ffp_check(&path);
 }
 
-#[test]
 fn an_empty_profile_says_why() {
-    let test = "an_empty_profile_says_why";
-    if !perf_available(test) {
-        return;
-    }
     // At 1 Hz a sample needs a second of CPU time: sleep uses a millisecond.
     let (o, path) = record(&["-F", "1"], &["sleep", "0.2"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -333,4 +286,18 @@ fn an_empty_profile_says_why() {
         stderr(&o)
     );
     ffp_check(&path);
+}
+
+fn main() {
+    run_tests(tests![
+        stop_signals_write_the_profile_and_reach_the_command: Need::Perf;
+        stop_signals_leave_attached_processes_running: Need::Perf;
+        a_stderr_that_cannot_be_written_changes_nothing: Need::Perf;
+        a_looping_frame_pointer_chain_loses_no_sample: Need::Perf;
+        stacks_cut_at_the_frame_limit_are_marked: Need::Perf;
+        a_set_user_id_program_says_why_it_has_no_samples: Need::Perf, Need::Root;
+        a_process_left_stopped_says_why_it_has_no_samples: Need::Perf;
+        a_daemon_that_outlives_the_command_is_named: Need::Perf;
+        an_empty_profile_says_why: Need::Perf;
+    ]);
 }

@@ -40,17 +40,7 @@ fn set(value: u64) {
 }
 
 /// Runs `f` from [`BEFORE`], with the lock held, and puts the machine's value back.
-fn from_a_known_value(test: &str, f: impl FnOnce()) {
-    if !perf_available(test) {
-        return;
-    }
-    if !nix::unistd::Uid::effective().is_root() {
-        if std::env::var("SAMPLER_REQUIRE_PERF").as_deref() == Ok("1") {
-            panic!("{test}: needs root to change {SETTING}");
-        }
-        eprintln!("SKIPPED {test}: needs root to change {SETTING}");
-        return;
-    }
+fn from_a_known_value(f: impl FnOnce()) {
     let _lock = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let machine = setting();
     set(BEFORE);
@@ -96,38 +86,25 @@ fn raised() {
 }
 
 /// `perf record -g` of `sleep SECONDS` in the background: its callchain events keep the
-/// kernel from changing the setting while it runs. `None` (after saying the test is
-/// skipped) where perf is not installed; CI installs it.
-fn perf_session(test: &str, seconds: &str) -> Option<Child> {
+/// kernel from changing the setting while it runs. (CI installs perf.)
+fn perf_session(seconds: &str) -> Child {
     let child = Command::new("perf")
         .args(["record", "-g", "-o", "/dev/null", "--", "sleep", seconds])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn();
-    match child {
-        Ok(c) => {
-            // Until perf has opened its events, the setting is still free.
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while std::fs::write(SETTING, setting().to_string()).is_ok() {
-                assert!(Instant::now() < deadline, "perf never opened its events");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Some(c)
-        }
-        Err(e) => {
-            if std::env::var("SAMPLER_REQUIRE_PERF").as_deref() == Ok("1") {
-                panic!("{test}: perf is required here: {e}");
-            }
-            eprintln!("SKIPPED {test}: no perf ({e})");
-            None
-        }
+        .spawn()
+        .expect("perf runs (a need of this test)");
+    // Until perf has opened its events, the setting is still free.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::write(SETTING, setting().to_string()).is_ok() {
+        assert!(Instant::now() < deadline, "perf never opened its events");
+        std::thread::sleep(Duration::from_millis(20));
     }
+    child
 }
 
-#[test]
 fn overlapping_sessions_put_it_back_when_the_last_ends() {
-    let test = "overlapping_sessions_put_it_back_when_the_last_ends";
-    from_a_known_value(test, || {
+    from_a_known_value(|| {
         // The first to start ends last.
         let (long, _) = sampler_deep("2.5");
         raised();
@@ -148,10 +125,8 @@ fn overlapping_sessions_put_it_back_when_the_last_ends() {
     });
 }
 
-#[test]
 fn a_session_killed_outright_is_repaired() {
-    let test = "a_session_killed_outright_is_repaired";
-    from_a_known_value(test, || {
+    from_a_known_value(|| {
         // SIGKILL: the watchdog puts it back.
         let (mut victim, _) = sampler_deep("5");
         raised();
@@ -179,13 +154,9 @@ fn a_session_killed_outright_is_repaired() {
     });
 }
 
-#[test]
 fn a_concurrent_perf_session_blocks_raising_and_the_cut_is_marked() {
-    let test = "a_concurrent_perf_session_blocks_raising_and_the_cut_is_marked";
-    from_a_known_value(test, || {
-        let Some(perf) = perf_session(test, "3") else {
-            return;
-        };
+    from_a_known_value(|| {
+        let perf = perf_session("3");
         let (sampler, out) = sampler_deep("0.5");
         let err = finish(sampler);
         assert_eq!(setting(), BEFORE, "it could not be raised");
@@ -207,16 +178,11 @@ fn a_concurrent_perf_session_blocks_raising_and_the_cut_is_marked() {
     });
 }
 
-#[test]
 fn a_perf_session_that_outlasts_sampler_delays_the_repair() {
-    let test = "a_perf_session_that_outlasts_sampler_delays_the_repair";
-    from_a_known_value(test, || {
+    from_a_known_value(|| {
         let (sampler, _) = sampler_deep("1.5");
         raised();
-        let Some(perf) = perf_session(test, "4") else {
-            let _ = finish(sampler);
-            return;
-        };
+        let perf = perf_session("4");
         let err = finish(sampler);
         assert!(err.contains("stays 4096 for now"), "{err}");
         assert_eq!(setting(), RAISED, "perf's events block the change");
@@ -226,10 +192,8 @@ fn a_perf_session_that_outlasts_sampler_delays_the_repair() {
     });
 }
 
-#[test]
 fn a_frame_limit_within_the_setting_changes_nothing() {
-    let test = "a_frame_limit_within_the_setting_changes_nothing";
-    from_a_known_value(test, || {
+    from_a_known_value(|| {
         let out = tempdir().join("small.json");
         let child = Command::new(sampler_bin())
             .args(["record", "--max-stack", "150", "-o"])
@@ -244,4 +208,15 @@ fn a_frame_limit_within_the_setting_changes_nothing() {
         let _ = finish(child);
         assert_eq!(setting(), BEFORE);
     });
+}
+
+fn main() {
+    const PERF_TOOL: Need = Need::Program("perf", &["--version"]);
+    run_tests(tests![
+        overlapping_sessions_put_it_back_when_the_last_ends: Need::Perf, Need::Root;
+        a_session_killed_outright_is_repaired: Need::Perf, Need::Root;
+        a_concurrent_perf_session_blocks_raising_and_the_cut_is_marked: Need::Perf, Need::Root, PERF_TOOL;
+        a_perf_session_that_outlasts_sampler_delays_the_repair: Need::Perf, Need::Root, PERF_TOOL;
+        a_frame_limit_within_the_setting_changes_nothing: Need::Perf, Need::Root;
+    ]);
 }

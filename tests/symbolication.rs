@@ -48,12 +48,8 @@ fn is_hex_name(name: &str) -> bool {
     name.starts_with("0x")
 }
 
-#[test]
 fn shared_libraries_pie_and_vdso_are_named() {
     let test = "shared_libraries_pie_and_vdso_are_named";
-    if !perf_available(test) {
-        return;
-    }
     // The layouts this test is about: a PIE executable, and a library whose code sits at
     // addresses other than its file offsets.
     let exe = std::fs::read(target("uselibs")).unwrap();
@@ -204,12 +200,8 @@ fn shared_libraries_pie_and_vdso_are_named() {
     }
 }
 
-#[test]
 fn jit_code_is_named_from_the_perf_map() {
     let test = "jit_code_is_named_from_the_perf_map";
-    if !perf_available(test) {
-        return;
-    }
     let (_, p) = record_checked(test, &[], &[&target("jit"), "1"]);
     let threads = thread_frames(&p);
     let pid = threads[0].0.pid.clone();
@@ -236,12 +228,8 @@ fn jit_code_is_named_from_the_perf_map() {
     assert_eq!(jit_lib, Some(format!("perf-{pid}.map")));
 }
 
-#[test]
 fn rust_names_are_demangled_with_inline_frames() {
     let test = "rust_names_are_demangled_with_inline_frames";
-    if !perf_available(test) {
-        return;
-    }
     let (_, p) = record_checked(test, &[], &[&target("rust_inline"), "1"]);
     let stacks = all_stacks(&p);
     let chain = [
@@ -325,12 +313,8 @@ fn build_id_path(root: &Path, binary: &Path) -> PathBuf {
     sampler::locate::build_id_path(root, id)
 }
 
-#[test]
 fn stripped_binary_uses_its_debug_file_from_the_debug_root() {
     let test = "stripped_binary_uses_its_debug_file_from_the_debug_root";
-    if !perf_available(test) {
-        return;
-    }
     let dir = tempdir();
     let (stripped, debug) = split_debug(&target("inline3"), &dir);
     let root = dir.join("debug-root");
@@ -422,12 +406,8 @@ fn stripped_binary_uses_its_debug_file_from_the_debug_root() {
     assert!(stderr(&o).contains("does not match"), "{}", stderr(&o));
 }
 
-#[test]
 fn deleted_executable_is_read_through_map_files() {
     let test = "deleted_executable_is_read_through_map_files";
-    if !perf_available(test) {
-        return;
-    }
     let dir = tempdir();
     let copy = dir.join("split7030-deleted");
     std::fs::copy(target("split7030"), &copy).unwrap();
@@ -444,16 +424,8 @@ fn assert_split7030_named(test: &str, p: &serde_json::Value) {
     assert!(share > 40.0, "{test}: {share:.0}% in main > outer > hot_a");
 }
 
-#[test]
 fn binary_in_another_mount_namespace_is_read_through_proc_root() {
     let test = "binary_in_another_mount_namespace_is_read_through_proc_root";
-    if !perf_available(test) {
-        return;
-    }
-    if !nix::unistd::Uid::effective().is_root() {
-        eprintln!("SKIPPED {test}: making a mount namespace needs root");
-        return;
-    }
     // Inside the namespace, a tmpfs hides the directory's real content: the program's
     // path exists only there.
     let dir = tempdir();
@@ -481,4 +453,15 @@ fn binary_in_another_mount_namespace_is_read_through_proc_root() {
         "outside the namespace the program does not exist"
     );
     assert_split7030_named(test, &p);
+}
+
+fn main() {
+    run_tests(tests![
+        shared_libraries_pie_and_vdso_are_named: Need::Perf;
+        jit_code_is_named_from_the_perf_map: Need::Perf;
+        rust_names_are_demangled_with_inline_frames: Need::Perf;
+        stripped_binary_uses_its_debug_file_from_the_debug_root: Need::Perf;
+        deleted_executable_is_read_through_map_files: Need::Perf;
+        binary_in_another_mount_namespace_is_read_through_proc_root: Need::Perf, Need::Root;
+    ]);
 }

@@ -25,12 +25,8 @@ fn share_with_any(paths: &[Vec<String>], runs: &[&[&str]]) -> f64 {
     100.0 * n as f64 / paths.len().max(1) as f64
 }
 
-#[test]
 fn c_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf() {
     let test = "c_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf";
-    if !perf_available(test) {
-        return;
-    }
     let full: [&[&str]; 2] = [
         &["main", "outer", "middle", "hot_a"],
         &["main", "outer", "middle", "hot_b"],
@@ -55,12 +51,8 @@ fn c_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf() {
     assert!(paths.len() > 300);
 }
 
-#[test]
 fn rust_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf() {
     let test = "rust_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf";
-    if !perf_available(test) {
-        return;
-    }
     let full: [&[&str]; 2] = [
         &["rust_inline::main", "rust_inline::run", "rust_inline::work"],
         &[
@@ -82,12 +74,8 @@ fn rust_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf() {
     }
 }
 
-#[test]
 fn comparator_called_from_libc_qsort_has_the_path_from_main() {
     let test = "comparator_called_from_libc_qsort_has_the_path_from_main";
-    if !perf_available(test) {
-        return;
-    }
     for mode in ["hybrid", "dwarf"] {
         let paths = paths_with(test, mode, &[&target("qsorter"), "1"]);
         let in_compare: Vec<&Vec<String>> = paths
@@ -114,12 +102,8 @@ fn comparator_called_from_libc_qsort_has_the_path_from_main() {
     }
 }
 
-#[test]
 fn recursion_2000_deep_keeps_every_level_in_hybrid_and_fp() {
     let test = "recursion_2000_deep_keeps_every_level_in_hybrid_and_fp";
-    if !perf_available(test) {
-        return;
-    }
     for mode in ["hybrid", "fp"] {
         let paths = paths_with(test, mode, &[&target("deep"), "1", "2000"]);
         let deep = paths
@@ -142,4 +126,13 @@ fn recursion_2000_deep_keeps_every_level_in_hybrid_and_fp() {
         "dwarf: {marked} of {} marked",
         paths.len()
     );
+}
+
+fn main() {
+    run_tests(tests![
+        c_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf: Need::Perf;
+        rust_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf: Need::Perf;
+        comparator_called_from_libc_qsort_has_the_path_from_main: Need::Perf;
+        recursion_2000_deep_keeps_every_level_in_hybrid_and_fp: Need::Perf;
+    ]);
 }

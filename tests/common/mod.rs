@@ -128,8 +128,14 @@ pub fn record(extra: &[&str], cmd: &[&str]) -> (Output, PathBuf) {
     (output, out_path)
 }
 
+/// Reads a JSON file a test wrote; a Firefox profile is first checked by the Firefox
+/// Profiler's own loader ([`ffp_check`]).
 pub fn load(path: &Path) -> Value {
-    sampler::emit::read_json(path).expect("profile is readable JSON")
+    let value = sampler::emit::read_json(path).expect("profile is readable JSON");
+    if !value["meta"]["preprocessedProfileVersion"].is_null() {
+        ffp_check(path);
+    }
+    value
 }
 
 /// Loads a profile and checks its structure (see [`check_processed_profile`]).
@@ -565,4 +571,153 @@ impl Drop for Running {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// What an end-to-end test needs of the machine. A test whose needs are not met is
+/// reported by the test runner as ignored (with a `SKIPPED name: why` line on stderr),
+/// never as passed; where CI requires them (`SAMPLER_REQUIRE_PERF=1`, and
+/// `SAMPLER_REQUIRE_CONSUMERS=1` for the consumers) it fails instead.
+#[derive(Clone, Copy)]
+pub enum Need {
+    /// perf_event_open works for this user (a probe recording of `true` succeeds).
+    Perf,
+    /// Running as root.
+    Root,
+    /// Root, and `setpriv` to run sampler as user nobody.
+    Nobody,
+    /// The kernel gives kernel frames (the probe recording says nothing against it).
+    KernelFrames,
+    /// A program on the PATH that the test runs: its name and the arguments that show it
+    /// works.
+    Program(&'static str, &'static [&'static str]),
+    /// A consumer of the exports (`scripts/install-consumers` installs them): what it is,
+    /// and whether it is there.
+    Consumer(&'static str, fn() -> bool),
+    /// An unprivileged user may record its own processes (`kernel.perf_event_paranoid`
+    /// at most 2).
+    UserPerf,
+}
+
+/// The probe recording: `Ok(stderr)` when it succeeded, else why not.
+fn probe() -> &'static Result<String, String> {
+    static PROBE: OnceLock<Result<String, String>> = OnceLock::new();
+    PROBE.get_or_init(|| {
+        let out = Command::new(sampler_bin())
+            .args(["record", "-o"])
+            .arg(tempdir().join("probe.json"))
+            .args(["--", "true"])
+            .output()
+            .expect("sampler runs");
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        if out.status.success() {
+            Ok(err)
+        } else if err.contains("perf_event_paranoid") {
+            Err(format!("perf_event_open is not permitted: {err}"))
+        } else {
+            panic!("recording `true` failed for a reason other than permission: {err}");
+        }
+    })
+}
+
+impl Need {
+    /// Why the need is not met here, or `None`.
+    fn unmet(self) -> Option<String> {
+        let root = nix::unistd::Uid::effective().is_root();
+        let runs = |program: &str, args: &[&str]| {
+            Command::new(program)
+                .args(args)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        match self {
+            Need::Perf => probe().as_ref().err().cloned(),
+            Need::Root => (!root).then(|| "needs root".to_string()),
+            Need::Nobody => (!root || !runs("setpriv", &["--help"]))
+                .then(|| "needs root and setpriv to become user nobody".to_string()),
+            Need::KernelFrames => match probe() {
+                Err(why) => Some(why.clone()),
+                Ok(err) if err.contains("kernel frames not permitted") => {
+                    Some("the kernel refuses kernel frames".to_string())
+                }
+                Ok(_) => None,
+            },
+            Need::Program(program, args) => {
+                (!runs(program, args)).then(|| format!("no working `{program}` here"))
+            }
+            Need::Consumer(what, present) => {
+                (!present()).then(|| format!("{what} is not installed"))
+            }
+            Need::UserPerf => {
+                let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+                    .ok()
+                    .and_then(|v| v.trim().parse::<i32>().ok());
+                paranoid.is_none_or(|p| p > 2).then(|| {
+                    format!("unprivileged users may not record (perf_event_paranoid {paranoid:?})")
+                })
+            }
+        }
+    }
+
+    /// The variable with which CI turns this need, unmet, into a failure.
+    fn required_by(self) -> &'static str {
+        match self {
+            Need::Consumer(..) => "SAMPLER_REQUIRE_CONSUMERS",
+            _ => "SAMPLER_REQUIRE_PERF",
+        }
+    }
+}
+
+/// One end-to-end test: its name, what it needs, its body.
+pub struct Test {
+    pub name: &'static str,
+    pub needs: &'static [Need],
+    pub run: fn(),
+}
+
+/// The tests of a file: `tests![name, other: Need::Root, Need::Perf, ...]`.
+#[macro_export]
+macro_rules! tests {
+    ($($name:ident $(: $($need:expr),+)?);* $(;)?) => {
+        vec![$($crate::common::Test {
+            name: stringify!($name),
+            needs: &[$($($need),+)?],
+            run: $name,
+        }),*]
+    };
+}
+
+/// Runs `tests` under libtest-mimic, with the command line `cargo test` passes (filters,
+/// `--list`, `--test-threads`): met needs run the test, unmet ones report it ignored.
+pub fn run_tests(tests: Vec<Test>) -> ! {
+    let args = libtest_mimic::Arguments::from_args();
+    let trials = tests
+        .into_iter()
+        .map(|t| {
+            let unmet: Vec<(String, &str)> = t
+                .needs
+                .iter()
+                .filter_map(|n| Some((n.unmet()?, n.required_by())))
+                .collect();
+            let required: Vec<String> = unmet
+                .iter()
+                .filter(|(_, var)| std::env::var(var).as_deref() == Ok("1"))
+                .map(|(why, var)| format!("{why} ({var}=1 requires it)"))
+                .collect();
+            if !required.is_empty() {
+                let why = required.join("; ");
+                libtest_mimic::Trial::test(t.name, move || Err(why.into()))
+            } else if !unmet.is_empty() {
+                let why: Vec<&str> = unmet.iter().map(|(w, _)| w.as_str()).collect();
+                eprintln!("SKIPPED {}: {}", t.name, why.join("; "));
+                libtest_mimic::Trial::test(t.name, || Ok(())).with_ignored_flag(true)
+            } else {
+                let run = t.run;
+                libtest_mimic::Trial::test(t.name, move || {
+                    run();
+                    Ok(())
+                })
+            }
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit()
 }
