@@ -414,257 +414,274 @@ pub fn record(
     opts: &RecordOptions,
     sink: &mut dyn FnMut(&[Event]),
 ) -> Result<(RecordingInfo, Ended)> {
-    let mut signals = SigSet::empty();
-    for signal in STOP_SIGNALS {
-        signals.add(signal);
-    }
-    signals.add(Signal::SIGCHLD);
-    launch::default_sigchld()?;
-    launch::block_signals(&signals)?;
-    let signal_fd = SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
+    let mut session = Session::start(opts)?;
+    let ended = session.run(sink)?;
+    Ok((session.finish(opts, sink), ended))
+}
 
-    let max_rate = read_sysctl("perf_event_max_sample_rate").unwrap_or(u64::MAX);
-    let mut frequency_hz = opts.frequency_hz;
-    if frequency_hz > max_rate {
-        say!(
-            "sampler: warning: -F {frequency_hz} is above kernel.perf_event_max_sample_rate ({max_rate}); using {max_rate} Hz"
-        );
-        frequency_hz = max_rate;
-    }
-    if let Target::Pids(pids) = &opts.target {
-        for &pid in pids {
-            attach::check_pid(pid)?;
+/// A recording under way: the machine prepared, the target running with its events
+/// attached, the events read so far.
+struct Session {
+    /// Declared before `deeper`: fields drop in order, and the frame limit can be put
+    /// back only once the events are closed.
+    events: OpenEvents,
+    /// The frame limit raised for this session (put back when it is dropped).
+    deeper: stack_limit::DeeperStacks,
+    signal_fd: SignalFd,
+    frequency_hz: u64,
+    max_stack: u16,
+    parser: parse::Parser,
+    target: Running,
+    /// The command line, or `-p PID,...`.
+    description: Vec<String>,
+    stopped_for: Option<Duration>,
+    left_stopped: Vec<i32>,
+    start_ns: u64,
+    start_unix_ms: f64,
+    /// Events read but not yet handed on (see [`REORDER_WINDOW_NS`]).
+    pending: Vec<Event>,
+    progress: Progress,
+}
+
+impl Session {
+    /// Prepares the machine (signals, the frame limit, file limits, priority), then
+    /// launches the command or stops the processes, attaches the events, and lets the
+    /// target run.
+    fn start(opts: &RecordOptions) -> Result<Session> {
+        let mut signals = SigSet::empty();
+        for signal in STOP_SIGNALS {
+            signals.add(signal);
         }
-    }
-    let deeper = stack_limit::DeeperStacks::raise(u64::from(opts.max_stack));
-    let max_stack = deeper
-        .limit
-        .min(u64::from(opts.max_stack))
-        .min(u64::from(stack_limit::MAX_FITTING_FRAMES)) as u16;
-    let ring_pages = opts
-        .mmap_pages
-        .unwrap_or_else(|| default_ring_pages(opts.stack_bytes));
-    raise_open_file_limit();
-    // Busy targets with many threads would otherwise get the CPU before the recorder,
-    // which then drains the buffers too late: a root recorder goes ahead of them. Its own
-    // work is small. Without the privilege it keeps its nice value.
-    let _ = sys::set_nice(RECORDER_NICE);
+        signals.add(Signal::SIGCHLD);
+        launch::default_sigchld()?;
+        launch::block_signals(&signals)?;
+        let signal_fd =
+            SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
 
-    let mut pending: Vec<Event> = Vec::new();
-    let mut left_stopped = Vec::new();
-    let (mut events, mut target, description, stopped_for, start_ns) = match &opts.target {
-        Target::Command(command) => {
-            let mut child = launch::GatedChild::spawn(command, &signals)
-                .with_context(|| format!("could not start `{}`", command.join(" ")))?;
-            let events = match open_events(
-                &[child.pid.as_raw()],
+        let max_rate = read_sysctl("perf_event_max_sample_rate").unwrap_or(u64::MAX);
+        let mut frequency_hz = opts.frequency_hz;
+        if frequency_hz > max_rate {
+            say!(
+                "sampler: warning: -F {frequency_hz} is above kernel.perf_event_max_sample_rate ({max_rate}); using {max_rate} Hz"
+            );
+            frequency_hz = max_rate;
+        }
+        if let Target::Pids(pids) = &opts.target {
+            for &pid in pids {
+                attach::check_pid(pid)?;
+            }
+        }
+        let deeper = stack_limit::DeeperStacks::raise(u64::from(opts.max_stack));
+        let max_stack = deeper
+            .limit
+            .min(u64::from(opts.max_stack))
+            .min(u64::from(stack_limit::MAX_FITTING_FRAMES)) as u16;
+        let ring_pages = opts
+            .mmap_pages
+            .unwrap_or_else(|| default_ring_pages(opts.stack_bytes));
+        raise_open_file_limit();
+        // Busy targets with many threads would otherwise get the CPU before the recorder,
+        // which then drains the buffers too late: a root recorder goes ahead of them. Its
+        // own work is small. Without the privilege it keeps its nice value.
+        let _ = sys::set_nice(RECORDER_NICE);
+
+        let open = |tasks: &[i32], attach: bool| {
+            open_events(
+                tasks,
                 frequency_hz,
                 max_stack,
                 opts.stack_bytes,
                 ring_pages,
-                false,
-            ) {
-                Ok(e) => e,
-                Err(e) => {
-                    // Closing the gate makes the child exit without running the command.
-                    let pid = child.pid;
-                    drop(child);
-                    let _ = waitpid(pid, None);
-                    return Err(e);
-                }
-            };
-            let start_ns = monotonic_ns();
-            let pid = child.pid;
-            if let Err(e) = child.release() {
-                let _ = waitpid(pid, None);
-                bail!("could not run `{}`: {e}", command[0]);
-            }
-            (
-                events,
-                Running::Launched { pid, interrupts: 0 },
-                command.clone(),
-                None,
-                start_ns,
+                attach,
             )
+        };
+        let started = match &opts.target {
+            Target::Command(command) => start_command(command, &signals, &open)?,
+            Target::Pids(pids) => start_attached(pids, opts.duration, &open)?,
+        };
+        let Started {
+            events,
+            target,
+            description,
+            stopped_for,
+            left_stopped,
+            start_ns,
+            pending,
+        } = started;
+        let start_unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+        say!(
+            "sampler: sampling {} with {} at {} Hz{}{}",
+            match &opts.target {
+                Target::Command(c) => format!("`{}`", c.join(" ")),
+                Target::Pids(pids) => {
+                    let list: Vec<String> = pids.iter().map(i32::to_string).collect();
+                    format!("pid {}", list.join(", "))
+                }
+            },
+            events.event.name(),
+            frequency_hz,
+            match (events.event, events.kernel_included) {
+                (SamplingEvent::CpuClock, true) =>
+                    " (no hardware cycles counter here: using the cpu-clock timer)",
+                (SamplingEvent::CpuClock, false) =>
+                    " (no hardware cycles counter; kernel frames not permitted)",
+                (SamplingEvent::Cycles, false) => " (kernel frames not permitted)",
+                (SamplingEvent::Cycles, true) => "",
+            },
+            stopped_for.map_or(String::new(), |d| format!(
+                "; attached in {:.1} ms",
+                d.as_secs_f64() * 1000.0
+            )),
+        );
+        let parser = parse::Parser::new(&events.attr);
+        Ok(Session {
+            signal_fd,
+            deeper,
+            frequency_hz,
+            max_stack,
+            events,
+            parser,
+            target,
+            description,
+            stopped_for,
+            left_stopped,
+            start_ns,
+            start_unix_ms,
+            pending,
+            progress: Progress::default(),
+        })
+    }
+
+    /// Drains the ring buffers and hands events on until the recording ends: the command
+    /// exited, or (attached) the duration passed, a stop signal came, or every process
+    /// exited.
+    fn run(&mut self, sink: &mut dyn FnMut(&[Event])) -> Result<Ended> {
+        let status_line = std::io::stderr().is_terminal();
+        let mut last_status = Instant::now();
+        loop {
+            {
+                let mut poll_fds: Vec<PollFd> =
+                    vec![PollFd::new(self.signal_fd.as_fd(), PollFlags::POLLIN)];
+                poll_fds.extend(
+                    self.events
+                        .ring_owners
+                        .iter()
+                        .map(|&i| PollFd::new(self.events.fds[i].as_fd(), PollFlags::POLLIN)),
+                );
+                let timeout = PollTimeout::from(POLL_INTERVAL.as_millis() as u16);
+                match nix::poll::poll(&mut poll_fds, timeout) {
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                    Err(e) => return Err(e).context("poll"),
+                }
+            }
+            let drained_at = monotonic_ns();
+            self.drain();
+            hand_on(
+                &mut self.pending,
+                sink,
+                drained_at.saturating_sub(REORDER_WINDOW_NS),
+            );
+            while let Ok(Some(info)) = self.signal_fd.read_signal() {
+                let signo = info.ssi_signo as i32;
+                if signo != libc::SIGCHLD {
+                    self.target
+                        .on_signal(signo, info.ssi_code == libc::SI_KERNEL);
+                }
+            }
+            if let Some(ended) = self.target.ended()? {
+                if status_line {
+                    say_partial!("\r\x1b[K");
+                }
+                return Ok(ended);
+            }
+            if status_line && last_status.elapsed() >= Duration::from_millis(250) {
+                say_partial!(
+                    "\rsampler: {} samples, {} threads, {} lost   ",
+                    self.progress.samples,
+                    self.progress.tids.len(),
+                    self.progress.lost
+                );
+                last_status = Instant::now();
+            }
         }
-        Target::Pids(pids) => {
-            left_stopped = pids
+    }
+
+    fn drain(&mut self) {
+        drain_all(
+            &mut self.events.rings,
+            &self.parser,
+            &mut self.pending,
+            &mut self.progress,
+        );
+    }
+
+    /// Stops the events, reads what is left, hands everything on, and says what the
+    /// recording was. The frame limit is put back as the session is dropped, after its
+    /// events are closed.
+    fn finish(mut self, opts: &RecordOptions, sink: &mut dyn FnMut(&[Event])) -> RecordingInfo {
+        for fd in &self.events.fds {
+            let _ = sys::disable(fd);
+        }
+        self.drain();
+        let end_ns = monotonic_ns();
+        hand_on(&mut self.pending, sink, u64::MAX);
+        let progress = &self.progress;
+        let outliving = match &self.target {
+            Running::Launched { pid, .. } => progress
+                .processes
                 .iter()
                 .copied()
-                .filter(|&p| matches!(attach::process_state(p), Some('T' | 't')))
-                .collect();
-            let stopped = attach::Stopped::stop(pids)?;
-            match std::env::var(FAULT_ENV).as_deref() {
-                Ok("error") => bail!("{FAULT_ENV}=error: failing after stopping the processes"),
-                Ok("panic") => panic!("{FAULT_ENV}=panic: panicking after stopping the processes"),
-                _ => {}
-            }
-            let tasks: Vec<i32> = pids.iter().flat_map(|&p| attach::tasks(p)).collect();
-            let events = open_events(
-                &tasks,
-                frequency_hz,
-                max_stack,
-                opts.stack_bytes,
-                ring_pages,
-                true,
-            )?;
-            // Sampling starts as the processes continue; -d counts from here.
-            let sampling_since = Instant::now();
-            let start_ns = monotonic_ns();
-            for &pid in pids {
-                pending.extend(attach::describe(pid, start_ns));
-            }
-            let stopped_for = stopped.resume();
-            let list: Vec<String> = pids.iter().map(i32::to_string).collect();
-            let running = Running::Attached {
-                pids: pids.clone(),
-                until: opts.duration.map(|d| sampling_since + d),
-                interrupted: false,
-            };
-            (
-                events,
-                running,
-                vec!["-p".to_string(), list.join(",")],
-                Some(stopped_for),
-                start_ns,
-            )
-        }
-    };
-    let start_unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
-    say!(
-        "sampler: sampling {} with {} at {} Hz{}{}",
-        match &opts.target {
-            Target::Command(c) => format!("`{}`", c.join(" ")),
-            Target::Pids(pids) => {
-                let list: Vec<String> = pids.iter().map(i32::to_string).collect();
-                format!("pid {}", list.join(", "))
-            }
-        },
-        events.event.name(),
-        frequency_hz,
-        match (events.event, events.kernel_included) {
-            (SamplingEvent::CpuClock, true) =>
-                " (no hardware cycles counter here: using the cpu-clock timer)",
-            (SamplingEvent::CpuClock, false) =>
-                " (no hardware cycles counter; kernel frames not permitted)",
-            (SamplingEvent::Cycles, false) => " (kernel frames not permitted)",
-            (SamplingEvent::Cycles, true) => "",
-        },
-        stopped_for.map_or(String::new(), |d| format!(
-            "; attached in {:.1} ms",
-            d.as_secs_f64() * 1000.0
-        )),
-    );
-
-    let parser = parse::Parser::new(&events.attr);
-    let mut progress = Progress::default();
-    let status_line = std::io::stderr().is_terminal();
-    let mut last_status = Instant::now();
-    let ended = loop {
-        {
-            let mut poll_fds: Vec<PollFd> = vec![PollFd::new(signal_fd.as_fd(), PollFlags::POLLIN)];
-            poll_fds.extend(
-                events
-                    .ring_owners
-                    .iter()
-                    .map(|&i| PollFd::new(events.fds[i].as_fd(), PollFlags::POLLIN)),
-            );
-            let timeout = PollTimeout::from(POLL_INTERVAL.as_millis() as u16);
-            match nix::poll::poll(&mut poll_fds, timeout) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => return Err(e).context("poll"),
-            }
-        }
-        let drained_at = monotonic_ns();
-        drain_all(&mut events.rings, &parser, &mut pending, &mut progress);
-        hand_on(
-            &mut pending,
-            sink,
-            drained_at.saturating_sub(REORDER_WINDOW_NS),
-        );
-        while let Ok(Some(info)) = signal_fd.read_signal() {
-            let signo = info.ssi_signo as i32;
-            if signo != libc::SIGCHLD {
-                target.on_signal(signo, info.ssi_code == libc::SI_KERNEL);
-            }
-        }
-        if let Some(ended) = target.ended()? {
-            break ended;
-        }
-        if status_line && last_status.elapsed() >= Duration::from_millis(250) {
-            say_partial!(
-                "\rsampler: {} samples, {} threads, {} lost   ",
-                progress.samples,
-                progress.tids.len(),
-                progress.lost
-            );
-            last_status = Instant::now();
-        }
-    };
-    for fd in &events.fds {
-        let _ = sys::disable(fd);
-    }
-    drain_all(&mut events.rings, &parser, &mut pending, &mut progress);
-    let end_ns = monotonic_ns();
-    if status_line {
-        say_partial!("\r\x1b[K");
-    }
-    hand_on(&mut pending, sink, u64::MAX);
-    let outliving = match &target {
-        Running::Launched { pid, .. } => progress
-            .processes
-            .iter()
-            .copied()
-            .filter(|&p| p != pid.as_raw() && !attach::has_exited(p))
-            .map(|p| {
-                let name = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
-                (p, name.trim_end().to_string())
-            })
-            .collect(),
-        Running::Attached { .. } => Vec::new(),
-    };
-    // Samples in unreadable ring data: as many as the bytes would hold at the size the
-    // readable samples had (at least one per corrupt stretch).
-    let unreadable_samples = if progress.unreadable_bytes == 0 {
-        0
-    } else {
-        let per_sample = progress
-            .sample_bytes
-            .checked_div(progress.samples)
-            .unwrap_or(64);
-        (progress.unreadable_bytes / per_sample.max(8)).max(progress.unreadable_stretches)
-    };
-    let info = RecordingInfo {
-        event: events.event,
-        frequency_hz,
-        start_unix_ms,
-        start_ns,
-        end_ns,
-        lost_samples: progress.lost + progress.unparsed_samples + unreadable_samples,
-        throttled: progress.throttled,
-        kernel_included: events.kernel_included,
-        max_stack,
-        gaps: RecordingGaps {
-            stack_limit: deeper.outcome,
-            unreadable_bytes: progress.unreadable_bytes,
-            unreadable_samples,
-            left_stopped,
-            outliving,
-            set_id_program: match &opts.target {
-                Target::Command(command) => set_id_program(&command[0]),
-                Target::Pids(_) => None,
+                .filter(|&p| p != pid.as_raw() && !attach::has_exited(p))
+                .map(|p| {
+                    let name =
+                        std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+                    (p, name.trim_end().to_string())
+                })
+                .collect(),
+            Running::Attached { .. } => Vec::new(),
+        };
+        // Samples in unreadable ring data: as many as the bytes would hold at the size the
+        // readable samples had (at least one per corrupt stretch).
+        let unreadable_samples = if progress.unreadable_bytes == 0 {
+            0
+        } else {
+            let per_sample = progress
+                .sample_bytes
+                .checked_div(progress.samples)
+                .unwrap_or(64);
+            (progress.unreadable_bytes / per_sample.max(8)).max(progress.unreadable_stretches)
+        };
+        RecordingInfo {
+            event: self.events.event,
+            frequency_hz: self.frequency_hz,
+            start_unix_ms: self.start_unix_ms,
+            start_ns: self.start_ns,
+            end_ns,
+            lost_samples: progress.lost + progress.unparsed_samples + unreadable_samples,
+            throttled: progress.throttled,
+            kernel_included: self.events.kernel_included,
+            max_stack: self.max_stack,
+            gaps: RecordingGaps {
+                stack_limit: self.deeper.outcome,
+                unreadable_bytes: progress.unreadable_bytes,
+                unreadable_samples,
+                left_stopped: std::mem::take(&mut self.left_stopped),
+                outliving,
+                set_id_program: match &opts.target {
+                    Target::Command(command) => set_id_program(&command[0]),
+                    Target::Pids(_) => None,
+                },
             },
-        },
-        command: description,
-        root_pid: target.root_pid(),
-        ring_pages: events.ring_pages,
-        stopped_for,
-        sample_bytes: progress.sample_bytes,
-        logical_cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
-    };
-    Ok((info, ended))
+            command: std::mem::take(&mut self.description),
+            root_pid: self.target.root_pid(),
+            ring_pages: self.events.ring_pages,
+            stopped_for: self.stopped_for,
+            sample_bytes: progress.sample_bytes,
+            logical_cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+        }
+    }
 }
 
 /// The file `execvp` runs for `program` (a path, or a name looked up in `PATH`), when
@@ -683,6 +700,97 @@ fn set_id_program(program: &str) -> Option<std::path::PathBuf> {
         .find(|c| c.metadata().is_ok_and(|m| m.is_file()))?;
     let mode = file.metadata().ok()?.permissions().mode();
     (mode & (libc::S_ISUID | libc::S_ISGID) != 0).then_some(file)
+}
+
+/// A target running with its events attached.
+struct Started {
+    events: OpenEvents,
+    target: Running,
+    description: Vec<String>,
+    stopped_for: Option<Duration>,
+    left_stopped: Vec<i32>,
+    start_ns: u64,
+    /// What attached processes already were, as events.
+    pending: Vec<Event>,
+}
+
+/// Launches `command` behind its gate, attaches the events to it, and opens the gate.
+fn start_command(
+    command: &[String],
+    signals: &SigSet,
+    open: &dyn Fn(&[i32], bool) -> Result<OpenEvents>,
+) -> Result<Started> {
+    let mut child = launch::GatedChild::spawn(command, signals)
+        .with_context(|| format!("could not start `{}`", command.join(" ")))?;
+    let events = match open(&[child.pid.as_raw()], false) {
+        Ok(e) => e,
+        Err(e) => {
+            // Closing the gate makes the child exit without running the command.
+            let pid = child.pid;
+            drop(child);
+            let _ = waitpid(pid, None);
+            return Err(e);
+        }
+    };
+    let start_ns = monotonic_ns();
+    let pid = child.pid;
+    if let Err(e) = child.release() {
+        let _ = waitpid(pid, None);
+        bail!("could not run `{}`: {e}", command[0]);
+    }
+    Ok(Started {
+        events,
+        target: Running::Launched { pid, interrupts: 0 },
+        description: command.to_vec(),
+        stopped_for: None,
+        left_stopped: Vec::new(),
+        start_ns,
+        pending: Vec::new(),
+    })
+}
+
+/// Stops the processes, attaches the events to every thread, describes what they
+/// already are, and continues them (always, also when this fails half way).
+fn start_attached(
+    pids: &[i32],
+    duration: Option<Duration>,
+    open: &dyn Fn(&[i32], bool) -> Result<OpenEvents>,
+) -> Result<Started> {
+    let left_stopped = pids
+        .iter()
+        .copied()
+        .filter(|&p| matches!(attach::process_state(p), Some('T' | 't')))
+        .collect();
+    let stopped = attach::Stopped::stop(pids)?;
+    match std::env::var(FAULT_ENV).as_deref() {
+        Ok("error") => bail!("{FAULT_ENV}=error: failing after stopping the processes"),
+        Ok("panic") => panic!("{FAULT_ENV}=panic: panicking after stopping the processes"),
+        _ => {}
+    }
+    let tasks: Vec<i32> = pids.iter().flat_map(|&p| attach::tasks(p)).collect();
+    let events = open(&tasks, true)?;
+    // Sampling starts as the processes continue; -d counts from here.
+    let sampling_since = Instant::now();
+    let start_ns = monotonic_ns();
+    let pending = pids
+        .iter()
+        .flat_map(|&pid| attach::describe(pid, start_ns))
+        .collect();
+    let stopped_for = stopped.resume();
+    let list: Vec<String> = pids.iter().map(i32::to_string).collect();
+    Ok(Started {
+        events,
+        target: Running::Attached {
+            pids: pids.to_vec(),
+            until: duration.map(|d| sampling_since + d),
+            interrupted: false,
+        },
+        description: vec!["-p".to_string(), list.join(",")],
+        stopped_for: Some(stopped_for),
+        left_stopped,
+        start_ns,
+        pending,
+    })
 }
 
 /// What is being recorded, while it runs.
