@@ -29,6 +29,7 @@ pub mod diag;
 
 pub mod binary;
 pub mod calltree;
+pub mod cli;
 pub mod emit;
 pub mod events;
 pub mod locate;
@@ -36,5 +37,6 @@ pub mod maps;
 pub mod profile;
 pub mod record;
 pub mod replay;
+pub mod summary;
 pub mod symbolicate;
 pub mod unwind;

@@ -8,13 +8,13 @@ pub mod fxformat;
 #[cfg(test)]
 mod golden;
 pub mod load;
+pub mod output;
 pub mod pprof;
 pub mod report;
 pub mod speedscope;
 pub mod svg;
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
@@ -40,6 +40,17 @@ pub enum Format {
 }
 
 impl Format {
+    /// The format's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Firefox => "firefox",
+            Format::Folded => "folded",
+            Format::Speedscope => "speedscope",
+            Format::Pprof => "pprof",
+            Format::Svg => "svg",
+        }
+    }
+
     /// The output name used when none is given.
     pub fn default_output(self) -> &'static str {
         match self {
@@ -78,18 +89,43 @@ pub struct ExportOptions {
     pub thread_roots: bool,
 }
 
-/// Writes `profile` in `format` into `file` (opened by the caller, so that a bad output
-/// path is reported before recording starts); `path` is its name.
+/// Writes `profile` in `format` at `path`, atomically (see [`output`]): a new file in the
+/// same directory, renamed over `path` only when complete, and given to `owner`.
 pub fn write(
     profile: &Profile,
     format: Format,
     opts: &ExportOptions,
-    file: File,
     path: &Path,
+    owner: Option<output::SudoUser>,
 ) -> Result<()> {
-    let mut out = BufWriter::new(file);
+    let mut file = output::AtomicFile::create(path)?;
+    write_to(profile, format, opts, path, &mut file)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    file.commit(owner)
+}
+
+/// Writes `profile` in `format` into `out`; `path` is the name it will have (a Firefox
+/// profile is gzipped when it ends in `.gz`, in any case).
+fn write_to(
+    profile: &Profile,
+    format: Format,
+    opts: &ExportOptions,
+    path: &Path,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    let mut out = BufWriter::new(out);
     match format {
-        Format::Firefox => return write_firefox(profile, out.into_inner()?, path),
+        Format::Firefox => {
+            let model = firefox::to_processed(profile);
+            let gzip = path.to_string_lossy().to_ascii_lowercase().ends_with(".gz");
+            if gzip {
+                let mut gz = GzEncoder::new(&mut out, flate2::Compression::default());
+                serde_json::to_writer(&mut gz, &model)?;
+                gz.finish()?;
+            } else {
+                serde_json::to_writer(&mut out, &model)?;
+            }
+        }
         Format::Folded => {
             out.write_all(folded::to_folded(profile, opts.thread_roots).as_bytes())?
         }
@@ -98,23 +134,6 @@ pub fn write(
         Format::Svg => out.write_all(svg::to_svg(profile, opts.thread_roots).as_bytes())?,
     }
     out.flush()
-        .with_context(|| format!("cannot write {}", path.display()))
-}
-
-/// Writes the Firefox Profiler profile into `file`, gzip-compressed when `path` ends in
-/// `.gz`.
-pub fn write_firefox(profile: &Profile, file: File, path: &Path) -> Result<()> {
-    let value = firefox::to_json(profile);
-    let mut out = BufWriter::new(file);
-    if path.extension().is_some_and(|e| e == "gz") {
-        let mut gz = GzEncoder::new(out, flate2::Compression::default());
-        serde_json::to_writer(&mut gz, &value)?;
-        gz.finish()?.flush()?;
-    } else {
-        serde_json::to_writer(&mut out, &value)?;
-        out.flush()?;
-    }
-    Ok(())
 }
 
 /// Reads a JSON file, gunzipping it when it starts with the gzip magic bytes.

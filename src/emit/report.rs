@@ -5,7 +5,9 @@
 use std::fmt::Write as _;
 
 use crate::calltree::lines::FunctionLines;
-use crate::calltree::{CallNodeIndex, CallTree};
+use std::path::Path;
+
+use crate::calltree::{CallNodeIndex, CallTree, Transform};
 use crate::profile::Profile;
 
 #[derive(Clone, Debug)]
@@ -405,6 +407,105 @@ pub fn render_lines(
         }
         out.push('\n');
     }
+}
+
+/// What `sampler report` was asked to show, checked.
+pub struct ReportRequest<'a> {
+    /// The file's name, for the heading.
+    pub file: &'a Path,
+    /// Threads by tid, name or process name (none: all).
+    pub threads: &'a [String],
+    pub per_thread: bool,
+    /// Per-line counts of this function instead of the tree.
+    pub lines: Option<&'a str>,
+    pub transforms: &'a [Transform],
+    pub invert: bool,
+    pub options: ReportOptions,
+}
+
+/// The whole report as text: a heading, then for each group of threads (all merged, or
+/// one per thread) its tree after the transforms, or its function's lines.
+/// `source_line(file, line)` gives a source line's text where it can be read.
+pub fn render_report(
+    profile: &Profile,
+    request: &ReportRequest<'_>,
+    source_line: &dyn Fn(&str, u32) -> Option<String>,
+) -> Result<String, String> {
+    let threads = select_threads(profile, request.threads)?;
+    let groups: Vec<Vec<usize>> = if request.per_thread {
+        threads
+            .iter()
+            .filter(|&&t| !profile.threads[t].samples.is_empty())
+            .map(|&t| vec![t])
+            .collect()
+    } else {
+        vec![threads]
+    };
+    let opts = &request.options;
+    let mut out = String::new();
+    let m = &profile.meta;
+    let _ = writeln!(
+        out,
+        "{}: {} ({} Hz, {:.2} s)",
+        request.file.display(),
+        m.event,
+        m.frequency_hz,
+        m.duration_ms / 1000.0
+    );
+    for group in groups {
+        let samples: u64 = group
+            .iter()
+            .flat_map(|&t| &profile.threads[t].samples)
+            .map(|s| u64::from(s.weight))
+            .sum();
+        let who = match group.as_slice() {
+            [t] => {
+                let th = &profile.threads[*t];
+                let process = &profile.processes[th.process.index()];
+                format!(
+                    "thread {} (tid {}) of {} (pid {})",
+                    th.name, th.tid, process.name, process.pid
+                )
+            }
+            many => {
+                let processes: std::collections::BTreeSet<_> =
+                    many.iter().map(|&t| profile.threads[t].process).collect();
+                format!(
+                    "{} threads in {} processes, merged",
+                    many.len(),
+                    processes.len()
+                )
+            }
+        };
+        let _ = writeln!(out, "{who}: {samples} samples");
+        if let Some(func) = request.lines {
+            let lines = crate::calltree::lines::function_lines(profile, &group, func)?;
+            render_lines(&lines, samples, opts, source_line, &mut out);
+            continue;
+        }
+        let tree = crate::calltree::transform::apply_all(
+            CallTree::build(profile, &group),
+            request.transforms,
+        )?;
+        if !request.transforms.is_empty() {
+            let names: Vec<String> = request.transforms.iter().map(|t| t.to_string()).collect();
+            let _ = writeln!(
+                out,
+                "after {}: {} of {} samples",
+                names.join(", then "),
+                tree.total(),
+                samples
+            );
+        }
+        let tree = if request.invert {
+            tree.inverted()
+        } else {
+            tree
+        };
+        render_tree(&tree, opts, &mut out);
+        out.push('\n');
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

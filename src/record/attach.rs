@@ -28,6 +28,17 @@ fn task_state(stat_path: &str) -> Option<char> {
     stat.rsplit_once(") ")?.1.chars().next()
 }
 
+/// The process (thread group) that task `tid` belongs to, from `/proc/TID/status`.
+pub fn process_of(tid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Whether the process has ended (gone, or a zombie waiting for its parent).
 pub fn has_exited(pid: i32) -> bool {
     matches!(process_state(pid), None | Some('Z' | 'X'))

@@ -1,6 +1,9 @@
 //! Starting the profiled command: fork a child that waits at a gate before `exec`, so
 //! that the perf events (with `enable_on_exec`) are attached to it before it runs a
-//! single instruction of the command.
+//! single instruction of the command. Under sudo the child becomes the user who ran sudo
+//! (their groups, group and user id) just before `exec`: the command runs as they would
+//! run it, while sampler keeps root's abilities for the recording. The kernel keeps the
+//! events across that change of user, since the program `exec`ed is not set-user-ID.
 
 use std::ffi::CString;
 use std::io;
@@ -20,10 +23,84 @@ pub struct GatedChild {
 /// Exit code of the child when `exec` fails; like a shell's "command not found".
 const EXEC_FAILED: i32 = 127;
 
+/// Who the command runs as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credentials {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+impl Credentials {
+    /// The user who ran sudo (`SUDO_UID`, `SUDO_GID`, and `SUDO_USER`'s groups), when this
+    /// process is root under sudo; `None` otherwise.
+    pub fn of_sudo_user() -> anyhow::Result<Option<Credentials>> {
+        if !nix::unistd::Uid::effective().is_root() {
+            return Ok(None);
+        }
+        let id = |var: &str| -> anyhow::Result<Option<u32>> {
+            match std::env::var(var) {
+                Err(_) => Ok(None),
+                Ok(v) => v
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| anyhow::anyhow!("{var}={v} is not a user or group id")),
+            }
+        };
+        let Some(uid) = id("SUDO_UID")? else {
+            return Ok(None);
+        };
+        let gid = id("SUDO_GID")?.unwrap_or(uid);
+        let groups = std::env::var("SUDO_USER")
+            .ok()
+            .and_then(|user| CString::new(user).ok())
+            .and_then(|user| nix::unistd::getgrouplist(&user, nix::unistd::Gid::from_raw(gid)).ok())
+            .map(|groups| groups.into_iter().map(|g| g.as_raw()).collect())
+            .unwrap_or_else(|| vec![gid]);
+        Ok(Some(Credentials { uid, gid, groups }))
+    }
+}
+
+/// Why the command could not be run: `exec` (or becoming its user) failed with `error`.
+/// Shells exit 127 when the program is not found, 126 when it cannot be run.
+#[derive(Debug)]
+pub struct NotRun {
+    pub program: String,
+    pub error: io::Error,
+}
+
+impl NotRun {
+    pub fn exit_code(&self) -> i32 {
+        match self.error.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) => 127,
+            _ => 126,
+        }
+    }
+}
+
+impl std::fmt::Display for NotRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self.error.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) => "no such program".to_string(),
+            Some(libc::EACCES) => "permission denied (is it executable?)".to_string(),
+            Some(libc::ENOEXEC) => "not a program this system can run".to_string(),
+            _ => self.error.to_string(),
+        };
+        write!(f, "could not run `{}`: {what}", self.program)
+    }
+}
+
+impl std::error::Error for NotRun {}
+
 impl GatedChild {
-    /// Forks; the child unblocks the signals in `unblock`, waits until the gate opens, then
-    /// `execvp`s `argv`.
-    pub fn spawn(argv: &[String], unblock: &SigSet) -> io::Result<GatedChild> {
+    /// Forks; the child unblocks the signals in `unblock`, waits until the gate opens,
+    /// becomes `run_as` when given, then `execvp`s `argv`.
+    pub fn spawn(
+        argv: &[String],
+        unblock: &SigSet,
+        run_as: Option<&Credentials>,
+    ) -> io::Result<GatedChild> {
         if argv.is_empty() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -42,9 +119,12 @@ impl GatedChild {
         let (gate_read, gate_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let (err_read, err_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let sigset = *unblock.as_ref();
+        let groups: Vec<libc::gid_t> = run_as.map_or_else(Vec::new, |c| c.groups.clone());
+        let ids = run_as.map(|c| (c.uid, c.gid));
 
         // SAFETY: between fork and exec/_exit the child only calls async-signal-safe
-        // functions (sigprocmask, read, execvp, write, _exit) on memory prepared above.
+        // functions (sigprocmask, read, setgroups, setgid, setuid, execvp, write, _exit)
+        // on memory prepared above.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(io::Error::last_os_error());
@@ -59,7 +139,19 @@ impl GatedChild {
                 let mut byte = 0u8;
                 let n = libc::read(gate_read.as_raw_fd(), (&mut byte as *mut u8).cast(), 1);
                 if n == 1 {
-                    libc::execvp(c_ptrs[0], c_ptrs.as_ptr());
+                    // Groups first, then the group, then the user: once it is no longer
+                    // root, the child could change neither.
+                    let became = match ids {
+                        None => true,
+                        Some((uid, gid)) => {
+                            libc::setgroups(groups.len(), groups.as_ptr()) == 0
+                                && libc::setgid(gid) == 0
+                                && libc::setuid(uid) == 0
+                        }
+                    };
+                    if became {
+                        libc::execvp(c_ptrs[0], c_ptrs.as_ptr());
+                    }
                     let errno = *libc::__errno_location();
                     libc::write(err_write.as_raw_fd(), (&errno as *const i32).cast(), 4);
                 }

@@ -26,6 +26,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use perf_event_open_sys::bindings as pb;
 
 use crate::events::{Event, EventKind, RecordingGaps, RecordingInfo, SamplingEvent};
+pub use launch::{Credentials, NotRun};
 
 /// What to record.
 #[derive(Clone, Debug)]
@@ -51,6 +52,9 @@ pub struct RecordOptions {
     /// The deepest callchain (frames) to ask the kernel for; raising
     /// `kernel.perf_event_max_stack` when it is lower (see [`stack_limit`]).
     pub max_stack: u16,
+    /// Who the launched command runs as (under sudo, the user who ran it); `None`: as
+    /// sampler runs.
+    pub run_as: Option<Credentials>,
 }
 
 /// Why the launched command ended.
@@ -496,7 +500,9 @@ impl Session {
             )
         };
         let started = match &opts.target {
-            Target::Command(command) => start_command(command, &signals, &open)?,
+            Target::Command(command) => {
+                start_command(command, &signals, opts.run_as.as_ref(), &open)?
+            }
             Target::Pids(pids) => start_attached(pids, opts.duration, &open)?,
         };
         let Started {
@@ -684,10 +690,9 @@ impl Session {
     }
 }
 
-/// The file `execvp` runs for `program` (a path, or a name looked up in `PATH`), when
-/// it has the set-user-ID or set-group-ID bit.
-fn set_id_program(program: &str) -> Option<std::path::PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
+/// The file `execvp` runs for `program`: the path itself, or the first file of that
+/// name in `PATH`.
+pub fn program_path(program: &str) -> Option<std::path::PathBuf> {
     let candidates: Vec<std::path::PathBuf> = if program.contains('/') {
         vec![program.into()]
     } else {
@@ -695,11 +700,35 @@ fn set_id_program(program: &str) -> Option<std::path::PathBuf> {
             .map(|p| std::env::split_paths(&p).map(|d| d.join(program)).collect())
             .unwrap_or_default()
     };
-    let file = candidates
+    candidates
         .into_iter()
-        .find(|c| c.metadata().is_ok_and(|m| m.is_file()))?;
+        .find(|c| c.metadata().is_ok_and(|m| m.is_file()))
+}
+
+/// The program's file, when it has the set-user-ID or set-group-ID bit.
+fn set_id_program(program: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let file = program_path(program)?;
     let mode = file.metadata().ok()?.permissions().mode();
     (mode & (libc::S_ISUID | libc::S_ISGID) != 0).then_some(file)
+}
+
+/// The processes to attach to: each pid once, in the order given; the pid of a thread
+/// that is not its process's main thread becomes its process's (with a line saying so);
+/// a pid that is no user process is refused, before anything else happens.
+pub fn resolve_pids(pids: &[i32]) -> Result<Vec<i32>> {
+    let mut out: Vec<i32> = Vec::with_capacity(pids.len());
+    for &pid in pids {
+        attach::check_pid(pid)?;
+        let process = attach::process_of(pid).unwrap_or(pid);
+        if process != pid {
+            say!("sampler: {pid} is a thread of process {process}; recording the whole process");
+        }
+        if !out.contains(&process) {
+            out.push(process);
+        }
+    }
+    Ok(out)
 }
 
 /// A target running with its events attached.
@@ -718,9 +747,10 @@ struct Started {
 fn start_command(
     command: &[String],
     signals: &SigSet,
+    run_as: Option<&Credentials>,
     open: &dyn Fn(&[i32], bool) -> Result<OpenEvents>,
 ) -> Result<Started> {
-    let mut child = launch::GatedChild::spawn(command, signals)
+    let mut child = launch::GatedChild::spawn(command, signals, run_as)
         .with_context(|| format!("could not start `{}`", command.join(" ")))?;
     let events = match open(&[child.pid.as_raw()], false) {
         Ok(e) => e,
@@ -734,9 +764,13 @@ fn start_command(
     };
     let start_ns = monotonic_ns();
     let pid = child.pid;
-    if let Err(e) = child.release() {
+    if let Err(error) = child.release() {
         let _ = waitpid(pid, None);
-        bail!("could not run `{}`: {e}", command[0]);
+        return Err(NotRun {
+            program: command[0].clone(),
+            error,
+        }
+        .into());
     }
     Ok(Started {
         events,

@@ -1,0 +1,505 @@
+//! The command line: clap's types for every subcommand and what turns their values
+//! into checked options. A mistake is refused here, before anything is recorded or
+//! written, with one line that says what to do.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use clap::{Parser, Subcommand};
+
+use crate::calltree::{self, Transform};
+use crate::emit;
+use crate::record::{self, RecordOptions};
+use crate::unwind::UnwindMode;
+
+#[derive(Parser)]
+#[command(
+    name = "sampler",
+    version,
+    about = "A sampling profiler for Linux that writes Firefox Profiler profiles"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Profile a command (`sampler record [OPTIONS] -- CMD ARGS...`) or running processes
+    /// (`sampler record -p PID[,PID...] [-d SECONDS]`)
+    Record(RecordArgs),
+    /// Print the function, inlined calls and source line of addresses in an ELF file, as
+    /// the profile would name them (like `addr2line -f -i -C`, innermost call first).
+    Symbolize(SymbolizeArgs),
+    /// Write a profile that sampler wrote in another format (folded stacks, speedscope,
+    /// pprof, an SVG flame graph, or Firefox again)
+    Convert(ConvertArgs),
+    /// Print the call tree of a profile that sampler wrote, with transforms applied in the
+    /// order given (paths are CallNodePaths: A>B>C, from the root)
+    Report(ReportArgs),
+    /// Internal: the watchdog that puts kernel.perf_event_max_stack back for a recording
+    /// session that died (see `crate::record::stack_limit`).
+    #[command(name = crate::record::stack_limit::WATCHDOG_COMMAND, hide = true)]
+    RestoreMaxStack { pid: i32, start: u64 },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum FormatArg {
+    /// Firefox Profiler processed format (gzip when the name ends in .gz)
+    Firefox,
+    /// folded stacks, `a;b;c 42` (flamegraph.pl, inferno, speedscope)
+    Folded,
+    /// speedscope JSON, one profile per thread
+    Speedscope,
+    /// gzipped pprof profile.proto (go tool pprof, continuous-profiling back ends)
+    Pprof,
+    /// SVG flame graph
+    Svg,
+}
+
+impl FormatArg {
+    pub fn format(self) -> emit::Format {
+        match self {
+            FormatArg::Firefox => emit::Format::Firefox,
+            FormatArg::Folded => emit::Format::Folded,
+            FormatArg::Speedscope => emit::Format::Speedscope,
+            FormatArg::Pprof => emit::Format::Pprof,
+            FormatArg::Svg => emit::Format::Svg,
+        }
+    }
+}
+
+/// Output format and file: `--format` or else what the `-o` name implies (in any case),
+/// else Firefox; `-o` or else the format's default name. A name that implies another
+/// format than `--format` is refused: one of the two is a mistake.
+pub fn output_choice(
+    format: Option<FormatArg>,
+    output: Option<PathBuf>,
+) -> Result<(emit::Format, PathBuf)> {
+    let implied = output.as_deref().and_then(emit::Format::from_output_name);
+    let format = match (format.map(FormatArg::format), implied) {
+        (Some(asked), Some(named)) if asked != named => bail!(
+            "-o {} names a {} file, but --format says {}: change one of them",
+            output.as_deref().unwrap_or(Path::new("")).display(),
+            named.name(),
+            asked.name()
+        ),
+        (Some(asked), _) => asked,
+        (None, named) => named.unwrap_or(emit::Format::Firefox),
+    };
+    let output = output.unwrap_or_else(|| PathBuf::from(format.default_output()));
+    Ok((format, output))
+}
+
+#[derive(clap::Args)]
+pub struct ConvertArgs {
+    /// A profile written by `sampler record` (.json or .json.gz).
+    pub file: PathBuf,
+    /// Output format [default: what the -o name implies (.folded, .speedscope.json,
+    /// .pb.gz, .svg, .json[.gz])]
+    #[arg(short = 'f', long = "format", value_enum)]
+    pub format: Option<FormatArg>,
+    /// Output file [default: profile.folded, profile.speedscope.json, profile.pb.gz,
+    /// profile.svg or profile.json.gz, by format]
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
+    /// folded and svg: start every stack with its process and thread.
+    #[arg(long = "thread-roots")]
+    pub thread_roots: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum ColorArg {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(clap::Args)]
+pub struct ReportArgs {
+    /// A profile written by `sampler record` (.json or .json.gz).
+    pub file: PathBuf,
+    /// Only these threads (a tid, a thread name or a process name; repeatable)
+    /// [default: all threads merged]
+    #[arg(long = "thread", value_name = "NAME|TID")]
+    pub threads: Vec<String>,
+    /// One tree per thread instead of all threads merged.
+    #[arg(long = "per-thread")]
+    pub per_thread: bool,
+    /// Show the tree bottom-up: roots are the functions that ran, children their callers.
+    #[arg(long)]
+    pub invert: bool,
+    /// Deepest level shown (roots are level 1).
+    #[arg(long, value_name = "N")]
+    pub depth: Option<usize>,
+    /// Leave out nodes below this percentage of the samples (0 shows all).
+    #[arg(long = "min-percent", value_name = "P", default_value_t = 0.5)]
+    pub min_percent: f64,
+    /// Merge function: its call nodes disappear and their time goes to their callers.
+    #[arg(long = "merge", value_name = "FUNC")]
+    pub merge: Vec<String>,
+    /// Merge one call node into its caller.
+    #[arg(long = "merge-node", value_name = "A>B>C")]
+    pub merge_node: Vec<String>,
+    /// Merge a call node's subtree into its caller (its time becomes the caller's self time).
+    #[arg(long = "prune", value_name = "A>B>C")]
+    pub prune: Vec<String>,
+    /// Drop the samples whose stack contains the function.
+    #[arg(long = "drop", value_name = "FUNC")]
+    pub drop: Vec<String>,
+    /// Only the samples through this call node, with it as the root.
+    #[arg(long = "focus", value_name = "A>B>C")]
+    pub focus: Vec<String>,
+    /// Only the samples that call the function, with every call of it as a root.
+    #[arg(long = "focus-function", value_name = "FUNC")]
+    pub focus_function: Vec<String>,
+    /// Show the frames of a library as one node named after it.
+    #[arg(long = "collapse-lib", value_name = "LIB")]
+    pub collapse_lib: Vec<String>,
+    /// Show a function that calls itself directly as one node.
+    #[arg(long = "collapse-recursion", value_name = "FUNC")]
+    pub collapse_recursion: Vec<String>,
+    /// Merge every call of the function made while it is already on the stack.
+    #[arg(long = "collapse-indirect-recursion", value_name = "FUNC")]
+    pub collapse_indirect_recursion: Vec<String>,
+    /// Sample counts per source line of the function, instead of the tree.
+    #[arg(long = "lines", value_name = "FUNC")]
+    pub lines: Option<String>,
+    /// Columns to fit the output in (0: no limit) [default: the terminal's width, else
+    /// $COLUMNS, else no limit]
+    #[arg(long, value_name = "N")]
+    pub width: Option<usize>,
+    /// Colour the output [default: auto, when stdout is a terminal and NO_COLOR is unset]
+    #[arg(long, value_enum, default_value_t = ColorArg::Auto)]
+    pub color: ColorArg,
+}
+
+#[derive(clap::Args)]
+pub struct SymbolizeArgs {
+    /// The ELF file (executable or shared library).
+    #[arg(short = 'e', long = "exe")]
+    pub exe: PathBuf,
+    /// Root of separate debug files (.build-id/xx/rest.debug, .gnu_debuglink paths).
+    #[arg(long = "debug-root", default_value = crate::symbolicate::DEFAULT_DEBUG_ROOT)]
+    pub debug_root: PathBuf,
+    /// Addresses in the file's own address space (hex, `0x` optional); read from stdin,
+    /// whitespace-separated, when none are given.
+    pub addresses: Vec<String>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum UnwindArg {
+    Hybrid,
+    Fp,
+    Dwarf,
+}
+
+#[derive(clap::Args)]
+pub struct RecordArgs {
+    /// Sampling frequency in Hz (per thread); lowered to kernel.perf_event_max_sample_rate.
+    #[arg(short = 'F', long = "freq", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub frequency: u64,
+    /// Output file; gzip-compressed when a Firefox profile's name ends in `.gz`
+    /// [default: profile.json.gz, or the --format's default name]
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
+    /// Output format [default: what the -o name implies, else firefox]
+    #[arg(short = 'f', long = "format", value_enum)]
+    pub format: Option<FormatArg>,
+    /// folded and svg: start every stack with its process and thread.
+    #[arg(long = "thread-roots")]
+    pub thread_roots: bool,
+    /// Data pages per CPU ring buffer (a power of two) [default: what
+    /// kernel.perf_event_mlock_kb allows, 128 with its default of 516]
+    #[arg(short = 'm', long = "mmap-pages")]
+    pub mmap_pages: Option<usize>,
+    /// How user stacks are unwound: hybrid (CFI through a stack copy, then the frame
+    /// pointer chain), fp (frame pointers only, cheapest), dwarf (CFI only).
+    #[arg(long = "unwind", value_enum, default_value_t = UnwindArg::Hybrid)]
+    pub unwind: UnwindArg,
+    /// Bytes of user stack copied with each sample [default: fp 512, hybrid 8192, dwarf
+    /// 16384].
+    #[arg(long = "stack-size", value_name = "BYTES")]
+    pub stack_size: Option<u32>,
+    /// Attach to running processes instead of launching a command.
+    #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID")]
+    pub pids: Vec<i32>,
+    /// With -p: stop recording after this many seconds (else at Ctrl-C, or when every
+    /// attached process has exited).
+    #[arg(short = 'd', long = "duration", value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// Root of separate debug files (.build-id/xx/rest.debug, .gnu_debuglink paths).
+    #[arg(long = "debug-root", default_value = crate::symbolicate::DEFAULT_DEBUG_ROOT)]
+    pub debug_root: PathBuf,
+    /// Deepest stack (frames) the kernel walks per sample. Above
+    /// kernel.perf_event_max_stack, sampler (as root) raises that setting while it
+    /// records and puts it back after; at or below it, nothing machine-wide changes.
+    #[arg(long = "max-stack", value_name = "FRAMES",
+          default_value_t = crate::record::stack_limit::DEFAULT_MAX_STACK,
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(crate::record::stack_limit::MAX_FITTING_FRAMES)))]
+    pub max_stack: u16,
+    /// The command to profile, with its arguments.
+    /// Under sudo, run the command as root too [default: as the user who ran sudo].
+    #[arg(long = "keep-root")]
+    pub keep_root: bool,
+    /// The command to profile, with its arguments (which may start with `-`; an option
+    /// of sampler's own before the command is still an option, or an error).
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+pub type MakeTransform = fn(String) -> Transform;
+
+/// The report's transforms in the order they were given on the command line, whatever
+/// their flags (clap keeps each flag's values apart, so order comes from their indexes).
+pub fn report_transforms(matches: &clap::ArgMatches) -> Result<Vec<Transform>> {
+    let kinds: [(&str, MakeTransform); 9] = [
+        ("merge", Transform::MergeFunction),
+        ("merge_node", |p| {
+            Transform::MergeCallNode(calltree::parse_path(&p))
+        }),
+        ("prune", |p| {
+            Transform::PruneCallNode(calltree::parse_path(&p))
+        }),
+        ("drop", Transform::DropFunction),
+        ("focus", |p| {
+            Transform::FocusSubtree(calltree::parse_path(&p))
+        }),
+        ("focus_function", Transform::FocusFunction),
+        ("collapse_lib", Transform::CollapseLibrary),
+        ("collapse_recursion", Transform::CollapseRecursion),
+        (
+            "collapse_indirect_recursion",
+            Transform::CollapseIndirectRecursion,
+        ),
+    ];
+    let mut ordered: Vec<(usize, Transform)> = Vec::new();
+    for (id, make) in kinds {
+        if let (Some(values), Some(indexes)) =
+            (matches.get_many::<String>(id), matches.indices_of(id))
+        {
+            ordered.extend(indexes.zip(values).map(|(i, v)| (i, make(v.clone()))));
+        }
+    }
+    ordered.sort_by_key(|(i, _)| *i);
+    Ok(ordered.into_iter().map(|(_, t)| t).collect())
+}
+
+/// The width to fit the report in: `--width` (0 = none), the terminal's, `$COLUMNS`.
+pub fn report_width(arg: Option<usize>, tty: bool) -> Option<usize> {
+    match arg {
+        Some(0) => None,
+        Some(w) => Some(w),
+        None => tty
+            .then(|| terminal_size::terminal_size().map(|(w, _)| usize::from(w.0)))
+            .flatten()
+            .or_else(|| std::env::var("COLUMNS").ok()?.parse().ok()),
+    }
+}
+
+impl ReportArgs {
+    /// How the report is drawn: `tty` says whether stdout is a terminal.
+    pub fn options(&self, tty: bool) -> Result<emit::report::ReportOptions> {
+        if !(0.0..=100.0).contains(&self.min_percent) {
+            bail!(
+                "--min-percent must be between 0 and 100 (got {})",
+                self.min_percent
+            );
+        }
+        Ok(emit::report::ReportOptions {
+            width: report_width(self.width, tty),
+            color: match self.color {
+                ColorArg::Always => true,
+                ColorArg::Never => false,
+                ColorArg::Auto => tty && std::env::var_os("NO_COLOR").is_none(),
+            },
+            max_depth: self.depth,
+            min_percent: self.min_percent,
+        })
+    }
+}
+
+/// The most ring-buffer pages per CPU `-m` accepts: 2^20 pages are 4 GiB per CPU, more
+/// than the kernel lets anyone lock; a larger value can only be a typo.
+pub const MAX_MMAP_PAGES: usize = 1 << 20;
+
+/// The longest `-d` accepted: 30 days. Longer is a typo (and `1e20` would not fit a
+/// `Duration`).
+pub const MAX_DURATION_SECONDS: f64 = 30.0 * 24.0 * 3600.0;
+
+/// Everything `sampler record` was asked, checked.
+#[derive(Clone, Debug)]
+pub struct RecordPlan {
+    pub options: RecordOptions,
+    pub mode: UnwindMode,
+    pub format: emit::Format,
+    pub output: PathBuf,
+    pub export: emit::ExportOptions,
+    pub debug_root: PathBuf,
+}
+
+impl RecordArgs {
+    /// The checked plan of the recording; the error says what to change. Nothing is
+    /// created or touched on the way.
+    pub fn plan(self) -> Result<RecordPlan> {
+        if let Some(pages) = self.mmap_pages {
+            if !pages.is_power_of_two() || pages > MAX_MMAP_PAGES {
+                bail!(
+                    "-m/--mmap-pages must be a power of two from 1 to {MAX_MMAP_PAGES} (got {pages})"
+                );
+            }
+        }
+        let target = match (self.pids.is_empty(), self.command.is_empty()) {
+            (true, true) => bail!(
+                "nothing to record: give a command (`sampler record -- CMD ARGS`) or running processes (`-p PID`)"
+            ),
+            (false, false) => bail!(
+                "-p attaches to running processes; give either -p PID or a command, not both"
+            ),
+            (true, false) => record::Target::Command(self.command.clone()),
+            (false, true) => record::Target::Pids(record::resolve_pids(&self.pids)?),
+        };
+        let duration = match self.duration {
+            None => None,
+            Some(_) if matches!(target, record::Target::Command(_)) => bail!(
+                "-d/--duration is for attached processes (-p); a command is recorded until it exits"
+            ),
+            Some(d) if d.is_finite() && d > 0.0 && d <= MAX_DURATION_SECONDS => {
+                Some(Duration::from_secs_f64(d))
+            }
+            Some(d) => bail!(
+                "-d/--duration must be a number of seconds above 0 and at most {MAX_DURATION_SECONDS} (30 days) (got {d})"
+            ),
+        };
+        let mode = self.unwind.mode();
+        let stack_bytes = self
+            .stack_size
+            .unwrap_or_else(|| mode.default_stack_bytes());
+        if stack_bytes % 8 != 0 || !(8..=65_528).contains(&stack_bytes) {
+            bail!("--stack-size must be a multiple of 8 between 8 and 65528 (got {stack_bytes})");
+        }
+        let (format, output) = output_choice(self.format, self.output)?;
+        if let record::Target::Command(command) = &target {
+            if let Some(program) = record::program_path(&command[0]) {
+                let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+                    (Ok(a), Ok(b)) => a == b,
+                    _ => false,
+                };
+                if same(&program, &output) {
+                    bail!(
+                        "-o {} is the program being profiled: choose another output name",
+                        output.display()
+                    );
+                }
+            }
+        }
+        let run_as = if self.keep_root {
+            None
+        } else {
+            record::Credentials::of_sudo_user()?
+        };
+        Ok(RecordPlan {
+            options: RecordOptions {
+                stack_bytes,
+                target,
+                frequency_hz: self.frequency,
+                mmap_pages: self.mmap_pages,
+                duration,
+                max_stack: self.max_stack,
+                run_as,
+            },
+            mode,
+            format,
+            output,
+            export: emit::ExportOptions {
+                thread_roots: self.thread_roots,
+            },
+            debug_root: self.debug_root,
+        })
+    }
+}
+
+impl UnwindArg {
+    pub fn mode(self) -> UnwindMode {
+        match self {
+            UnwindArg::Hybrid => UnwindMode::Hybrid,
+            UnwindArg::Fp => UnwindMode::Fp,
+            UnwindArg::Dwarf => UnwindMode::Dwarf,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("sampler").chain(args.iter().copied()))
+    }
+
+    fn record_args(args: &[&str]) -> RecordArgs {
+        let mut all = vec!["record"];
+        all.extend_from_slice(args);
+        match parse(&all).unwrap().command {
+            Command::Record(r) => r,
+            _ => unreachable!(),
+        }
+    }
+
+    fn plan_error(args: &[&str]) -> String {
+        format!("{:#}", record_args(args).plan().unwrap_err())
+    }
+
+    #[test]
+    fn the_command_and_its_own_options() {
+        let r = record_args(&["./prog", "--flag", "-x"]);
+        assert_eq!(r.command, ["./prog", "--flag", "-x"]);
+        let r = record_args(&["-F", "99", "--", "prog", "-F", "1"]);
+        assert_eq!((r.frequency, r.command.len()), (99, 3));
+        // An option of sampler's own before the command is an option, or an error.
+        assert!(parse(&["record", "--bogus"]).is_err());
+        assert!(parse(&["record", "--bogus", "--", "true"]).is_err());
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn values_that_cannot_work_are_refused() {
+        assert!(plan_error(&["-m", "0", "--", "true"]).contains("power of two"));
+        assert!(plan_error(&["-m", "3", "--", "true"]).contains("power of two"));
+        assert!(plan_error(&["-m", "2097152", "--", "true"]).contains("from 1 to 1048576"));
+        assert!(plan_error(&["-p", "1", "-d", "1e20"]).contains("at most 2592000"));
+        assert!(plan_error(&["-p", "1", "-d", "0"]).contains("above 0"));
+        assert!(plan_error(&["-p", "1", "-d", "NaN"]).contains("above 0"));
+        assert!(plan_error(&["-d", "3", "--", "true"]).contains("for attached processes"));
+        assert!(plan_error(&["--stack-size", "12", "--", "true"]).contains("multiple of 8"));
+        assert!(plan_error(&[]).contains("nothing to record"));
+    }
+
+    #[test]
+    fn the_output_name_and_the_format_agree() {
+        let choice = |f: Option<FormatArg>, o: &str| output_choice(f, Some(o.into()));
+        assert_eq!(choice(None, "P.SVG").unwrap().0, emit::Format::Svg);
+        assert_eq!(choice(None, "x.JSON.GZ").unwrap().0, emit::Format::Firefox);
+        assert_eq!(
+            choice(Some(FormatArg::Svg), "x.svg").unwrap().0,
+            emit::Format::Svg
+        );
+        assert_eq!(
+            choice(Some(FormatArg::Folded), "out.txt").unwrap().0,
+            emit::Format::Folded
+        );
+        let err = choice(Some(FormatArg::Pprof), "x.svg")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("names a svg file, but --format says pprof"),
+            "{err}"
+        );
+        assert_eq!(
+            output_choice(None, None).unwrap().1,
+            PathBuf::from("profile.json.gz")
+        );
+    }
+}

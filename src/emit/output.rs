@@ -1,0 +1,246 @@
+//! Where outputs go, safely. sampler runs as root on people's machines, often in
+//! directories other users can write, so an output path is checked before recording
+//! starts and written only at the end, atomically:
+//!
+//! - [`check_destination`] says what is wrong with `-o` before anything is recorded, and
+//!   creates, truncates and deletes nothing: a failed run leaves every file as it was.
+//! - [`AtomicFile`] writes a new file in the same directory (a fresh name, created
+//!   exclusively, never through a symbolic link), flushes it to disk, hands it to the
+//!   sudo user through its open descriptor (never by path), and only then renames it
+//!   over the old name. When anything fails, the new file is removed and the old one is
+//!   untouched; every error names the path.
+//! - As root, the path itself must not be a symbolic link, nor a file of a user other
+//!   than root or the one who ran sudo: someone else may have put it there.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+/// The user who ran `sudo`, when sampler runs as root under it: outputs are theirs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SudoUser {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl SudoUser {
+    /// `SUDO_UID`/`SUDO_GID`, when this process is root (only root can give files away,
+    /// and a non-root process with a stale `SUDO_UID` keeps its files).
+    pub fn from_env() -> Option<SudoUser> {
+        if !nix::unistd::Uid::effective().is_root() {
+            return None;
+        }
+        let id = |var: &str| std::env::var(var).ok()?.parse::<u32>().ok();
+        let uid = id("SUDO_UID")?;
+        Some(SudoUser {
+            uid,
+            gid: id("SUDO_GID").unwrap_or(uid),
+        })
+    }
+}
+
+/// The directory an output lands in (`.` for a bare name).
+fn directory_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// What is wrong with writing an output at `path`, found without creating anything: its
+/// directory must exist and be writable, the name must not be a directory, and as root
+/// (`root`) not a symbolic link nor a file of another user than root or `sudo`.
+pub fn check_destination(path: &Path, root: bool, sudo: Option<SudoUser>) -> Result<()> {
+    let dir = directory_of(path);
+    let dir_meta = std::fs::metadata(dir).with_context(|| {
+        format!(
+            "cannot write {}: no directory {}",
+            path.display(),
+            dir.display()
+        )
+    })?;
+    if !dir_meta.is_dir() {
+        bail!(
+            "cannot write {}: {} is not a directory",
+            path.display(),
+            dir.display()
+        );
+    }
+    if nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_err() {
+        bail!(
+            "cannot write {}: the directory {} is not writable (choose another -o)",
+            path.display(),
+            dir.display()
+        );
+    }
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if meta.file_type().is_symlink() {
+        if root {
+            bail!(
+                "{} is a symbolic link: sampler runs as root and does not write through one (remove it, or choose another -o)",
+                path.display()
+            );
+        }
+    } else if meta.is_dir() {
+        bail!(
+            "{} is a directory (choose a file name for -o)",
+            path.display()
+        );
+    } else if root && meta.uid() != 0 && sudo.is_none_or(|s| s.uid != meta.uid()) {
+        bail!(
+            "{} belongs to user {}: sampler runs as root and does not replace another user's file (remove it, or choose another -o)",
+            path.display(),
+            meta.uid()
+        );
+    }
+    Ok(())
+}
+
+/// A new file that takes the place of `path` only when [`AtomicFile::commit`] is called;
+/// dropped uncommitted, it is removed.
+pub struct AtomicFile {
+    path: PathBuf,
+    temp: PathBuf,
+    file: Option<File>,
+}
+
+/// Permission bits of a new output: readable by everyone, as files a user creates are
+/// under the usual umask.
+const OUTPUT_MODE: u32 = 0o644;
+
+impl AtomicFile {
+    /// Creates the new file beside `path`: `.NAME.sampler-PID-N`, exclusively (an
+    /// existing file or link of that name is an error, never followed).
+    pub fn create(path: &Path) -> Result<AtomicFile> {
+        let dir = directory_of(path);
+        let name = path
+            .file_name()
+            .with_context(|| format!("cannot write {}: it names no file", path.display()))?;
+        let mut attempt = 0u32;
+        loop {
+            let temp = dir.join(format!(
+                ".{}.sampler-{}-{attempt}",
+                name.to_string_lossy(),
+                std::process::id()
+            ));
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(OUTPUT_MODE)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&temp)
+            {
+                Ok(file) => {
+                    return Ok(AtomicFile {
+                        path: path.to_path_buf(),
+                        temp,
+                        file: Some(file),
+                    })
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 100 => {
+                    attempt += 1;
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot write {}", path.display()))
+                }
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The open new file, to write into.
+    pub fn file(&mut self) -> &mut File {
+        self.file.as_mut().expect("written before commit")
+    }
+
+    /// Flushes the new file to disk, gives it to `owner` (through the descriptor), and
+    /// renames it over `path`.
+    pub fn commit(mut self, owner: Option<SudoUser>) -> Result<()> {
+        let file = self.file.take().expect("committed once");
+        let what = || format!("cannot write {}", self.path.display());
+        file.sync_all().with_context(what)?;
+        if let Some(user) = owner {
+            std::os::unix::fs::fchown(&file, Some(user.uid), Some(user.gid)).with_context(
+                || format!("cannot give {} to uid {}", self.path.display(), user.uid),
+            )?;
+        }
+        drop(file);
+        std::fs::rename(&self.temp, &self.path).with_context(what)?;
+        Ok(())
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.file().write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file().flush()
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if self.file.take().is_some() {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("sampler-output-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_old_file_stays_until_the_new_one_is_complete() {
+        let dir = scratch("atomic");
+        let path = dir.join("out.json");
+        std::fs::write(&path, "old").unwrap();
+        let mut new = AtomicFile::create(&path).unwrap();
+        new.write_all(b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
+        drop(new);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            1,
+            "the new file is gone"
+        );
+        let mut new = AtomicFile::create(&path).unwrap();
+        new.write_all(b"new").unwrap();
+        new.commit(None).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn destinations_are_checked_without_creating_anything() {
+        let dir = scratch("check");
+        let path = dir.join("out.json");
+        check_destination(&path, true, None).unwrap();
+        assert!(!path.exists());
+        let err = check_destination(&dir.join("nodir/out.json"), false, None).unwrap_err();
+        assert!(format!("{err:#}").contains("no directory"), "{err:#}");
+        let err = check_destination(&dir, false, None).unwrap_err();
+        assert!(format!("{err:#}").contains("is a directory"), "{err:#}");
+        std::os::unix::fs::symlink("/etc/passwd", &path).unwrap();
+        let err = check_destination(&path, true, None).unwrap_err();
+        assert!(format!("{err:#}").contains("symbolic link"), "{err:#}");
+    }
+}

@@ -1,0 +1,319 @@
+//! The end-of-recording summary: what was recorded and how it ended, what the profile
+//! lacks and why (frames cut, samples lost, names missing, an empty profile), and where
+//! it was written. A value first, so that its lines are tested; printed on stderr, where
+//! a line that cannot be written is dropped.
+
+use std::path::Path;
+
+use crate::emit::Format;
+use crate::events::{RecordingInfo, StackLimit};
+use crate::profile::{Missing, Profile};
+use crate::record::{CommandExit, DetachReason, Ended};
+use crate::unwind::UnwindMode;
+
+/// Everything the summary says.
+pub struct Summary<'a> {
+    pub info: &'a RecordingInfo,
+    pub profile: &'a Profile,
+    pub ended: Ended,
+    pub mode: UnwindMode,
+    pub format: Format,
+    pub output: &'a Path,
+    /// Milliseconds from the end of the recording to the file being written.
+    pub write_ms: f64,
+    /// Whether sampler runs as root (what it could have done about a refused limit).
+    pub root: bool,
+}
+
+impl Summary<'_> {
+    /// The summary's lines, each starting with `sampler: `.
+    pub fn lines(&self) -> Vec<String> {
+        let (info, profile) = (self.info, self.profile);
+        let m = &profile.meta;
+        let samples: usize = profile.threads.iter().map(|t| t.samples.len()).sum();
+        let mut out = vec![match self.ended {
+            Ended::Command(CommandExit::Code(c)) => format!("command exited with code {c}"),
+            Ended::Command(CommandExit::Signal(s)) => format!("command was killed by signal {s}"),
+            Ended::Detached(DetachReason::Duration) => {
+                "recorded for the -d duration; the processes go on running".to_string()
+            }
+            Ended::Detached(DetachReason::Interrupted) => {
+                "recording interrupted; the processes go on running".to_string()
+            }
+            Ended::Detached(DetachReason::AllExited) => "every attached process exited".to_string(),
+        }];
+        if let Some(stopped) = info.stopped_for {
+            out.push(format!(
+                "the processes were stopped for {:.1} ms while sampler attached",
+                stopped.as_secs_f64() * 1000.0
+            ));
+        }
+        out.push(format!(
+            "{} samples ({}, {} Hz), {} lost, {} threads in {} processes, {:.2} s",
+            samples,
+            m.event,
+            m.frequency_hz,
+            m.lost_samples,
+            profile.threads.len(),
+            profile.processes.len(),
+            m.duration_ms / 1000.0
+        ));
+        if samples > 0 {
+            out.push(format!(
+                "{} unwinding, {:.1} MB of samples ({} bytes per sample)",
+                self.mode.name(),
+                info.sample_bytes as f64 / 1e6,
+                info.sample_bytes / samples as u64
+            ));
+        }
+        out.extend(lost_by_thread(profile));
+        if m.truncated_stacks > 0 {
+            out.push(format!(
+                "{} stacks could not be unwound to their outermost frame and start with [truncated] (the stack copy or the kernel's frame limit ended them; a larger --stack-size helps the first)",
+                m.truncated_stacks
+            ));
+        }
+        out.extend(self.why_incomplete(samples));
+        if m.throttled > 0 {
+            out.push(format!(
+                "the kernel throttled sampling {} times (lower -F)",
+                m.throttled
+            ));
+        }
+        out.extend(symbol_gaps(profile));
+        out.push(format!(
+            "wrote {} ({:.0} ms after the command ended); {}",
+            self.output.display(),
+            self.write_ms,
+            how_to_open(self.format, self.output)
+        ));
+        out.into_iter().map(|l| format!("sampler: {l}")).collect()
+    }
+
+    pub fn print(&self) {
+        for line in self.lines() {
+            say!("{line}");
+        }
+    }
+
+    /// Why the profile is empty, or misses frames, processes or samples, where sampler
+    /// knows: one line each, so that nothing is missing silently.
+    fn why_incomplete(&self, samples: usize) -> Vec<String> {
+        let info = self.info;
+        let gaps = &info.gaps;
+        let mut out = Vec::new();
+        if gaps.stack_limit == StackLimit::Refused {
+            let why = if self.root {
+                "another perf session's callchain events (perf record -g, another profiler) keep the kernel from changing it"
+            } else {
+                "only root may change it"
+            };
+            out.push(format!(
+                "stacks deeper than {} frames are cut and start with [truncated]: kernel.perf_event_max_stack could not be raised ({why})",
+                info.max_stack
+            ));
+        }
+        if gaps.unreadable_bytes > 0 {
+            out.push(format!(
+                "{} bytes of the ring buffers could not be parsed (a corrupt record); the about {} samples in them are counted as lost",
+                gaps.unreadable_bytes, gaps.unreadable_samples
+            ));
+        }
+        for pid in &gaps.left_stopped {
+            out.push(format!(
+                "pid {pid} was already stopped when sampler attached and was left so: a stopped process runs no code, so it has no samples (`kill -CONT {pid}` continues it)"
+            ));
+        }
+        if !gaps.outliving.is_empty() {
+            let list: Vec<String> = gaps
+                .outliving
+                .iter()
+                .map(|(pid, name)| format!("{pid} ({name})"))
+                .collect();
+            out.push(format!(
+                "{} processes the command started were still running when it exited, and were recorded only until then: {} (`sampler record -p PID` records a daemon)",
+                list.len(),
+                list.join(", ")
+            ));
+        }
+        if samples == 0 {
+            match &gaps.set_id_program {
+                Some(file) => out.push(format!(
+                    "no samples: {} is a set-user-ID or set-group-ID program, and the kernel stops sampling a program that gains privileges when it starts",
+                    file.display()
+                )),
+                None if gaps.left_stopped.is_empty() => out.push(format!(
+                    "no samples: what was recorded used less than one sampling period of CPU time ({:.1} ms at {} Hz), or waited the whole time",
+                    1000.0 / info.frequency_hz.max(1) as f64,
+                    info.frequency_hz
+                )),
+                None => {}
+            }
+        }
+        out
+    }
+}
+
+/// The threads that lost samples, most first (at most ten), so that a thread whose
+/// profile is thin for that reason can be told apart.
+fn lost_by_thread(profile: &Profile) -> Option<String> {
+    let mut lost: Vec<_> = profile
+        .threads
+        .iter()
+        .filter(|t| t.lost_samples > 0)
+        .collect();
+    if lost.is_empty() {
+        return None;
+    }
+    lost.sort_by_key(|t| std::cmp::Reverse(t.lost_samples));
+    let shown: Vec<String> = lost
+        .iter()
+        .take(10)
+        .map(|t| format!("{} ({}) {}", t.name, t.tid, t.lost_samples))
+        .collect();
+    let more = lost.len().saturating_sub(10);
+    Some(format!(
+        "lost samples by thread: {}{} (a larger -m or a lower -F loses fewer)",
+        shown.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    ))
+}
+
+/// Which sampled libraries lack names or debug information, and why, so that a `0x…`
+/// frame or a missing line is explained.
+fn symbol_gaps(profile: &Profile) -> Vec<String> {
+    let mut out = Vec::new();
+    for (missing, heading) in [
+        (
+            Missing::Symbols,
+            "frames left as addresses (0x…), for want of symbols",
+        ),
+        (
+            Missing::DebugInfo,
+            "no source lines or inlined calls (install the debug package, or pass --debug-root)",
+        ),
+    ] {
+        let gaps: Vec<_> = profile
+            .symbol_gaps
+            .iter()
+            .filter(|g| g.missing == missing)
+            .collect();
+        if gaps.is_empty() {
+            continue;
+        }
+        out.push(format!("{heading}:"));
+        for g in gaps {
+            out.push(format!("  {}: {}", profile.libs[g.lib.index()].name, g.why));
+        }
+    }
+    out
+}
+
+/// What to do with a written file, for the last line of the summary.
+pub fn how_to_open(format: Format, path: &Path) -> String {
+    let p = path.display();
+    match format {
+        Format::Firefox => format!(
+            "open it at https://profiler.firefox.com (\"Load a profile from file\"), or `sampler report {p}`"
+        ),
+        Format::Folded => {
+            format!("draw it with `flamegraph.pl {p} > flame.svg` or `inferno-flamegraph`")
+        }
+        Format::Speedscope => "open it at https://www.speedscope.app".to_string(),
+        Format::Pprof => format!("read it with `go tool pprof -top {p}`"),
+        Format::Svg => "open it in a browser".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{RecordingGaps, SamplingEvent};
+
+    fn info(gaps: RecordingGaps) -> RecordingInfo {
+        RecordingInfo {
+            event: SamplingEvent::CpuClock,
+            frequency_hz: 1000,
+            start_unix_ms: 0.0,
+            start_ns: 0,
+            end_ns: 0,
+            lost_samples: 0,
+            throttled: 0,
+            kernel_included: true,
+            max_stack: 127,
+            gaps,
+            command: vec!["app".into()],
+            root_pid: 1,
+            ring_pages: 128,
+            stopped_for: None,
+            sample_bytes: 0,
+            logical_cpus: 2,
+        }
+    }
+
+    fn lines(info: &RecordingInfo, profile: &Profile) -> Vec<String> {
+        Summary {
+            info,
+            profile,
+            ended: Ended::Command(CommandExit::Code(0)),
+            mode: UnwindMode::Hybrid,
+            format: Format::Firefox,
+            output: Path::new("out.json"),
+            write_ms: 12.0,
+            root: true,
+        }
+        .lines()
+    }
+
+    #[test]
+    fn an_empty_profile_says_why() {
+        let mut empty = Profile::from_named_stacks(&[]);
+        empty.threads.clear();
+        let gaps = RecordingGaps {
+            stack_limit: StackLimit::Refused,
+            left_stopped: vec![42],
+            outliving: vec![(77, "daemon".into())],
+            ..RecordingGaps::default()
+        };
+        let text = lines(&info(gaps), &empty).join("\n");
+        for want in [
+            "sampler: command exited with code 0",
+            "sampler: 0 samples (synthetic, 1000 Hz), 0 lost, 0 threads",
+            "stacks deeper than 127 frames are cut",
+            "another perf session's callchain events",
+            "pid 42 was already stopped",
+            "1 processes the command started were still running when it exited, and were recorded only until then: 77 (daemon)",
+            "sampler: wrote out.json (12 ms after the command ended)",
+        ] {
+            assert!(text.contains(want), "{want}:\n{text}");
+        }
+        assert!(!text.contains("no samples: what was recorded"), "{text}");
+        let text = lines(&info(RecordingGaps::default()), &empty).join("\n");
+        assert!(
+            text.contains("no samples: what was recorded used less than one sampling period of CPU time (1.0 ms at 1000 Hz)"),
+            "{text}"
+        );
+        let gaps = RecordingGaps {
+            set_id_program: Some("/usr/bin/passwd".into()),
+            ..RecordingGaps::default()
+        };
+        let text = lines(&info(gaps), &empty).join("\n");
+        assert!(
+            text.contains("no samples: /usr/bin/passwd is a set-user-ID"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn every_line_is_the_tool_speaking() {
+        let p = crate::calltree::tests::seed_001();
+        let all = lines(&info(RecordingGaps::default()), &p);
+        assert!(all.iter().all(|l| l.starts_with("sampler: ")), "{all:?}");
+        assert!(all.iter().any(|l| l.contains("3 samples (synthetic")));
+        assert!(!all.iter().any(|l| l.contains("no samples")));
+    }
+}
