@@ -28,6 +28,45 @@ pub struct LoadSegment {
     pub executable: bool,
 }
 
+/// The most a deflate stream can inflate: a zlib-compressed section can hold at most
+/// about 1,032 times its size (deflate's limit); a little more is allowed for headers.
+const MAX_ZLIB_RATIO: u64 = 1100;
+/// The same for zstd, whose run-length blocks reach about 32,768:1 (a 128 KiB block of one
+/// byte in 4 bytes).
+const MAX_ZSTD_RATIO: u64 = 33_000;
+/// No debug section of a real program is larger than this once inflated (the largest
+/// seen here, a Rust compiler's `.debug_info`, is a few hundred MiB).
+const MAX_SECTION_BYTES: u64 = 4 << 30;
+
+/// A section's bytes, inflated when it is compressed (`SHF_COMPRESSED`, `.zdebug_*`).
+/// A compressed section whose header declares more than its data could inflate to is a
+/// damaged or hostile file: it is refused, with the reason, rather than allocated.
+pub fn section_data<'d>(
+    section: &object::Section<'d, '_>,
+) -> Result<std::borrow::Cow<'d, [u8]>, String> {
+    let name = section.name().unwrap_or("?");
+    let compressed = section
+        .compressed_data()
+        .map_err(|e| format!("its section {name} cannot be read: {e}"))?;
+    let have = compressed.data.len() as u64;
+    let declared = compressed.uncompressed_size;
+    let ratio = match compressed.format {
+        object::CompressionFormat::None => None,
+        object::CompressionFormat::Zstandard => Some(MAX_ZSTD_RATIO),
+        _ => Some(MAX_ZLIB_RATIO),
+    };
+    if let Some(ratio) = ratio {
+        if declared > MAX_SECTION_BYTES || declared > have.saturating_mul(ratio) + 4096 {
+            return Err(format!(
+                "its compressed section {name} says it holds {declared} bytes in {have}, more than compression can give (a damaged file)"
+            ));
+        }
+    }
+    compressed
+        .decompress()
+        .map_err(|e| format!("its section {name} cannot be inflated: {e}"))
+}
+
 /// Section bytes, shared between the binary and the unwinders of every process mapping it.
 pub type SectionBytes = Arc<[u8]>;
 
@@ -75,7 +114,7 @@ impl Binary {
             };
             let bytes = |name: &str| -> Option<SectionBytes> {
                 Some(Arc::from(
-                    &*file.section_by_name(name)?.uncompressed_data().ok()?,
+                    &*section_data(&file.section_by_name(name)?).ok()?,
                 ))
             };
             let with_range = |name: &str| Some((range(name)?, bytes(name)?));

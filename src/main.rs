@@ -104,6 +104,12 @@ fn symbolize_main(args: SymbolizeArgs) -> Result<()> {
     let path = args.exe.canonicalize().unwrap_or(args.exe.clone());
     let syms = symbolicate::LibSymbols::load(&binary, &path.to_string_lossy(), &opts)
         .context("not an ELF file")?;
+    if let Some(why) = &syms.no_debug_info {
+        sampler::say!(
+            "sampler: {}: no source lines or inlined calls: {why}",
+            args.exe.display()
+        );
+    }
     let mut input = String::new();
     let words: Vec<&str> = if args.addresses.is_empty() {
         std::io::stdin().read_to_string(&mut input)?;

@@ -23,15 +23,53 @@ use super::firefox::{
 use super::fxformat::{self as fx, ExtraEntry, ProcessedProfile};
 use crate::profile::*;
 
-/// Reads a profile file (plain or gzipped JSON).
+/// Reads a profile file (plain or gzipped JSON, bounded: see
+/// [`super::read_json_text`]). The text goes straight into the typed model.
 pub fn read_profile(path: &Path) -> Result<Profile> {
-    let value = super::read_json(path)?;
-    from_json(&value).with_context(|| {
+    let text = super::read_json_text(path)?;
+    from_slice(&text).with_context(|| {
         format!(
             "{} is not a profile that sampler wrote (Firefox Profiler processed format)",
             path.display()
         )
     })
+}
+
+/// The version field alone, to say "another version" before anything else is wrong.
+#[derive(Deserialize)]
+struct VersionOnly {
+    meta: VersionMeta,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct VersionMeta {
+    preprocessed_profile_version: Option<u64>,
+}
+
+/// The profile in processed-format JSON text.
+pub fn from_slice(text: &[u8]) -> Result<Profile> {
+    let version = match serde_json::from_slice::<VersionOnly>(text) {
+        Ok(v) => v.meta.preprocessed_profile_version,
+        Err(e) if e.is_syntax() || e.is_eof() => bail!("it is not valid JSON: {e}"),
+        Err(_) => None,
+    };
+    check_version(version)?;
+    // The error names the place in the file: `shared.frameTable.func[0]: invalid value…`.
+    let p: ProcessedProfile =
+        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(text))
+            .map_err(|e| anyhow::anyhow!("{}: {}", e.path(), e.inner()))?;
+    from_processed(&p)
+}
+
+fn check_version(version: Option<u64>) -> Result<()> {
+    if version != Some(u64::from(PROCESSED_PROFILE_VERSION)) {
+        bail!(
+            "meta.preprocessedProfileVersion is {}, sampler reads version {PROCESSED_PROFILE_VERSION}",
+            version.map_or("missing".into(), |v| v.to_string())
+        );
+    }
+    Ok(())
 }
 
 fn lib_kind(name: &str) -> LibKind {
@@ -112,14 +150,9 @@ fn entry<'a>(meta: &'a fx::Meta, section_label: &str, label: &str) -> &'a Value 
 
 /// The profile in a processed-format JSON value.
 pub fn from_json(value: &Value) -> Result<Profile> {
-    let version = value["meta"]["preprocessedProfileVersion"].as_u64();
-    if version != Some(u64::from(PROCESSED_PROFILE_VERSION)) {
-        bail!(
-            "meta.preprocessedProfileVersion is {}, sampler reads version {PROCESSED_PROFILE_VERSION}",
-            version.map_or("missing".into(), |v| v.to_string())
-        );
-    }
-    let p = ProcessedProfile::deserialize(value)?;
+    check_version(value["meta"]["preprocessedProfileVersion"].as_u64())?;
+    let p: ProcessedProfile = serde_path_to_error::deserialize(value)
+        .map_err(|e| anyhow::anyhow!("{}: {}", e.path(), e.inner()))?;
     from_processed(&p)
 }
 

@@ -46,6 +46,9 @@ const WARM_PERCENT: f64 = 5.0;
 /// The guides of a deep node never take more than this share of the width; deeper
 /// levels are abbreviated to their depth number.
 const MAX_GUIDE_SHARE: f64 = 0.5;
+/// Without a width to fit, guides still stop growing here (40 levels), so that a tree
+/// thousands of levels deep prints in time and memory linear in its depth.
+const MAX_GUIDE_CHARS: usize = 120;
 /// Names are never shortened below this many characters.
 const MIN_NAME: usize = 12;
 
@@ -191,9 +194,27 @@ pub fn render_tree(tree: &CallTree, opts: &ReportOptions, out: &mut String) {
     let hidden = tree.roots.len() - roots.len();
     for (i, &root) in roots.iter().enumerate() {
         let last = i + 1 == roots.len() && hidden == 0;
-        r.node(root, &mut String::new(), 1, last, true, None);
+        r.subtree(root, last);
     }
     r.hidden_line(&tree.roots[roots.len()..], None);
+}
+
+/// One step of the depth-first walk that draws a subtree (a loop over an explicit stack:
+/// a tree may be tens of thousands of levels deep).
+enum Step<'t> {
+    /// Draw this node and schedule its children.
+    Node {
+        id: CallNodeIndex,
+        depth: usize,
+        last: bool,
+        parent_lib: Option<&'t str>,
+    },
+    /// After a node's children: the `…` line for those left out, and the guides back to
+    /// this many levels.
+    Close {
+        hidden: &'t [CallNodeIndex],
+        levels_len: usize,
+    },
 }
 
 struct TreeRenderer<'a> {
@@ -230,27 +251,92 @@ impl TreeRenderer<'_> {
         )
     }
 
-    /// The guide text for a node, abbreviated when it would take too much of the width.
-    fn guides(&self, prefix: &str, connector: &str, depth: usize) -> String {
-        let full = format!("{prefix}{connector}");
-        let Some(width) = self.opts.width else {
-            return full;
-        };
-        let cap = (width as f64 * MAX_GUIDE_SHARE) as usize;
-        let chars: Vec<char> = full.chars().collect();
-        if chars.len() <= cap {
-            return full;
+    /// The guide text for a node: a column per ancestor level (`levels[i]`: whether the
+    /// ancestor at that level was its parent's last child), then `connector`. When that
+    /// would take too much of the width (or, with none, [`MAX_GUIDE_CHARS`]), it is the
+    /// depth number and the last levels. Costs the length of what is shown, whatever the
+    /// depth.
+    fn guides(&self, levels: &[bool], connector: &str, depth: usize) -> String {
+        let cap = self
+            .opts
+            .width
+            .map_or(MAX_GUIDE_CHARS, |w| (w as f64 * MAX_GUIDE_SHARE) as usize);
+        let column = |&last: &bool| if last { "   " } else { "│  " };
+        let length = levels.len() * 3 + connector.chars().count();
+        if length <= cap {
+            let mut text: String = levels.iter().map(column).collect();
+            text.push_str(connector);
+            return text;
         }
         let mark = format!("[{depth}]");
-        let keep = cap.saturating_sub(mark.len()).min(chars.len());
-        let tail: String = chars[chars.len() - keep..].iter().collect();
-        format!("{mark}{tail}")
+        let room = cap.saturating_sub(mark.len() + connector.chars().count());
+        let shown = (room / 3).min(levels.len());
+        let mut text = mark;
+        text.extend(levels[levels.len() - shown..].iter().map(column));
+        text.push_str(connector);
+        text
     }
 
-    fn node(
+    /// Draws `root` and, depth first, what is shown of its subtree.
+    fn subtree(&mut self, root: CallNodeIndex, last: bool) {
+        let tree = self.tree;
+        // Per ancestor level below the root: whether it was its parent's last child.
+        let mut levels: Vec<bool> = Vec::new();
+        let mut stack = vec![Step::Node {
+            id: root,
+            depth: 1,
+            last,
+            parent_lib: None,
+        }];
+        while let Some(step) = stack.pop() {
+            match step {
+                Step::Close { hidden, levels_len } => {
+                    if !hidden.is_empty() {
+                        let guides = self.guides(&levels, "└─ ", levels.len() + 1);
+                        self.hidden_line(hidden, Some(&guides));
+                    }
+                    levels.truncate(levels_len);
+                }
+                Step::Node {
+                    id,
+                    depth,
+                    last,
+                    parent_lib,
+                } => {
+                    let root = depth == 1;
+                    self.line(id, &levels, depth, last, root, parent_lib);
+                    if self.opts.max_depth.is_some_and(|d| depth >= d) {
+                        continue;
+                    }
+                    let n = tree.node(id);
+                    let kids = self.visible(&n.children);
+                    let hidden = &n.children[kids.len()..];
+                    stack.push(Step::Close {
+                        hidden,
+                        levels_len: levels.len(),
+                    });
+                    if !root {
+                        levels.push(last);
+                    }
+                    let lib_here = tree.func(id).lib.as_deref().or(parent_lib);
+                    for (i, &k) in kids.iter().enumerate().rev() {
+                        stack.push(Step::Node {
+                            id: k,
+                            depth: depth + 1,
+                            last: i + 1 == kids.len() && hidden.is_empty(),
+                            parent_lib: lib_here,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// The line of one node.
+    fn line(
         &mut self,
         id: CallNodeIndex,
-        prefix: &mut String,
+        levels: &[bool],
         depth: usize,
         last: bool,
         root: bool,
@@ -263,7 +349,7 @@ impl TreeRenderer<'_> {
             (false, true) => "└─ ",
             (false, false) => "├─ ",
         };
-        let guides = self.guides(prefix, connector, depth);
+        let guides = self.guides(levels, connector, depth);
         let columns = self.columns(n.running_weight, n.self_weight);
         // The library is named where it changes, so runs of one library stay readable.
         let lib = func
@@ -288,28 +374,11 @@ impl TreeRenderer<'_> {
             paint(inlined, CYAN, c),
             paint(&lib_text, DIM, c)
         );
-        if self.opts.max_depth.is_some_and(|d| depth >= d) {
-            return;
-        }
-        let kids = self.visible(&n.children);
-        let hidden = &n.children[kids.len()..];
-        let saved = prefix.len();
-        if !root {
-            prefix.push_str(if last { "   " } else { "│  " });
-        }
-        let lib_here = func.lib.as_deref().or(parent_lib);
-        for (i, &k) in kids.iter().enumerate() {
-            let last_kid = i + 1 == kids.len() && hidden.is_empty();
-            self.node(k, prefix, depth + 1, last_kid, false, lib_here);
-        }
-        let p = prefix.clone();
-        self.hidden_line(hidden, Some(&p));
-        prefix.truncate(saved);
     }
 
-    /// One `…` line for the children left out by `--min-percent` (for roots, `prefix` is
-    /// `None`: they have no guides).
-    fn hidden_line(&mut self, hidden: &[CallNodeIndex], prefix: Option<&str>) {
+    /// One `…` line for the children left out by `--min-percent`, after `guides` (for
+    /// roots, `None`: they have no guides).
+    fn hidden_line(&mut self, hidden: &[CallNodeIndex], guides: Option<&str>) {
         if hidden.is_empty() {
             return;
         }
@@ -321,11 +390,7 @@ impl TreeRenderer<'_> {
         let _ = writeln!(
             self.out,
             "{blank}{}{}",
-            paint(
-                &prefix.map_or(String::new(), |p| format!("{p}└─ ")),
-                DIM,
-                self.opts.color
-            ),
+            paint(guides.unwrap_or(""), DIM, self.opts.color),
             paint(
                 &format!(
                     "… {} more, {} samples ({:.1}%), each below {}%",

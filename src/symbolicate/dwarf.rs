@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use gimli::{EndianArcSlice, RunTimeEndian};
-use object::{Object, ObjectSection};
+use object::Object;
 
 /// One function level at an address.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,10 +32,13 @@ pub struct DwarfInfo {
 
 impl DwarfInfo {
     /// Loads the DWARF sections of `file`, whose bytes are `data`: uncompressed sections
-    /// are borrowed from `data`, compressed ones inflated. `None` when the file has no
-    /// `.debug_info`.
-    pub fn load(file: &object::File<'_>, data: &Arc<[u8]>) -> Option<DwarfInfo> {
-        file.section_by_name(".debug_info")?;
+    /// are borrowed from `data`, compressed ones inflated. The error says why there is
+    /// none: no `.debug_info`, or a section that cannot be read.
+    pub fn load(file: &object::File<'_>, data: &Arc<[u8]>) -> Result<DwarfInfo, String> {
+        if file.section_by_name(".debug_info").is_none() {
+            return Err("no DWARF in the file".into());
+        }
+        let refused: std::cell::RefCell<Option<String>> = Default::default();
         let endian = if file.is_little_endian() {
             RunTimeEndian::Little
         } else {
@@ -51,10 +54,13 @@ impl DwarfInfo {
             ) {
                 return Ok(EndianArcSlice::new(Arc::from(&[][..]), endian));
             }
-            let bytes = file
-                .section_by_name(id.name())
-                .and_then(|s| s.uncompressed_data().ok())
-                .unwrap_or(Cow::Borrowed(&[]));
+            let bytes = match file.section_by_name(id.name()) {
+                None => Cow::Borrowed(&[][..]),
+                Some(section) => crate::binary::section_data(&section).map_err(|why| {
+                    refused.borrow_mut().get_or_insert(why);
+                    gimli::Error::Io
+                })?,
+            };
             // A borrowed section lies inside `data`: share it rather than copy it.
             let within = match &bytes {
                 Cow::Borrowed(slice) => (slice.as_ptr() as usize)
@@ -67,9 +73,16 @@ impl DwarfInfo {
                 None => EndianArcSlice::new(Arc::from(&*bytes), endian),
             })
         };
-        let sections = Arc::new(gimli::Dwarf::load(load).ok()?);
-        let context = addr2line::Context::from_arc_dwarf(sections.clone()).ok()?;
-        Some(DwarfInfo { sections, context })
+        let unreadable = |e: gimli::Error| {
+            refused
+                .borrow_mut()
+                .take()
+                .unwrap_or_else(|| format!("its DWARF cannot be read: {e}"))
+        };
+        let sections = Arc::new(gimli::Dwarf::load(load).map_err(unreadable)?);
+        let context = addr2line::Context::from_arc_dwarf(sections.clone())
+            .map_err(|e| format!("its DWARF cannot be read: {e}"))?;
+        Ok(DwarfInfo { sections, context })
     }
 
     /// A second, independent lookup context over the same sections, for another thread.

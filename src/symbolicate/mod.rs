@@ -73,10 +73,13 @@ impl LibSymbols {
     pub fn from_elf(data: &[u8]) -> Option<LibSymbols> {
         let data: Arc<[u8]> = Arc::from(data);
         let file = object::File::parse(&*data).ok()?;
-        let dwarf = DwarfInfo::load(&file, &data);
+        let (dwarf, no_debug_info) = match DwarfInfo::load(&file, &data) {
+            Ok(dwarf) => (Some(dwarf), None),
+            Err(why) => (None, Some(why)),
+        };
         Some(LibSymbols {
             symbols: SymbolMap::from_elf(&[&file]),
-            no_debug_info: dwarf.is_none().then(|| "no DWARF in the file".to_string()),
+            no_debug_info,
             dwarf,
             ..LibSymbols::default()
         })
@@ -99,20 +102,30 @@ impl LibSymbols {
         let mut files: Vec<&object::File> = debug_object.iter().collect();
         files.push(&file);
         let symbols = SymbolMap::from_elf(&files);
-        let dwarf = match (binary.has_dwarf, &debug, &debug_object) {
+        let loaded = match (binary.has_dwarf, &debug, &debug_object) {
             (false, Some(debug), Some(object)) => DwarfInfo::load(object, &debug.binary.data),
             _ => DwarfInfo::load(&file, &binary.data),
         };
-        let no_debug_info = dwarf.is_none().then(|| match rejected.first() {
-            Some(path) => format!("{} does not match the file (build ID)", path.display()),
-            None => match &binary.build_id {
-                Some(id) => format!(
-                    "no DWARF, and no debug file {}",
-                    build_id_path(&opts.debug_root, id).display()
-                ),
-                None => "no DWARF, and no build ID to find a debug file by".to_string(),
-            },
-        });
+        let (dwarf, no_debug_info) = match loaded {
+            Ok(dwarf) => (Some(dwarf), None),
+            // DWARF that is there but cannot be used says so.
+            Err(why) if binary.has_dwarf || debug.is_some() => (None, Some(why)),
+            Err(_) => (
+                None,
+                Some(match rejected.first() {
+                    Some(path) => {
+                        format!("{} does not match the file (build ID)", path.display())
+                    }
+                    None => match &binary.build_id {
+                        Some(id) => format!(
+                            "no DWARF, and no debug file {}",
+                            build_id_path(&opts.debug_root, id).display()
+                        ),
+                        None => "no DWARF, and no build ID to find a debug file by".to_string(),
+                    },
+                }),
+            ),
+        };
         Some(LibSymbols {
             symbols,
             dwarf,
