@@ -126,7 +126,6 @@ pub const RECORDING_KERNEL: &str = "Kernel frames";
 /// The profile in the processed format's model.
 pub fn to_processed(profile: &Profile) -> ProcessedProfile {
     let mut strings = Strings::default();
-    let index = |i: usize| i as u32;
 
     // One resource per library, in library order.
     let resource_name: Vec<u32> = profile
@@ -159,8 +158,57 @@ pub fn to_processed(profile: &Profile) -> ProcessedProfile {
     func_table.original_location = vec![None; funcs];
     func_table.length = funcs;
 
+    let syms = &profile.native_symbols;
+    let native_symbols = fx::NativeSymbols {
+        lib_index: syms.iter().map(|s| index(s.lib.index())).collect(),
+        address: syms.iter().map(|s| s.address).collect(),
+        name: syms.iter().map(|s| index(strings.get(&s.name))).collect(),
+        function_size: syms.iter().map(|s| s.size).collect(),
+        length: syms.len(),
+    };
+
+    let resource_table = fx::ResourceTable {
+        name: resource_name,
+        host: vec![None; resources],
+        kind: vec![1; resources],
+        length: resources,
+    };
+    let source_count = source_files.len();
+    let sources = fx::Sources {
+        id: vec![None; source_count],
+        filename: source_files,
+        start_line: vec![1; source_count],
+        start_column: vec![1; source_count],
+        source_map_url: vec![None; source_count],
+        content: vec![None; source_count],
+        length: source_count,
+    };
+
+    ProcessedProfile {
+        meta: meta(profile),
+        libs: profile.libs.iter().map(lib_entry).collect(),
+        shared: fx::Shared {
+            string_array: strings.into_list(),
+            stack_table: stack_table(profile),
+            frame_table: frame_table(profile),
+            func_table,
+            resource_table,
+            native_symbols,
+            sources,
+            source_location_table: fx::SourceLocationTable::default(),
+        },
+        threads: threads(profile),
+    }
+}
+
+/// Table indexes are u32 in the model (the profile's own indexes are u32 too).
+fn index(i: usize) -> u32 {
+    i as u32
+}
+
+fn frame_table(profile: &Profile) -> fx::FrameTable {
     let frames = &profile.frames;
-    let frame_table = fx::FrameTable {
+    fx::FrameTable {
         address: frames
             .iter()
             .map(|f| f.address.map_or(-1, |a| a as i64))
@@ -182,10 +230,12 @@ pub fn to_processed(profile: &Profile) -> ProcessedProfile {
         column: vec![None; frames.len()],
         original_location: vec![None; frames.len()],
         length: frames.len(),
-    };
+    }
+}
 
+fn stack_table(profile: &Profile) -> fx::StackTable {
     let stacks = &profile.stacks;
-    let stack_table = fx::StackTable {
+    fx::StackTable {
         frame: stacks.iter().map(|s| index(s.frame.index())).collect(),
         prefix_offset: stacks
             .iter()
@@ -193,18 +243,11 @@ pub fn to_processed(profile: &Profile) -> ProcessedProfile {
             .map(|(i, s)| index(s.prefix.map_or(0, |p| i - p.index())))
             .collect(),
         length: stacks.len(),
-    };
+    }
+}
 
-    let syms = &profile.native_symbols;
-    let native_symbols = fx::NativeSymbols {
-        lib_index: syms.iter().map(|s| index(s.lib.index())).collect(),
-        address: syms.iter().map(|s| s.address).collect(),
-        name: syms.iter().map(|s| index(strings.get(&s.name))).collect(),
-        function_size: syms.iter().map(|s| s.size).collect(),
-        length: syms.len(),
-    };
-
-    let threads = profile
+fn threads(profile: &Profile) -> Vec<fx::Thread> {
+    profile
         .threads
         .iter()
         .map(|t| {
@@ -236,25 +279,10 @@ pub fn to_processed(profile: &Profile) -> ProcessedProfile {
                 markers: fx::Markers::default(),
             }
         })
-        .collect();
+        .collect()
+}
 
-    let resource_table = fx::ResourceTable {
-        name: resource_name,
-        host: vec![None; resources],
-        kind: vec![1; resources],
-        length: resources,
-    };
-    let source_count = source_files.len();
-    let sources = fx::Sources {
-        id: vec![None; source_count],
-        filename: source_files,
-        start_line: vec![1; source_count],
-        start_column: vec![1; source_count],
-        source_map_url: vec![None; source_count],
-        content: vec![None; source_count],
-        length: source_count,
-    };
-
+fn meta(profile: &Profile) -> fx::Meta {
     let meta = &profile.meta;
     let command = fx::quote_command(&meta.command);
     let category = |name: &str, color: &str| fx::Category {
@@ -262,7 +290,7 @@ pub fn to_processed(profile: &Profile) -> ProcessedProfile {
         color: color.into(),
         subcategories: vec!["Other".into()],
     };
-    let meta = fx::Meta {
+    fx::Meta {
         interval: meta.interval_ms,
         start_time: meta.start_unix_ms,
         end_time: meta.start_unix_ms + meta.duration_ms,
@@ -328,21 +356,6 @@ pub fn to_processed(profile: &Profile) -> ProcessedProfile {
                     .collect(),
             },
         ],
-    };
-    ProcessedProfile {
-        meta,
-        libs: profile.libs.iter().map(lib_entry).collect(),
-        shared: fx::Shared {
-            string_array: strings.into_list(),
-            stack_table,
-            frame_table,
-            func_table,
-            resource_table,
-            native_symbols,
-            sources,
-            source_location_table: fx::SourceLocationTable::default(),
-        },
-        threads,
     }
 }
 

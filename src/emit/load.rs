@@ -156,14 +156,20 @@ pub fn from_json(value: &Value) -> Result<Profile> {
     from_processed(&p)
 }
 
+/// The string table, read by index.
+struct Strings<'a>(&'a [String]);
+
+impl Strings<'_> {
+    /// `column[row]`, an index into the string table.
+    fn get(&self, column: &str, row: usize, v: u32) -> Result<String> {
+        Ok(self.0[index(column, row, v, self.0.len())?].clone())
+    }
+}
+
 /// The profile of a processed profile, after checking every table.
 pub fn from_processed(p: &ProcessedProfile) -> Result<Profile> {
     let shared = &p.shared;
-    let strings = &shared.string_array;
-    let string = |column: &str, row: usize, v: u32| -> Result<String> {
-        Ok(strings[index(column, row, v, strings.len())?].clone())
-    };
-
+    let strings = Strings(&shared.string_array);
     let libs: Vec<Lib> = p
         .libs
         .iter()
@@ -180,9 +186,37 @@ pub fn from_processed(p: &ProcessedProfile) -> Result<Profile> {
         .enumerate()
         .map(|(i, l)| (l.name.as_str(), i))
         .collect();
+    let resource_lib = read_resources(&shared.resource_table, &strings, &lib_by_name)?;
+    let source_files = read_sources(&shared.sources, &strings)?;
+    let funcs = read_funcs(&shared.func_table, &strings, &resource_lib, &source_files)?;
+    let native_symbols = read_native_symbols(&shared.native_symbols, &strings, libs.len())?;
+    let frames = read_frames(
+        &shared.frame_table,
+        funcs.len(),
+        libs.len(),
+        native_symbols.len(),
+    )?;
+    let stacks = read_stacks(&shared.stack_table, frames.len())?;
+    let (processes, threads) = read_threads(p, stacks.len())?;
+    Ok(Profile {
+        meta: read_meta(&p.meta),
+        symbol_gaps: read_symbol_gaps(&p.meta, &lib_by_name),
+        libs,
+        funcs,
+        native_symbols,
+        frames,
+        stacks,
+        processes,
+        threads,
+    })
+}
 
-    // Resources are libraries, matched by name.
-    let rt = &shared.resource_table;
+/// Resources are libraries, matched by name.
+fn read_resources(
+    rt: &fx::ResourceTable,
+    strings: &Strings,
+    lib_by_name: &HashMap<&str, usize>,
+) -> Result<Vec<Option<LibIndex>>> {
     same_length(
         "resourceTable",
         rt.length,
@@ -192,20 +226,27 @@ pub fn from_processed(p: &ProcessedProfile) -> Result<Profile> {
             ("type", rt.kind.len()),
         ],
     )?;
-    let resource_lib: Vec<Option<LibIndex>> = (0..rt.length)
+    (0..rt.length)
         .map(|i| {
-            let name = string("resourceTable.name", i, rt.name[i])?;
+            let name = strings.get("resourceTable.name", i, rt.name[i])?;
             Ok(lib_by_name.get(name.as_str()).map(|&l| LibIndex::new(l)))
         })
-        .collect::<Result<_>>()?;
+        .collect::<Result<_>>()
+}
 
-    let so = &shared.sources;
+fn read_sources(so: &fx::Sources, strings: &Strings) -> Result<Vec<String>> {
     same_length("sources", so.length, &[("filename", so.filename.len())])?;
-    let source_files: Vec<String> = (0..so.length)
-        .map(|i| string("sources.filename", i, so.filename[i]))
-        .collect::<Result<_>>()?;
+    (0..so.length)
+        .map(|i| strings.get("sources.filename", i, so.filename[i]))
+        .collect::<Result<_>>()
+}
 
-    let ft = &shared.func_table;
+fn read_funcs(
+    ft: &fx::FuncTable,
+    strings: &Strings,
+    resource_lib: &[Option<LibIndex>],
+    source_files: &[String],
+) -> Result<Vec<Func>> {
     same_length(
         "funcTable",
         ft.length,
@@ -215,20 +256,25 @@ pub fn from_processed(p: &ProcessedProfile) -> Result<Profile> {
             ("source", ft.source.len()),
         ],
     )?;
-    let funcs: Vec<Func> = (0..ft.length)
+    (0..ft.length)
         .map(|i| {
             let resource =
                 signed_index("funcTable.resource", i, ft.resource[i], resource_lib.len())?;
             let source = optional_index("funcTable.source", i, ft.source[i], source_files.len())?;
             Ok(Func {
-                name: string("funcTable.name", i, ft.name[i])?,
+                name: strings.get("funcTable.name", i, ft.name[i])?,
                 file: source.map(|s| source_files[s].clone()),
                 lib: resource.and_then(|r| resource_lib[r]),
             })
         })
-        .collect::<Result<_>>()?;
+        .collect::<Result<_>>()
+}
 
-    let ns = &shared.native_symbols;
+fn read_native_symbols(
+    ns: &fx::NativeSymbols,
+    strings: &Strings,
+    libs: usize,
+) -> Result<Vec<NativeSymbol>> {
     same_length(
         "nativeSymbols",
         ns.length,
@@ -239,23 +285,24 @@ pub fn from_processed(p: &ProcessedProfile) -> Result<Profile> {
             ("functionSize", ns.function_size.len()),
         ],
     )?;
-    let native_symbols: Vec<NativeSymbol> = (0..ns.length)
+    (0..ns.length)
         .map(|i| {
             Ok(NativeSymbol {
-                lib: LibIndex::new(index(
-                    "nativeSymbols.libIndex",
-                    i,
-                    ns.lib_index[i],
-                    libs.len(),
-                )?),
+                lib: LibIndex::new(index("nativeSymbols.libIndex", i, ns.lib_index[i], libs)?),
                 address: ns.address[i],
                 size: ns.function_size[i],
-                name: string("nativeSymbols.name", i, ns.name[i])?,
+                name: strings.get("nativeSymbols.name", i, ns.name[i])?,
             })
         })
-        .collect::<Result<_>>()?;
+        .collect::<Result<_>>()
+}
 
-    let fr = &shared.frame_table;
+fn read_frames(
+    fr: &fx::FrameTable,
+    funcs: usize,
+    libs: usize,
+    native_symbols: usize,
+) -> Result<Vec<Frame>> {
     same_length(
         "frameTable",
         fr.length,
@@ -269,7 +316,7 @@ pub fn from_processed(p: &ProcessedProfile) -> Result<Profile> {
             ("line", fr.line.len()),
         ],
     )?;
-    let frames: Vec<Frame> = (0..fr.length)
+    (0..fr.length)
         .map(|i| {
             let kind = match fr.category[i] {
                 Some(CATEGORY_KERNEL) => CodeKind::Kernel,
@@ -277,24 +324,25 @@ pub fn from_processed(p: &ProcessedProfile) -> Result<Profile> {
                 _ => CodeKind::User,
             };
             Ok(Frame {
-                func: FuncIndex::new(index("frameTable.func", i, fr.func[i], funcs.len())?),
-                lib: signed_index("frameTable.lib", i, fr.lib[i], libs.len())?.map(LibIndex::new),
+                func: FuncIndex::new(index("frameTable.func", i, fr.func[i], funcs)?),
+                lib: signed_index("frameTable.lib", i, fr.lib[i], libs)?.map(LibIndex::new),
                 address: u64::try_from(fr.address[i]).ok(),
                 inline_depth: fr.inline_depth[i],
                 native_symbol: optional_index(
                     "frameTable.nativeSymbol",
                     i,
                     fr.native_symbol[i],
-                    native_symbols.len(),
+                    native_symbols,
                 )?
                 .map(NativeSymbolIndex::new),
                 line: fr.line[i],
                 kind,
             })
         })
-        .collect::<Result<_>>()?;
+        .collect::<Result<_>>()
+}
 
-    let st = &shared.stack_table;
+fn read_stacks(st: &fx::StackTable, frames: usize) -> Result<Vec<Stack>> {
     same_length(
         "stackTable",
         st.length,
@@ -303,17 +351,23 @@ pub fn from_processed(p: &ProcessedProfile) -> Result<Profile> {
             ("prefixOffset", st.prefix_offset.len()),
         ],
     )?;
-    let stacks: Vec<Stack> = (0..st.length)
+    (0..st.length)
         .map(|i| {
             // A prefix lies before its stack: offset 0 (a root) up to i.
             let offset = index("stackTable.prefixOffset", i, st.prefix_offset[i], i + 1)?;
             Ok(Stack {
                 prefix: (offset > 0).then(|| StackIndex::new(i - offset)),
-                frame: FrameIndex::new(index("stackTable.frame", i, st.frame[i], frames.len())?),
+                frame: FrameIndex::new(index("stackTable.frame", i, st.frame[i], frames)?),
             })
         })
-        .collect::<Result<_>>()?;
+        .collect::<Result<_>>()
+}
 
+/// Threads, and their processes (by pid, in order of first appearance).
+fn read_threads(
+    p: &ProcessedProfile,
+    stacks: usize,
+) -> Result<(Vec<Process>, Vec<Thread<StackIndex>>)> {
     let meta = &p.meta;
     let lost_by_thread: HashMap<&str, u64> = section(meta, EXTRA_LOST_BY_THREAD)
         .iter()
@@ -343,7 +397,7 @@ pub fn from_processed(p: &ProcessedProfile) -> Result<Profile> {
         for i in 0..samples.length {
             // A sample without a stack has nothing a call tree or export could show.
             let Some(stack) =
-                optional_index(&format!("{what}.stack"), i, samples.stack[i], stacks.len())?
+                optional_index(&format!("{what}.stack"), i, samples.stack[i], stacks)?
             else {
                 continue;
             };
@@ -370,7 +424,11 @@ pub fn from_processed(p: &ProcessedProfile) -> Result<Profile> {
         });
     }
 
-    let symbol_gaps = section(meta, EXTRA_SYMBOLS)
+    Ok((processes, threads))
+}
+
+fn read_symbol_gaps(meta: &fx::Meta, lib_by_name: &HashMap<&str, usize>) -> Vec<SymbolGap> {
+    section(meta, EXTRA_SYMBOLS)
         .iter()
         .filter_map(|e| {
             let lib = *lib_by_name.get(e.label.as_str())?;
@@ -386,11 +444,13 @@ pub fn from_processed(p: &ProcessedProfile) -> Result<Profile> {
                 why: why.trim_start_matches(": ").to_string(),
             })
         })
-        .collect();
+        .collect()
+}
 
+fn read_meta(meta: &fx::Meta) -> Meta {
     let recording = |label: &str| entry(meta, EXTRA_RECORDING, label);
     let count = |label: &str| recording(label).as_u64().unwrap_or(0);
-    let profile_meta = Meta {
+    Meta {
         start_unix_ms: meta.start_time,
         interval_ms: meta.interval,
         duration_ms: meta.profiling_end_time,
@@ -406,18 +466,7 @@ pub fn from_processed(p: &ProcessedProfile) -> Result<Profile> {
         truncated_stacks: count(RECORDING_TRUNCATED),
         restored_callers: count(RECORDING_RESTORED),
         logical_cpus: meta.logical_cpus,
-    };
-    Ok(Profile {
-        meta: profile_meta,
-        libs,
-        funcs,
-        native_symbols,
-        frames,
-        stacks,
-        processes,
-        threads,
-        symbol_gaps,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Recording: everything that knows about perf. It launches the command, opens one
 //! sampling event per CPU that follows every thread and child process, drains the ring
-//! buffers while the command runs, and hands over a [`Recording`]: a time-ordered log of
+//! buffers while the command runs, and hands over a [`crate::events::Recording`]: a time-ordered log of
 //! plain events (samples, library maps, thread names, forks, exits, losses) that the rest
 //! of the pipeline consumes without knowing where it came from.
 
@@ -9,23 +9,19 @@ mod attach;
 #[allow(unsafe_code)]
 mod launch;
 mod parse;
+mod session;
 pub mod stack_limit;
 #[allow(unsafe_code)]
 mod sys;
 
 use std::collections::HashSet;
-use std::io::IsTerminal;
-use std::os::fd::AsFd;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use nix::poll::{PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{SigSet, Signal};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::signal::Signal;
 use perf_event_open_sys::bindings as pb;
 
-use crate::events::{Event, EventKind, RecordingGaps, RecordingInfo, SamplingEvent};
+use crate::events::{Event, RecordingInfo, SamplingEvent};
 pub use launch::{Credentials, NotRun};
 
 /// What to record.
@@ -99,10 +95,6 @@ const PERF_REG_X86_SP: u64 = 7;
 const PERF_REG_X86_IP: u64 = 8;
 const USER_REGS_MASK: u64 =
     (1 << PERF_REG_X86_BP) | (1 << PERF_REG_X86_SP) | (1 << PERF_REG_X86_IP);
-
-/// How often the loop wakes up to drain buffers and refresh the status line even when the
-/// kernel has not signalled a full watermark.
-const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 fn read_sysctl(name: &str) -> Option<u64> {
     std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
@@ -366,30 +358,6 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
 }
 
-/// Live counters for the status line and the summary.
-#[derive(Default)]
-struct Progress {
-    samples: u64,
-    /// Bytes of all sample records, as the kernel wrote them.
-    sample_bytes: u64,
-    lost: u64,
-    throttled: u64,
-    tids: HashSet<i32>,
-    /// Sample records the parser could not read (counted as lost).
-    unparsed_samples: u64,
-    /// Ring data that could not be parsed, and in how many stretches.
-    unreadable_bytes: u64,
-    unreadable_stretches: u64,
-    /// Processes started while recording that have not exited (pid == tid forks).
-    processes: HashSet<i32>,
-}
-
-/// How far behind the drain time events are held back before they are handed on: the
-/// per-CPU buffers are each in time order but are read one after the other, and a record
-/// stamped just before a drain may still be being written. 50 ms is far more than that
-/// takes and keeps the pending events small.
-const REORDER_WINDOW_NS: u64 = 50_000_000;
-
 /// The signals that end a recording the way Ctrl-C does: the profile is written, a
 /// launched command gets the signal too (its own default action then usually ends it),
 /// attached processes go on running. Any of them would otherwise kill sampler half way
@@ -404,10 +372,6 @@ pub const STOP_SIGNALS: [Signal; 7] = [
     Signal::SIGALRM,
 ];
 
-/// Test hook: `SAMPLER_TEST_FAULT=error|panic` makes attaching fail right after the
-/// processes were stopped, so tests can check that they are always continued.
-const FAULT_ENV: &str = "SAMPLER_TEST_FAULT";
-
 /// Records `opts.target` and hands the events to `sink` in time order, in batches, while
 /// it runs. A launched command is recorded until it exits: Ctrl-C, SIGTERM and the other
 /// [`STOP_SIGNALS`] are forwarded to it (unless the terminal sent them to it already)
@@ -418,276 +382,9 @@ pub fn record(
     opts: &RecordOptions,
     sink: &mut dyn FnMut(&[Event]),
 ) -> Result<(RecordingInfo, Ended)> {
-    let mut session = Session::start(opts)?;
+    let mut session = session::Session::start(opts)?;
     let ended = session.run(sink)?;
     Ok((session.finish(opts, sink), ended))
-}
-
-/// A recording under way: the machine prepared, the target running with its events
-/// attached, the events read so far.
-struct Session {
-    /// Declared before `deeper`: fields drop in order, and the frame limit can be put
-    /// back only once the events are closed.
-    events: OpenEvents,
-    /// The frame limit raised for this session (put back when it is dropped).
-    deeper: stack_limit::DeeperStacks,
-    signal_fd: SignalFd,
-    frequency_hz: u64,
-    max_stack: u16,
-    parser: parse::Parser,
-    target: Running,
-    /// The command line, or `-p PID,...`.
-    description: Vec<String>,
-    stopped_for: Option<Duration>,
-    left_stopped: Vec<i32>,
-    start_ns: u64,
-    start_unix_ms: f64,
-    /// Events read but not yet handed on (see [`REORDER_WINDOW_NS`]).
-    pending: Vec<Event>,
-    progress: Progress,
-}
-
-impl Session {
-    /// Prepares the machine (signals, the frame limit, file limits, priority), then
-    /// launches the command or stops the processes, attaches the events, and lets the
-    /// target run.
-    fn start(opts: &RecordOptions) -> Result<Session> {
-        let mut signals = SigSet::empty();
-        for signal in STOP_SIGNALS {
-            signals.add(signal);
-        }
-        signals.add(Signal::SIGCHLD);
-        launch::default_sigchld()?;
-        launch::block_signals(&signals)?;
-        let signal_fd =
-            SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
-
-        let max_rate = read_sysctl("perf_event_max_sample_rate").unwrap_or(u64::MAX);
-        let mut frequency_hz = opts.frequency_hz;
-        if frequency_hz > max_rate {
-            say!(
-                "sampler: warning: -F {frequency_hz} is above kernel.perf_event_max_sample_rate ({max_rate}); using {max_rate} Hz"
-            );
-            frequency_hz = max_rate;
-        }
-        if let Target::Pids(pids) = &opts.target {
-            for &pid in pids {
-                attach::check_pid(pid)?;
-            }
-        }
-        let deeper = stack_limit::DeeperStacks::raise(u64::from(opts.max_stack));
-        let max_stack = deeper
-            .limit
-            .min(u64::from(opts.max_stack))
-            .min(u64::from(stack_limit::MAX_FITTING_FRAMES)) as u16;
-        let ring_pages = opts
-            .mmap_pages
-            .unwrap_or_else(|| default_ring_pages(opts.stack_bytes));
-        raise_open_file_limit();
-        // Busy targets with many threads would otherwise get the CPU before the recorder,
-        // which then drains the buffers too late: a root recorder goes ahead of them. Its
-        // own work is small. Without the privilege it keeps its nice value.
-        let _ = sys::set_nice(RECORDER_NICE);
-
-        let open = |tasks: &[i32], attach: bool| {
-            open_events(
-                tasks,
-                frequency_hz,
-                max_stack,
-                opts.stack_bytes,
-                ring_pages,
-                attach,
-            )
-        };
-        let started = match &opts.target {
-            Target::Command(command) => {
-                start_command(command, &signals, opts.run_as.as_ref(), &open)?
-            }
-            Target::Pids(pids) => start_attached(pids, opts.duration, &open)?,
-        };
-        let Started {
-            events,
-            target,
-            description,
-            stopped_for,
-            left_stopped,
-            start_ns,
-            pending,
-        } = started;
-        let start_unix_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
-        say!(
-            "sampler: sampling {} with {} at {} Hz{}{}",
-            match &opts.target {
-                Target::Command(c) => format!("`{}`", c.join(" ")),
-                Target::Pids(pids) => {
-                    let list: Vec<String> = pids.iter().map(i32::to_string).collect();
-                    format!("pid {}", list.join(", "))
-                }
-            },
-            events.event.name(),
-            frequency_hz,
-            match (events.event, events.kernel_included) {
-                (SamplingEvent::CpuClock, true) =>
-                    " (no hardware cycles counter here: using the cpu-clock timer)",
-                (SamplingEvent::CpuClock, false) =>
-                    " (no hardware cycles counter; kernel frames not permitted)",
-                (SamplingEvent::Cycles, false) => " (kernel frames not permitted)",
-                (SamplingEvent::Cycles, true) => "",
-            },
-            stopped_for.map_or(String::new(), |d| format!(
-                "; attached in {:.1} ms",
-                d.as_secs_f64() * 1000.0
-            )),
-        );
-        let parser = parse::Parser::new(&events.attr);
-        Ok(Session {
-            signal_fd,
-            deeper,
-            frequency_hz,
-            max_stack,
-            events,
-            parser,
-            target,
-            description,
-            stopped_for,
-            left_stopped,
-            start_ns,
-            start_unix_ms,
-            pending,
-            progress: Progress::default(),
-        })
-    }
-
-    /// Drains the ring buffers and hands events on until the recording ends: the command
-    /// exited, or (attached) the duration passed, a stop signal came, or every process
-    /// exited.
-    fn run(&mut self, sink: &mut dyn FnMut(&[Event])) -> Result<Ended> {
-        let status_line = std::io::stderr().is_terminal();
-        let mut last_status = Instant::now();
-        loop {
-            {
-                let mut poll_fds: Vec<PollFd> =
-                    vec![PollFd::new(self.signal_fd.as_fd(), PollFlags::POLLIN)];
-                poll_fds.extend(
-                    self.events
-                        .ring_owners
-                        .iter()
-                        .map(|&i| PollFd::new(self.events.fds[i].as_fd(), PollFlags::POLLIN)),
-                );
-                let timeout = PollTimeout::from(POLL_INTERVAL.as_millis() as u16);
-                match nix::poll::poll(&mut poll_fds, timeout) {
-                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                    Err(e) => return Err(e).context("poll"),
-                }
-            }
-            let drained_at = monotonic_ns();
-            self.drain();
-            hand_on(
-                &mut self.pending,
-                sink,
-                drained_at.saturating_sub(REORDER_WINDOW_NS),
-            );
-            while let Ok(Some(info)) = self.signal_fd.read_signal() {
-                let signo = info.ssi_signo as i32;
-                if signo != libc::SIGCHLD {
-                    self.target
-                        .on_signal(signo, info.ssi_code == libc::SI_KERNEL);
-                }
-            }
-            if let Some(ended) = self.target.ended()? {
-                if status_line {
-                    say_partial!("\r\x1b[K");
-                }
-                return Ok(ended);
-            }
-            if status_line && last_status.elapsed() >= Duration::from_millis(250) {
-                say_partial!(
-                    "\rsampler: {} samples, {} threads, {} lost   ",
-                    self.progress.samples,
-                    self.progress.tids.len(),
-                    self.progress.lost
-                );
-                last_status = Instant::now();
-            }
-        }
-    }
-
-    fn drain(&mut self) {
-        drain_all(
-            &mut self.events.rings,
-            &self.parser,
-            &mut self.pending,
-            &mut self.progress,
-        );
-    }
-
-    /// Stops the events, reads what is left, hands everything on, and says what the
-    /// recording was. The frame limit is put back as the session is dropped, after its
-    /// events are closed.
-    fn finish(mut self, opts: &RecordOptions, sink: &mut dyn FnMut(&[Event])) -> RecordingInfo {
-        for fd in &self.events.fds {
-            let _ = sys::disable(fd);
-        }
-        self.drain();
-        let end_ns = monotonic_ns();
-        hand_on(&mut self.pending, sink, u64::MAX);
-        let progress = &self.progress;
-        let outliving = match &self.target {
-            Running::Launched { pid, .. } => progress
-                .processes
-                .iter()
-                .copied()
-                .filter(|&p| p != pid.as_raw() && !attach::has_exited(p))
-                .map(|p| {
-                    let name =
-                        std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
-                    (p, name.trim_end().to_string())
-                })
-                .collect(),
-            Running::Attached { .. } => Vec::new(),
-        };
-        // Samples in unreadable ring data: as many as the bytes would hold at the size the
-        // readable samples had (at least one per corrupt stretch).
-        let unreadable_samples = if progress.unreadable_bytes == 0 {
-            0
-        } else {
-            let per_sample = progress
-                .sample_bytes
-                .checked_div(progress.samples)
-                .unwrap_or(64);
-            (progress.unreadable_bytes / per_sample.max(8)).max(progress.unreadable_stretches)
-        };
-        RecordingInfo {
-            event: self.events.event,
-            frequency_hz: self.frequency_hz,
-            start_unix_ms: self.start_unix_ms,
-            start_ns: self.start_ns,
-            end_ns,
-            lost_samples: progress.lost + progress.unparsed_samples + unreadable_samples,
-            throttled: progress.throttled,
-            kernel_included: self.events.kernel_included,
-            max_stack: self.max_stack,
-            gaps: RecordingGaps {
-                stack_limit: self.deeper.outcome,
-                unreadable_bytes: progress.unreadable_bytes,
-                unreadable_samples,
-                left_stopped: std::mem::take(&mut self.left_stopped),
-                outliving,
-                set_id_program: match &opts.target {
-                    Target::Command(command) => set_id_program(&command[0]),
-                    Target::Pids(_) => None,
-                },
-            },
-            command: std::mem::take(&mut self.description),
-            root_pid: self.target.root_pid(),
-            ring_pages: self.events.ring_pages,
-            stopped_for: self.stopped_for,
-            sample_bytes: progress.sample_bytes,
-            logical_cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
-        }
-    }
 }
 
 /// The file `execvp` runs for `program`: the path itself, or the first file of that
@@ -729,226 +426,4 @@ pub fn resolve_pids(pids: &[i32]) -> Result<Vec<i32>> {
         }
     }
     Ok(out)
-}
-
-/// A target running with its events attached.
-struct Started {
-    events: OpenEvents,
-    target: Running,
-    description: Vec<String>,
-    stopped_for: Option<Duration>,
-    left_stopped: Vec<i32>,
-    start_ns: u64,
-    /// What attached processes already were, as events.
-    pending: Vec<Event>,
-}
-
-/// Launches `command` behind its gate, attaches the events to it, and opens the gate.
-fn start_command(
-    command: &[String],
-    signals: &SigSet,
-    run_as: Option<&Credentials>,
-    open: &dyn Fn(&[i32], bool) -> Result<OpenEvents>,
-) -> Result<Started> {
-    let mut child = launch::GatedChild::spawn(command, signals, run_as)
-        .with_context(|| format!("could not start `{}`", command.join(" ")))?;
-    let events = match open(&[child.pid.as_raw()], false) {
-        Ok(e) => e,
-        Err(e) => {
-            // Closing the gate makes the child exit without running the command.
-            let pid = child.pid;
-            drop(child);
-            let _ = waitpid(pid, None);
-            return Err(e);
-        }
-    };
-    let start_ns = monotonic_ns();
-    let pid = child.pid;
-    if let Err(error) = child.release() {
-        let _ = waitpid(pid, None);
-        return Err(NotRun {
-            program: command[0].clone(),
-            error,
-        }
-        .into());
-    }
-    Ok(Started {
-        events,
-        target: Running::Launched { pid, interrupts: 0 },
-        description: command.to_vec(),
-        stopped_for: None,
-        left_stopped: Vec::new(),
-        start_ns,
-        pending: Vec::new(),
-    })
-}
-
-/// Stops the processes, attaches the events to every thread, describes what they
-/// already are, and continues them (always, also when this fails half way).
-fn start_attached(
-    pids: &[i32],
-    duration: Option<Duration>,
-    open: &dyn Fn(&[i32], bool) -> Result<OpenEvents>,
-) -> Result<Started> {
-    let left_stopped = pids
-        .iter()
-        .copied()
-        .filter(|&p| matches!(attach::process_state(p), Some('T' | 't')))
-        .collect();
-    let stopped = attach::Stopped::stop(pids)?;
-    match std::env::var(FAULT_ENV).as_deref() {
-        Ok("error") => bail!("{FAULT_ENV}=error: failing after stopping the processes"),
-        Ok("panic") => panic!("{FAULT_ENV}=panic: panicking after stopping the processes"),
-        _ => {}
-    }
-    let tasks: Vec<i32> = pids.iter().flat_map(|&p| attach::tasks(p)).collect();
-    let events = open(&tasks, true)?;
-    // Sampling starts as the processes continue; -d counts from here.
-    let sampling_since = Instant::now();
-    let start_ns = monotonic_ns();
-    let pending = pids
-        .iter()
-        .flat_map(|&pid| attach::describe(pid, start_ns))
-        .collect();
-    let stopped_for = stopped.resume();
-    let list: Vec<String> = pids.iter().map(i32::to_string).collect();
-    Ok(Started {
-        events,
-        target: Running::Attached {
-            pids: pids.to_vec(),
-            until: duration.map(|d| sampling_since + d),
-            interrupted: false,
-        },
-        description: vec!["-p".to_string(), list.join(",")],
-        stopped_for: Some(stopped_for),
-        left_stopped,
-        start_ns,
-        pending,
-    })
-}
-
-/// What is being recorded, while it runs.
-enum Running {
-    Launched {
-        pid: nix::unistd::Pid,
-        interrupts: u32,
-    },
-    Attached {
-        pids: Vec<i32>,
-        until: Option<Instant>,
-        interrupted: bool,
-    },
-}
-
-impl Running {
-    /// One of [`STOP_SIGNALS`] reached sampler (`from_tty`: sent by the kernel, as a
-    /// terminal sends Ctrl-C, Ctrl-\ and a hangup to the whole foreground group, so the
-    /// command has it already).
-    fn on_signal(&mut self, signo: i32, from_tty: bool) {
-        match self {
-            Running::Launched { pid, interrupts } => {
-                *interrupts += 1;
-                let tty_signal = [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP].contains(&signo);
-                let forward = if *interrupts > 1 {
-                    Some(Signal::SIGKILL)
-                } else if !(from_tty && tty_signal) {
-                    Signal::try_from(signo).ok()
-                } else {
-                    None
-                };
-                if let Some(sig) = forward {
-                    let _ = nix::sys::signal::kill(*pid, sig);
-                }
-            }
-            Running::Attached { interrupted, .. } => *interrupted = true,
-        }
-    }
-
-    /// Whether recording is over, and how.
-    fn ended(&mut self) -> Result<Option<Ended>> {
-        Ok(match self {
-            Running::Launched { pid, .. } => match waitpid(*pid, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(_, code)) => Some(Ended::Command(CommandExit::Code(code))),
-                Ok(WaitStatus::Signaled(_, sig, _)) => {
-                    Some(Ended::Command(CommandExit::Signal(sig as i32)))
-                }
-                Ok(_) => None,
-                Err(nix::errno::Errno::ECHILD) => {
-                    bail!("lost track of the command (it was reaped by someone else)")
-                }
-                Err(e) => return Err(e).context("waitpid"),
-            },
-            Running::Attached {
-                pids,
-                until,
-                interrupted,
-            } => {
-                if *interrupted {
-                    Some(Ended::Detached(DetachReason::Interrupted))
-                } else if until.is_some_and(|t| Instant::now() >= t) {
-                    Some(Ended::Detached(DetachReason::Duration))
-                } else if pids.iter().all(|&p| attach::has_exited(p)) {
-                    Some(Ended::Detached(DetachReason::AllExited))
-                } else {
-                    None
-                }
-            }
-        })
-    }
-
-    fn root_pid(&self) -> i32 {
-        match self {
-            Running::Launched { pid, .. } => pid.as_raw(),
-            Running::Attached { pids, .. } => pids[0],
-        }
-    }
-}
-
-/// Hands the pending events stamped at or before `up_to_ns` to `sink`, in time order, and
-/// keeps the rest. Each CPU's buffer is in time order, but the buffers interleave.
-fn hand_on(pending: &mut Vec<Event>, sink: &mut dyn FnMut(&[Event]), up_to_ns: u64) {
-    pending.sort_by_key(|e| e.time_ns);
-    let ready = pending.partition_point(|e| e.time_ns <= up_to_ns);
-    sink(&pending[..ready]);
-    pending.drain(..ready);
-}
-
-fn drain_all(
-    rings: &mut [sys::RingBuffer],
-    parser: &parse::Parser,
-    log: &mut Vec<Event>,
-    progress: &mut Progress,
-) {
-    for ring in rings.iter_mut() {
-        let drained = ring.drain(|record| {
-            // The 8-byte record header and the body.
-            let bytes = 8 + record.body.0.len() + record.body.1.len();
-            let is_sample = record.kind == pb::PERF_RECORD_SAMPLE;
-            let Some(event) = parser.parse(record) else {
-                progress.unparsed_samples += u64::from(is_sample);
-                return;
-            };
-            match &event.kind {
-                EventKind::Sample(s) => {
-                    progress.samples += 1;
-                    progress.sample_bytes += bytes as u64;
-                    progress.tids.insert(s.tid);
-                }
-                EventKind::Lost { count, .. } => progress.lost += count,
-                EventKind::Throttle => progress.throttled += 1,
-                EventKind::Fork { pid, tid, .. } if pid == tid => {
-                    progress.processes.insert(*pid);
-                }
-                EventKind::Exit { pid, tid } if pid == tid => {
-                    progress.processes.remove(pid);
-                }
-                _ => {}
-            }
-            log.push(event);
-        });
-        if drained.unreadable_bytes > 0 {
-            progress.unreadable_bytes += drained.unreadable_bytes as u64;
-            progress.unreadable_stretches += 1;
-        }
-    }
 }
