@@ -1,8 +1,8 @@
 //! Recording: everything that knows about perf. It launches the command, opens one
 //! sampling event per CPU that follows every thread and child process, drains the ring
-//! buffers while the command runs, and hands over a [`crate::events::Recording`]: a time-ordered log of
-//! plain events (samples, library maps, thread names, forks, exits, losses) that the rest
-//! of the pipeline consumes without knowing where it came from.
+//! buffers while the command runs, and hands over a [`crate::events::Recording`]: a
+//! time-ordered log of plain events (samples, library maps, thread names, forks, exits,
+//! losses) that the rest of the pipeline consumes without knowing where it came from.
 
 mod attach;
 // The two parts that call the kernel directly; each `unsafe` block says why it is sound.
