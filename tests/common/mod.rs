@@ -689,7 +689,11 @@ macro_rules! tests {
 /// Runs `tests` under libtest-mimic, with the command line `cargo test` passes (filters,
 /// `--list`, `--test-threads`): met needs run the test, unmet ones report it ignored.
 pub fn run_tests(tests: Vec<Test>) -> ! {
-    let args = libtest_mimic::Arguments::from_args();
+    let mut args = libtest_mimic::Arguments::from_args();
+    // The tests record real programs and assert their sample counts and shares: one at a
+    // time (unless `--test-threads` says otherwise), each target has a CPU to itself
+    // instead of competing with other tests' targets, samplers and profile checks.
+    args.test_threads.get_or_insert(1);
     let trials = tests
         .into_iter()
         .map(|t| {
