@@ -78,6 +78,10 @@ fn failed_starts_touch_nothing() {
             &["convert", "nonexistent.json", "-o", "keep.json.gz"],
             "nonexistent.json",
         ),
+        (
+            &["record", "-o", "/dev/null", "--", "true"],
+            "/dev/null is not a regular file",
+        ),
     ];
     for (args, says) in cases {
         let o = sampler(args, &dir);
@@ -85,6 +89,19 @@ fn failed_starts_touch_nothing() {
         assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
         assert_eq!(snapshot(&dir), before, "{args:?} changed a file");
     }
+}
+
+fn output_names_imply_their_format_in_any_case() {
+    let dir = tempdir();
+    let o = sampler(&["record", "-o", "P.SVG", "--", "true"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(dir.join("P.SVG"))
+        .unwrap()
+        .contains("<svg"));
+    let o = sampler(&["record", "-o", "P.JSON.GZ", "--", "true"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bytes = std::fs::read(dir.join("P.JSON.GZ")).unwrap();
+    assert_eq!(bytes[..2], [0x1f, 0x8b], "gzipped");
 }
 
 fn commands_that_cannot_run_exit_as_a_shell_would() {
@@ -297,6 +314,7 @@ fn main() {
     run_tests(tests![
         failed_starts_touch_nothing: Need::Perf;
         commands_that_cannot_run_exit_as_a_shell_would: Need::Perf;
+        output_names_imply_their_format_in_any_case: Need::Perf;
         a_full_disk_keeps_the_old_file_and_leaves_nothing_partial: Need::Perf, Need::Root;
         as_root_planted_links_and_other_users_files_are_refused: Need::Perf, Need::Root;
         under_sudo_the_command_runs_as_the_user_who_ran_it: Need::Perf, Need::Root;

@@ -91,6 +91,12 @@ pub fn check_destination(path: &Path, root: bool, sudo: Option<SudoUser>) -> Res
             "{} is a directory (choose a file name for -o)",
             path.display()
         );
+    } else if !meta.is_file() {
+        // A device, fifo or socket: the rename would replace it (as root, `/dev/null`).
+        bail!(
+            "{} is not a regular file (a device, fifo or socket): choose a file name for -o",
+            path.display()
+        );
     } else if root && meta.uid() != 0 && sudo.is_none_or(|s| s.uid != meta.uid()) {
         bail!(
             "{} belongs to user {}: sampler runs as root and does not replace another user's file (remove it, or choose another -o)",
@@ -239,6 +245,8 @@ mod tests {
         assert!(format!("{err:#}").contains("no directory"), "{err:#}");
         let err = check_destination(&dir, false, None).unwrap_err();
         assert!(format!("{err:#}").contains("is a directory"), "{err:#}");
+        let err = check_destination(Path::new("/dev/null"), true, None).unwrap_err();
+        assert!(format!("{err:#}").contains("not a regular file"), "{err:#}");
         std::os::unix::fs::symlink("/etc/passwd", &path).unwrap();
         let err = check_destination(&path, true, None).unwrap_err();
         assert!(format!("{err:#}").contains("symbolic link"), "{err:#}");
