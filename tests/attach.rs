@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -218,18 +218,11 @@ fn attached_process_is_continued_when_sampler_fails_half_way() {
 fn ctrl_c_stops_the_recording_not_the_processes() {
     let test = "ctrl_c_stops_the_recording_not_the_processes";
     let target = Running::start("split7030", &["4"]);
-    let out = tempdir().join("interrupted.json");
-    let sampler = Command::new(sampler_bin())
-        .args(["record", "-o"])
-        .arg(&out)
-        .args(["-p", &target.pid()])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
-    let pid = nix::unistd::Pid::from_raw(sampler.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
-    let o = sampler.wait_with_output().unwrap();
+    let (o, out) = attach_then_signal(
+        &target.pid(),
+        nix::sys::signal::Signal::SIGINT,
+        Duration::from_millis(1000),
+    );
     ok(test, &o);
     assert!(
         stderr(&o).contains("recording interrupted"),

@@ -76,20 +76,9 @@ fn stop_signals_write_the_profile_and_reach_the_command() {
 fn stop_signals_leave_attached_processes_running() {
     for sig in [Signal::SIGHUP, Signal::SIGUSR1, Signal::SIGALRM] {
         let target = Running::start("split7030", &["30"]);
-        let out = tempdir().join("attached.json");
-        let mut sampler = Command::new(sampler_bin())
-            .args(["record", "-o"])
-            .arg(&out)
-            .args(["-p", &target.pid()])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
         // Until the first sample has been written (the machine may be busy).
-        std::thread::sleep(Duration::from_millis(1500));
-        kill(Pid::from_raw(sampler.id() as i32), sig).unwrap();
-        let status = wait_with_timeout(&mut sampler, Duration::from_secs(20));
-        let o = sampler.wait_with_output().unwrap();
-        assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", stderr(&o));
+        let (o, out) = attach_then_signal(&target.pid(), sig, Duration::from_millis(1500));
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         assert!(
             stderr(&o).contains("recording interrupted"),
             "{sig:?}: {}",
@@ -105,14 +94,14 @@ fn stop_signals_leave_attached_processes_running() {
     }
 }
 
-fn a_stderr_that_cannot_be_written_changes_nothing() {
-    let dir = tempdir();
-    // A full device: every status and summary line fails to be written.
-    let full = dir.join("full.json");
-    let o = Command::new(sampler_bin())
+/// `sampler record -o OUT -- CMD` with stderr on a full device: every status and summary
+/// line fails to be written.
+fn record_into_full_stderr(out: &std::path::Path, cmd: &[&str]) -> std::process::ExitStatus {
+    Command::new(sampler_bin())
         .args(["record", "-o"])
-        .arg(&full)
-        .args(["--", &target("split7030"), "0.5"])
+        .arg(out)
+        .arg("--")
+        .args(cmd)
         .stderr(
             std::fs::File::options()
                 .write(true)
@@ -120,23 +109,18 @@ fn a_stderr_that_cannot_be_written_changes_nothing() {
                 .unwrap(),
         )
         .status()
-        .unwrap();
+        .unwrap()
+}
+
+fn a_stderr_that_cannot_be_written_changes_nothing() {
+    let dir = tempdir();
+    let full = dir.join("full.json");
+    let o = record_into_full_stderr(&full, &[&target("split7030"), "0.5"]);
     assert_eq!(o.code(), Some(0), "2>/dev/full");
     assert!(all_paths(&full).len() > 100);
     ffp_check(&full);
     // The exit code is still the command's.
-    let o = Command::new(sampler_bin())
-        .args(["record", "-o"])
-        .arg(dir.join("code.json"))
-        .args(["--", "sh", "-c", "exit 3"])
-        .stderr(
-            std::fs::File::options()
-                .write(true)
-                .open("/dev/full")
-                .unwrap(),
-        )
-        .status()
-        .unwrap();
+    let o = record_into_full_stderr(&dir.join("code.json"), &["sh", "-c", "exit 3"]);
     assert_eq!(
         o.code(),
         Some(3),

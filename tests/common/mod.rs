@@ -725,3 +725,26 @@ pub fn run_tests(tests: Vec<Test>) -> ! {
         .collect();
     libtest_mimic::run(&args, trials).exit()
 }
+
+/// Runs `sampler record -o OUT -p PID`, sends it `signal` after `after`, and waits (at
+/// most 20 s) for it to finish; its output and the profile's path.
+pub fn attach_then_signal(
+    pid: &str,
+    signal: nix::sys::signal::Signal,
+    after: std::time::Duration,
+) -> (Output, PathBuf) {
+    let out = tempdir().join("attached.json");
+    let mut sampler = Command::new(sampler_bin())
+        .args(["record", "-o"])
+        .arg(&out)
+        .args(["-p", pid])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(after);
+    let id = nix::unistd::Pid::from_raw(sampler.id() as i32);
+    nix::sys::signal::kill(id, signal).unwrap();
+    wait_with_timeout(&mut sampler, std::time::Duration::from_secs(20))
+        .expect("sampler stops after the signal");
+    (sampler.wait_with_output().unwrap(), out)
+}
