@@ -30,7 +30,6 @@
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -229,8 +228,6 @@ pub struct DeeperStacks {
     pub outcome: Raise,
     /// The setting the kernel applies now (the limit of our events).
     pub limit: u64,
-    /// What the setting was before this session (for the user's messages).
-    pub before: Option<u64>,
     holder: Option<(i32, u64)>,
     watchdog: Option<std::process::Child>,
 }
@@ -243,7 +240,6 @@ impl DeeperStacks {
         let mut claim = DeeperStacks {
             outcome: Raise::NotNeeded,
             limit: before.unwrap_or(127),
-            before,
             holder: None,
             watchdog: None,
         };
@@ -266,7 +262,6 @@ impl DeeperStacks {
         // A session that died, or one that could not restore, left it raised.
         let _ = settle(&mut state, 1);
         let current = read_setting();
-        claim.before = state.original.or(current);
         if current.is_some_and(|v| v >= wanted) && state.raised.is_none() {
             let _ = store(&mut file, &state);
             return claim;
@@ -384,14 +379,6 @@ pub fn watchdog_main(pid: i32, start: u64) -> Result<()> {
         std::thread::sleep(Duration::from_secs(1));
     }
     Ok(())
-}
-
-/// Whether a session's record says the setting is raised (for tests and diagnostics).
-pub fn recorded_state() -> Option<String> {
-    if !Path::new(STATE_FILE).exists() {
-        return None;
-    }
-    std::fs::read_to_string(STATE_FILE).ok()
 }
 
 #[cfg(test)]

@@ -231,10 +231,6 @@ impl<T: Clone> Unwinder<T> {
         }
     }
 
-    pub fn mode(&self) -> UnwindMode {
-        self.mode
-    }
-
     /// A mapping of process `pid`; whatever it overlaps is unmapped, as `mmap(MAP_FIXED)`
     /// does. `code` is its CFI, when its file could be read.
     pub fn map(&mut self, pid: i32, region: Region<T>, code: Option<CodeModule<'_>>) {
