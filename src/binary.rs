@@ -95,6 +95,10 @@ pub struct Binary {
     pub segments: Vec<LoadSegment>,
     /// What CFI unwinding of this file's code needs (framehop reads it).
     pub unwind: UnwindSections,
+    /// The return addresses of the calls its entry stub makes, in the file's addresses:
+    /// a frame at one of them is the outermost one (see
+    /// [`crate::unwind::entry_stub_returns`]).
+    pub entry_returns: Vec<u64>,
 }
 
 impl Binary {
@@ -153,10 +157,26 @@ impl Binary {
                     })
                     .collect(),
                 unwind,
+                entry_returns: Vec::new(),
             }
         };
         binary.data = data;
+        binary.entry_returns = binary.entry_code().map_or_else(Vec::new, |(entry, code)| {
+            crate::unwind::entry_stub_returns(code, entry)
+        });
         Some(binary)
+    }
+
+    /// The entry point (in the file's addresses) and the file's bytes from it on, when it
+    /// lies in an executable segment.
+    fn entry_code(&self) -> Option<(u64, &[u8])> {
+        let entry = object::File::parse(&*self.data).ok()?.entry();
+        let segment = self
+            .segments
+            .iter()
+            .find(|s| s.executable && entry >= s.vaddr && entry - s.vaddr < s.file_size)?;
+        let offset = usize::try_from(segment.file_offset + (entry - segment.vaddr)).ok()?;
+        Some((entry, self.data.get(offset..)?))
     }
 
     /// What to add to a file offset inside an executable mapping of `len` bytes from
@@ -192,6 +212,7 @@ mod tests {
             has_symtab: false,
             segments,
             unwind: UnwindSections::default(),
+            entry_returns: Vec::new(),
         }
     }
 

@@ -34,6 +34,7 @@ pub mod emit;
 pub mod events;
 pub mod locate;
 pub mod maps;
+pub mod procmem;
 pub mod profile;
 pub mod record;
 pub mod replay;

@@ -57,7 +57,8 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     // Checked now, created only once the profile is complete: a failed run touches nothing.
     output::check_destination(&plan.output, root, sudo)?;
     // Samples are unwound and interned while the command runs (see ProfileBuilder).
-    let mut builder = ProfileBuilder::new(plan.mode);
+    let mut builder =
+        ProfileBuilder::live(plan.mode, Box::new(sampler::procmem::LiveMemory::default()));
     if let Some(path) = std::env::var_os(CAPTURE_ENV) {
         builder.capture_samples(PathBuf::from(path));
     }
@@ -85,6 +86,9 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         output: &plan.output,
         write_ms: exited.elapsed().as_secs_f64() * 1000.0,
         root,
+        stack_bytes: plan.options.stack_bytes,
+        truncated: built.truncated,
+        no_unwind_info_in: &built.no_unwind_info_in,
     }
     .print();
     Ok(match ended {

@@ -9,7 +9,7 @@ use crate::emit::Format;
 use crate::events::{RecordingInfo, StackLimit};
 use crate::profile::{Missing, Profile};
 use crate::record::{CommandExit, DetachReason, Ended};
-use crate::unwind::UnwindMode;
+use crate::unwind::{TruncatedBy, UnwindMode};
 
 /// Everything the summary says.
 pub struct Summary<'a> {
@@ -23,6 +23,12 @@ pub struct Summary<'a> {
     pub write_ms: f64,
     /// Whether sampler runs as root (what it could have done about a refused limit).
     pub root: bool,
+    /// Bytes of user stack copied with each sample.
+    pub stack_bytes: u32,
+    /// The truncated stacks by cause.
+    pub truncated: TruncatedBy,
+    /// Where stacks cut by code without unwind rules ended: library, count; most first.
+    pub no_unwind_info_in: &'a [(String, u64)],
 }
 
 impl Summary<'_> {
@@ -67,12 +73,7 @@ impl Summary<'_> {
             ));
         }
         out.extend(lost_by_thread(profile));
-        if m.truncated_stacks > 0 {
-            out.push(format!(
-                "{} stacks could not be unwound to their outermost frame and start with [truncated] (the stack copy or the kernel's frame limit ended them; a larger --stack-size helps the first)",
-                m.truncated_stacks
-            ));
-        }
+        out.extend(self.truncated_lines());
         out.extend(self.why_incomplete(samples));
         if m.throttled > 0 {
             out.push(format!(
@@ -94,6 +95,38 @@ impl Summary<'_> {
         for line in self.lines() {
             say!("{line}");
         }
+    }
+
+    /// One line for each cause of stacks that start with `[truncated]`, with what helps.
+    fn truncated_lines(&self) -> Vec<String> {
+        let t = self.truncated;
+        let mut out = Vec::new();
+        if t.stack_copy > 0 {
+            out.push(format!(
+                "{} stacks start with [truncated]: the copy of the stack taken with each sample ({} bytes) ended before their outermost frame, in code without frame pointers; a larger --stack-size (at most 65528) reaches further",
+                t.stack_copy, self.stack_bytes
+            ));
+        }
+        if t.no_unwind_info > 0 {
+            let places: Vec<String> = self
+                .no_unwind_info_in
+                .iter()
+                .take(3)
+                .map(|(lib, n)| format!("{lib} ({n})"))
+                .collect();
+            out.push(format!(
+                "{} stacks start with [truncated]: they reach code with neither unwind information nor frame pointers, in {} (a larger --stack-size does not help)",
+                t.no_unwind_info,
+                places.join(", ")
+            ));
+        }
+        if t.frame_limit > 0 && self.info.gaps.stack_limit != StackLimit::Refused {
+            out.push(format!(
+                "{} stacks were deeper than --max-stack {} frames and start with [truncated]",
+                t.frame_limit, self.info.max_stack
+            ));
+        }
+        out
     }
 
     /// Why the profile is empty, or misses frames, processes or samples, where sampler
@@ -256,6 +289,15 @@ mod tests {
     }
 
     fn lines(info: &RecordingInfo, profile: &Profile) -> Vec<String> {
+        lines_truncated(info, profile, TruncatedBy::default(), &[])
+    }
+
+    fn lines_truncated(
+        info: &RecordingInfo,
+        profile: &Profile,
+        truncated: TruncatedBy,
+        no_unwind_info_in: &[(String, u64)],
+    ) -> Vec<String> {
         Summary {
             info,
             profile,
@@ -265,8 +307,41 @@ mod tests {
             output: Path::new("out.json"),
             write_ms: 12.0,
             root: true,
+            stack_bytes: 8192,
+            truncated,
+            no_unwind_info_in,
         }
         .lines()
+    }
+
+    #[test]
+    fn each_cause_of_truncation_gets_its_own_advice() {
+        let profile = Profile::from_named_stacks(&[&["main"]]);
+        let info = info(RecordingGaps::default());
+        let truncated = TruncatedBy {
+            frame_limit: 3,
+            stack_copy: 5,
+            no_unwind_info: 7,
+        };
+        let places = [("perf-12.map".to_string(), 6), ("libjit.so".to_string(), 1)];
+        let out = lines_truncated(&info, &profile, truncated, &places);
+        let line = |needle: &str| {
+            out.iter()
+                .find(|l| l.contains(needle))
+                .unwrap_or_else(|| panic!("no line with {needle:?} in {out:#?}"))
+                .clone()
+        };
+        assert!(line("5 stacks start")
+            .contains("a larger --stack-size (at most 65528) reaches further"));
+        let no_info = line("7 stacks start");
+        assert!(
+            no_info.contains("in perf-12.map (6), libjit.so (1)"),
+            "{no_info}"
+        );
+        assert!(no_info.contains("a larger --stack-size does not help"));
+        assert!(line("3 stacks were deeper").contains("--max-stack 127"));
+        let none = lines(&info, &profile);
+        assert!(!none.iter().any(|l| l.contains("[truncated]")), "{none:#?}");
     }
 
     #[test]

@@ -17,7 +17,9 @@ use crate::events::{Event, EventKind, Mapping, Recording, RecordingInfo, Sample}
 use crate::locate::{FileFinder, MappedFile};
 use crate::maps::Region;
 use crate::profile::*;
-use crate::unwind::{CodeAddress, CodeModule, UnwindMode, Unwinder};
+use crate::unwind::{
+    CodeAddress, CodeModule, FileCode, ProcessMemory, TruncatedBy, Truncation, UnwindMode, Unwinder,
+};
 
 /// Kernel addresses are the upper half of the x86-64 address space. Kernel frames are
 /// made relative to this when the kernel's text start is unknown (kallsyms hidden), which
@@ -69,6 +71,11 @@ struct ProcessState {
 pub struct Built {
     pub profile: RawProfile,
     pub lib_binaries: Vec<LibFile>,
+    /// The truncated stacks by cause.
+    pub truncated: TruncatedBy,
+    /// The library of the outermost frame of stacks cut by code without unwind rules,
+    /// with their counts, most first (what the summary names).
+    pub no_unwind_info_in: Vec<(String, u64)>,
 }
 
 /// Builds a raw profile from events fed in time order.
@@ -87,7 +94,9 @@ pub struct ProfileBuilder {
     process_by_pid: HashMap<i32, ProcessIndex>,
     threads: Vec<ThreadState>,
     thread_by_tid: HashMap<i32, usize>,
-    truncated_stacks: u64,
+    truncated: TruncatedBy,
+    /// Stacks cut by code without unwind rules, by the library of their outermost frame.
+    no_unwind_info_in: HashMap<Option<LibIndex>, u64>,
     restored_callers: u64,
     capture: Option<Capture>,
 }
@@ -102,10 +111,20 @@ pub fn build(recording: &Recording, kernel_base: Option<u64>) -> Built {
 impl ProfileBuilder {
     /// `mode` says how user stacks are unwound.
     pub fn new(mode: UnwindMode) -> ProfileBuilder {
+        ProfileBuilder::with_unwinder(Unwinder::new(mode))
+    }
+
+    /// A builder for a live recording: the unwinder reads the recorded processes' memory
+    /// (their JIT code, the bottoms of their stacks).
+    pub fn live(mode: UnwindMode, memory: Box<dyn ProcessMemory>) -> ProfileBuilder {
+        ProfileBuilder::with_unwinder(Unwinder::with_memory(mode, memory))
+    }
+
+    fn with_unwinder(unwinder: Unwinder<Module>) -> ProfileBuilder {
         ProfileBuilder {
             files: FileFinder::default(),
             kernel_frames: false,
-            unwinder: Unwinder::new(mode),
+            unwinder,
             libs: Interner::default(),
             lib_binaries: Vec::new(),
             frames: Interner::default(),
@@ -114,7 +133,8 @@ impl ProfileBuilder {
             process_by_pid: HashMap::new(),
             threads: Vec::new(),
             thread_by_tid: HashMap::new(),
-            truncated_stacks: 0,
+            truncated: TruncatedBy::default(),
+            no_unwind_info_in: HashMap::new(),
             restored_callers: 0,
             capture: None,
         }
@@ -248,7 +268,9 @@ impl ProfileBuilder {
                 lost_samples: info.lost_samples,
                 throttled: info.throttled,
                 kernel_included: info.kernel_included,
-                truncated_stacks: self.truncated_stacks,
+                truncated_stacks: self.truncated.frame_limit
+                    + self.truncated.stack_copy
+                    + self.truncated.no_unwind_info,
                 restored_callers: self.restored_callers,
                 logical_cpus: info.logical_cpus,
             },
@@ -258,9 +280,22 @@ impl ProfileBuilder {
             processes,
             threads,
         };
+        let mut no_unwind_info_in: Vec<(String, u64)> = self
+            .no_unwind_info_in
+            .into_iter()
+            .map(|(lib, n)| {
+                let name = lib.map_or("unknown code".to_string(), |l| {
+                    profile.libs[l.index()].name.clone()
+                });
+                (name, n)
+            })
+            .collect();
+        no_unwind_info_in.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         Built {
             profile,
             lib_binaries: self.lib_binaries,
+            truncated: self.truncated,
+            no_unwind_info_in,
         }
     }
 
@@ -384,10 +419,18 @@ impl ProfileBuilder {
             file_offset,
             data: module,
         };
+        if is_anonymous(m) {
+            self.unwinder.map_anonymous(m.pid, region);
+            return;
+        }
         let code = code.as_ref().map(|(binary, name, bias)| CodeModule {
             name,
             bias: *bias,
             sections: &binary.unwind,
+            text: Some(FileCode {
+                bytes: &binary.data,
+                entry_returns: &binary.entry_returns,
+            }),
         });
         self.unwinder.map(m.pid, region, code);
     }
@@ -428,10 +471,19 @@ impl ProfileBuilder {
             capture.sample(s);
         }
         let stack = self.unwinder.unwind(s);
-        self.truncated_stacks += u64::from(stack.truncated);
+        if let Some(cause) = stack.truncated {
+            self.truncated.count(cause);
+            if cause == Truncation::NoUnwindInfo {
+                let outermost = stack.user.last().map(|a| a.lookup_address());
+                let lib = outermost
+                    .and_then(|a| self.resolve(s.pid, a))
+                    .and_then(|(lib, _)| lib);
+                *self.no_unwind_info_in.entry(lib).or_default() += 1;
+            }
+        }
         self.restored_callers += u64::from(stack.restored_leaf_caller);
         let mut prefix = None;
-        if stack.truncated {
+        if stack.truncated.is_some() {
             let marker = AddressFrame {
                 lib: None,
                 address: 0,

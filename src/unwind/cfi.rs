@@ -16,6 +16,7 @@ use std::ops::Range;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 
+use super::code::CodeRule;
 use super::{callchain, CodeAddress, LeafFrame};
 use crate::binary::{SectionBytes, UnwindSections};
 use crate::events::{Sample, UserRegs};
@@ -84,77 +85,170 @@ pub fn leaf_frame(
     })
 }
 
+/// What the unwinder knows of the code at a frame's address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameCode {
+    /// Code of a file with CFI, or with nothing better known: framehop's rule (its CFI,
+    /// or the frame-pointer rule where it has none).
+    Cfi,
+    /// A rule derived from the instructions of code without CFI.
+    Derived(CodeRule),
+    /// A return address of the entry stub: the outermost frame.
+    EntryStub,
+}
+
+/// How far one unwinding walk got, and why it stopped.
+#[derive(Clone, Debug)]
+pub struct Walk {
+    /// The frames found, leaf first.
+    pub frames: Vec<CodeAddress>,
+    pub ended: Ended,
+}
+
 /// Unwinds the user stack of `sample` with CFI, and with `hybrid` continues with the
-/// frame-pointer chain beyond the stack copy: the user frames, leaf first, and whether
-/// the outermost ones are missing. `None` when the sample has no registers and stack copy.
+/// frame-pointer chain beyond the stack copy: the user frames, leaf first, and why the
+/// walk ended. `None` when the sample has no registers and stack copy.
 pub fn unwind(
     modules: &Modules,
     cache: &mut CacheX86_64,
     sample: &Sample,
     hybrid: bool,
-) -> Option<(Vec<CodeAddress>, bool)> {
+    classify: &mut dyn FnMut(CodeAddress) -> FrameCode,
+) -> Option<(Vec<CodeAddress>, Ended)> {
     let regs = sample.user_regs?;
     if sample.stack_copy.is_empty() {
         return None;
     }
-    let (cfi, ended) = cfi_frames(modules, cache, regs, &sample.stack_copy);
+    let start = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+    let Walk { frames: cfi, ended } = walk(
+        modules,
+        cache,
+        CodeAddress::InstructionPointer(regs.ip),
+        start,
+        (regs.sp, &sample.stack_copy),
+        classify,
+    );
     let fp_chain = callchain(&sample.user_callchain);
     Some(match (hybrid, ended) {
-        (_, Ended::Root) => (cfi, false),
-        (true, Ended::Unknown) => match splice(&cfi, &fp_chain) {
+        (_, Ended::Root) => (cfi, Ended::Root),
+        (true, cut) => match splice(&cfi, &fp_chain) {
             Some(rest) => {
                 let mut user = cfi;
                 user.extend(rest.into_iter().map(CodeAddress::ReturnAddress));
                 // The chain itself may have been cut at the kernel's frame limit, and
                 // then the stack is incomplete, even where CFI reached beyond the
                 // chain's end (nothing was spliced on).
-                (user, sample.callchain_truncated)
+                let ended = if sample.callchain_truncated {
+                    Ended::FrameLimit
+                } else {
+                    Ended::ChainEnd
+                };
+                (user, ended)
             }
-            None => (cfi, true),
+            None => (cfi, cut),
         },
-        (false, Ended::Unknown) => (cfi, true),
+        (false, cut) => (cfi, cut),
     })
 }
 
-/// How CFI unwinding ended.
+/// How an unwinding walk ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ended {
-    /// At the outermost frame (CFI says there is no caller).
+pub enum Ended {
+    /// At the outermost frame (CFI says there is no caller, or the entry stub).
     Root,
-    /// Not at the root: the stack copy ended, or CFI was missing or wrong.
-    Unknown,
+    /// The stack copy ended before the outermost frame.
+    StackCopy,
+    /// A frame's code had no unwind rule that led anywhere (no CFI, no frame pointer).
+    NoRule,
+    /// The frame-pointer chain ended without a sign of the outermost frame.
+    ChainEnd,
+    /// The kernel's frame limit cut the frame-pointer chain.
+    FrameLimit,
 }
 
-/// The frames CFI finds through the stack copy, leaf first, and how the walk ended.
-fn cfi_frames(
+/// Walks the stack from `frame` with registers `regs`, reading stack memory from
+/// `stack` (its address and bytes): framehop's rules where the code has CFI, rules
+/// derived from the code where it has none, until the outermost frame or until no rule
+/// leads on.
+pub fn walk(
     modules: &Modules,
     cache: &mut CacheX86_64,
-    regs: UserRegs,
-    stack: &[u8],
-) -> (Vec<CodeAddress>, Ended) {
-    let mut read_stack = stack_reader(regs.sp, stack);
-    let mut frames = modules.iter_frames(
-        regs.ip,
-        UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp),
-        cache,
-        &mut read_stack,
-    );
-    let mut out = Vec::new();
-    loop {
-        match frames.next() {
-            Ok(Some(FrameAddress::InstructionPointer(a))) => {
-                out.push(CodeAddress::InstructionPointer(a))
-            }
-            Ok(Some(FrameAddress::ReturnAddress(a))) => {
-                out.push(CodeAddress::ReturnAddress(a.get()))
-            }
-            Ok(None) => return (out, Ended::Root),
-            Err(_) => return (out, Ended::Unknown),
+    mut frame: CodeAddress,
+    mut regs: UnwindRegsX86_64,
+    stack: (u64, &[u8]),
+    classify: &mut dyn FnMut(CodeAddress) -> FrameCode,
+) -> Walk {
+    let (base, bytes) = stack;
+    let stack_end = base.saturating_add(bytes.len() as u64);
+    let mut unreadable = None;
+    let mut read_stack = |address: u64| {
+        let word = stack_reader(base, bytes)(address);
+        if word.is_err() {
+            unreadable = Some(address);
         }
-        if out.len() >= MAX_CFI_FRAMES {
-            return (out, Ended::Unknown);
+        word
+    };
+    let mut frames = Vec::new();
+    let ended = loop {
+        frames.push(frame);
+        if frames.len() >= MAX_CFI_FRAMES {
+            break Ended::NoRule;
         }
-    }
+        let at = match frame {
+            CodeAddress::InstructionPointer(a) => FrameAddress::from_instruction_pointer(a),
+            CodeAddress::ReturnAddress(a) => match FrameAddress::from_return_address(a) {
+                Some(at) => at,
+                None => break Ended::NoRule,
+            },
+        };
+        let sp = regs.sp();
+        let next = match classify(frame) {
+            FrameCode::EntryStub => break Ended::Root,
+            FrameCode::Derived(rule) => apply(rule, &mut regs, &mut read_stack),
+            FrameCode::Cfi => modules
+                .unwind_frame(at, &mut regs, cache, &mut read_stack)
+                .map_err(|_| ()),
+        };
+        match next {
+            Ok(None) => break Ended::Root,
+            Ok(Some(ra)) if ra != 0 && regs.sp() > sp => frame = CodeAddress::ReturnAddress(ra),
+            _ => {
+                break match unreadable {
+                    Some(a) if a >= stack_end => Ended::StackCopy,
+                    _ => Ended::NoRule,
+                }
+            }
+        }
+    };
+    Walk { frames, ended }
+}
+
+/// Executes a rule derived from code: the caller's return address, with RSP and RBP set
+/// to the caller's.
+fn apply(
+    rule: CodeRule,
+    regs: &mut UnwindRegsX86_64,
+    read_stack: &mut dyn FnMut(u64) -> Result<u64, ()>,
+) -> Result<Option<u64>, ()> {
+    let (sp, bp) = (regs.sp(), regs.bp());
+    let (ra_at, bp_at) = match rule {
+        CodeRule::StackPointer {
+            ra_offset,
+            saved_bp,
+        } => (
+            sp.checked_add(ra_offset).ok_or(())?,
+            saved_bp.map(|o| sp.checked_add(o).ok_or(())).transpose()?,
+        ),
+        CodeRule::FramePointer => (bp.checked_add(8).ok_or(())?, Some(bp)),
+    };
+    let ra = read_stack(ra_at)?;
+    let new_bp = match bp_at {
+        Some(at) => read_stack(at)?,
+        None => bp,
+    };
+    regs.set_sp(ra_at.checked_add(8).ok_or(())?);
+    regs.set_bp(new_bp);
+    Ok(Some(ra))
 }
 
 /// A stack copy of a few kilobytes holds at most a few hundred frames; this bounds a

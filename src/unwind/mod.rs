@@ -11,9 +11,13 @@
 //! address sits at `sp + offset - 8` in the stack copy, and we put it back in.
 
 mod cfi;
+mod code;
+
+pub use code::entry_stub_returns;
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::Arc;
 
 use framehop::x86_64::CacheX86_64;
 
@@ -95,10 +99,40 @@ impl CodeAddress {
 pub struct UnwoundStack {
     pub kernel: Vec<CodeAddress>,
     pub user: Vec<CodeAddress>,
-    /// The outermost frames are missing (the kernel's frame limit was reached).
-    pub truncated: bool,
+    /// Why the outermost frames are missing, if they are.
+    pub truncated: Option<Truncation>,
     /// A caller the frame-pointer chain skipped was restored from the stack copy.
     pub restored_leaf_caller: bool,
+}
+
+/// Why a stack lacks its outermost frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Truncation {
+    /// The kernel's frame limit cut the frame-pointer chain (`--max-stack`).
+    FrameLimit,
+    /// The copy of the user stack ended first (`--stack-size` reaches further).
+    StackCopy,
+    /// Code with no unwind rule that led on: neither CFI, nor a rule from its
+    /// instructions, nor a frame-pointer chain (a larger stack copy does not help).
+    NoUnwindInfo,
+}
+
+/// How many stacks were truncated, by cause.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TruncatedBy {
+    pub frame_limit: u64,
+    pub stack_copy: u64,
+    pub no_unwind_info: u64,
+}
+
+impl TruncatedBy {
+    pub fn count(&mut self, cause: Truncation) {
+        match cause {
+            Truncation::FrameLimit => self.frame_limit += 1,
+            Truncation::StackCopy => self.stack_copy += 1,
+            Truncation::NoUnwindInfo => self.no_unwind_info += 1,
+        }
+    }
 }
 
 /// What CFI says of the sampled function's own frame.
@@ -143,7 +177,7 @@ pub fn unwind_frame_pointers(sample: &Sample, code: &mut dyn CodeLookup) -> Unwo
     UnwoundStack {
         kernel: kernel_frames(sample),
         user,
-        truncated: sample.callchain_truncated,
+        truncated: sample.callchain_truncated.then_some(Truncation::FrameLimit),
         restored_leaf_caller: restored,
     }
 }
@@ -187,20 +221,86 @@ fn frameless_return_address(
     }
 }
 
+/// What the unwinder knows of the code of one mapping.
+#[derive(Clone, Debug)]
+enum Code {
+    /// A file whose CFI framehop has; no code bytes were given.
+    Cfi,
+    /// A file's code: its bytes (indexed by file offset), whether it has CFI, and the
+    /// process addresses of its entry stub's return addresses.
+    File {
+        bytes: Arc<[u8]>,
+        has_cfi: bool,
+        entry_returns: Arc<[u64]>,
+    },
+    /// Anonymous executable memory (JIT code): its bytes are read from the process.
+    Anonymous,
+    /// A file that could not be read.
+    Unknown,
+}
+
+/// Bytes of code read for one frame: the trampolines and epilogues that rules are
+/// derived from end well within this (see [`code::derive_rule`]'s instruction limit
+/// times x86's longest common instruction of about 5 bytes).
+const CODE_WINDOW: usize = 256;
+
+/// Pages of a process's JIT code, read once: the code stays known after the process has
+/// exited (its last samples are unwound later).
+const PAGE: u64 = 4096;
+
+/// Pages of a process's anonymous executable memory read so far, by address (`None`:
+/// unreadable).
+type Pages = HashMap<u64, Option<Arc<[u8]>>>;
+
 /// One process while it is being recorded: its executable mappings, each with what its
-/// user resolved for it once (`T`), and the CFI of their code.
+/// user resolved for it once (`T`), what is known of their code, and their CFI.
 #[derive(Clone)]
 struct Process<T> {
     space: AddressSpace<T>,
+    code: AddressSpace<Code>,
     modules: cfi::Modules,
+    pages: Pages,
+}
+
+impl<T> Process<T> {
+    /// What a walk over its stacks needs: its CFI, its code, its pages of JIT code.
+    fn parts(&mut self) -> (&cfi::Modules, &AddressSpace<Code>, &mut Pages) {
+        (&self.modules, &self.code, &mut self.pages)
+    }
 }
 
 impl<T> Default for Process<T> {
     fn default() -> Self {
         Process {
             space: AddressSpace::default(),
+            code: AddressSpace::default(),
             modules: cfi::Modules::default(),
+            pages: HashMap::new(),
         }
+    }
+}
+
+/// Reads the memory of live processes, for the code of JIT mappings and for the
+/// outermost frames of deep stacks. Injected, so that unwinding stays testable and a
+/// replay of an old recording reads nothing.
+pub trait ProcessMemory {
+    /// Fills `buf` from process `pid`'s memory at `address`; false when that cannot be
+    /// read (the process is gone, or it may not be read).
+    fn read(&mut self, pid: i32, address: u64, buf: &mut [u8]) -> bool;
+    /// The mapping of process `pid` that contains `address` (its stack, for example).
+    fn mapping_containing(&mut self, pid: i32, address: u64) -> Option<Range<u64>>;
+}
+
+/// No process memory: for replays of recordings whose processes are gone (their pids
+/// may belong to other processes by now).
+pub struct NoMemory;
+
+impl ProcessMemory for NoMemory {
+    fn read(&mut self, _: i32, _: u64, _: &mut [u8]) -> bool {
+        false
+    }
+    fn mapping_containing(&mut self, _: i32, _: u64) -> Option<Range<u64>> {
+        None
     }
 }
 
@@ -212,22 +312,48 @@ pub struct Unwinder<T> {
     mode: UnwindMode,
     processes: HashMap<i32, Process<T>>,
     cache: CacheX86_64,
+    memory: Box<dyn ProcessMemory>,
+    /// The outermost frames of each thread's stack beyond a given return address, once
+    /// read from its memory (`None`: they could not be): the bottom of a stack does not
+    /// change while the thread lives.
+    bottoms: HashMap<(i32, u64), Option<Arc<[CodeAddress]>>>,
 }
 
 /// The code of a mapping, for CFI: the module's name, where the file's address 0 lies in
-/// the process (`bias`), and its unwind sections.
+/// the process (`bias`), its unwind sections, and its bytes with its entry stub's
+/// return addresses (in the file's addresses) when rules are to be derived from its code.
 pub struct CodeModule<'a> {
     pub name: &'a str,
     pub bias: u64,
     pub sections: &'a UnwindSections,
+    pub text: Option<FileCode<'a>>,
 }
 
+/// A file's bytes, indexed by file offset, and its entry stub's return addresses.
+pub struct FileCode<'a> {
+    pub bytes: &'a Arc<[u8]>,
+    pub entry_returns: &'a [u64],
+}
+
+/// How much of a thread's stack is searched for the outermost frames of a deep stack:
+/// the main thread's start frames lie below its environment and auxiliary vector, and a
+/// thread's below its thread control block and static TLS, both a few KiB from the top.
+const STACK_BOTTOM_BYTES: u64 = 64 * 1024;
+
 impl<T: Clone> Unwinder<T> {
+    /// An unwinder that reads no process memory.
     pub fn new(mode: UnwindMode) -> Unwinder<T> {
+        Unwinder::with_memory(mode, Box::new(NoMemory))
+    }
+
+    /// An unwinder that reads the memory of the processes it unwinds (live recording).
+    pub fn with_memory(mode: UnwindMode, memory: Box<dyn ProcessMemory>) -> Unwinder<T> {
         Unwinder {
             mode,
             processes: HashMap::new(),
             cache: CacheX86_64::default(),
+            memory,
+            bottoms: HashMap::new(),
         }
     }
 
@@ -235,16 +361,55 @@ impl<T: Clone> Unwinder<T> {
     /// does. `code` is its CFI, when its file could be read.
     pub fn map(&mut self, pid: i32, region: Region<T>, code: Option<CodeModule<'_>>) {
         let process = self.processes.entry(pid).or_default();
-        if let Some(code) = code {
-            let avma: Range<u64> = region.start..region.start + region.len;
-            cfi::add_module(
-                &mut process.modules,
-                code.name,
-                avma,
-                code.bias,
-                code.sections,
-            );
-        }
+        let avma: Range<u64> = region.start..region.start + region.len;
+        let known = match code {
+            Some(code) => {
+                cfi::add_module(
+                    &mut process.modules,
+                    code.name,
+                    avma.clone(),
+                    code.bias,
+                    code.sections,
+                );
+                match code.text {
+                    Some(text) => Code::File {
+                        bytes: text.bytes.clone(),
+                        has_cfi: code.sections.eh_frame.is_some()
+                            || code.sections.debug_frame.is_some(),
+                        entry_returns: text
+                            .entry_returns
+                            .iter()
+                            .map(|a| a.wrapping_add(code.bias))
+                            .collect(),
+                    },
+                    None => Code::Cfi,
+                }
+            }
+            None => Code::Unknown,
+        };
+        process.code.map(Region {
+            start: region.start,
+            len: region.len,
+            file_offset: region.file_offset,
+            data: known,
+        });
+        process.space.map(region);
+    }
+
+    /// Anonymous executable memory of process `pid` (JIT code): what was read of it
+    /// before is forgotten, as the code may have changed.
+    pub fn map_anonymous(&mut self, pid: i32, region: Region<T>) {
+        let process = self.processes.entry(pid).or_default();
+        let avma = region.start..region.start.saturating_add(region.len);
+        process
+            .pages
+            .retain(|&page, _| page + PAGE <= avma.start || page >= avma.end);
+        process.code.map(Region {
+            start: region.start,
+            len: region.len,
+            file_offset: region.file_offset,
+            data: Code::Anonymous,
+        });
         process.space.map(region);
     }
 
@@ -259,6 +424,7 @@ impl<T: Clone> Unwinder<T> {
     /// `exec` replaces the whole address space; the new program's mappings follow.
     pub fn exec(&mut self, pid: i32) {
         self.processes.insert(pid, Process::default());
+        self.bottoms.retain(|&(tid, _), _| tid != pid);
     }
 
     /// The mapping of process `pid` that contains `address`.
@@ -268,21 +434,37 @@ impl<T: Clone> Unwinder<T> {
 
     /// The stack of `sample`, as the mode says: hybrid takes CFI through the stack copy
     /// and the frame-pointer chain beyond it, and the frame-pointer chain alone where
-    /// CFI knew nothing of the sampled code (fewer than two frames: JIT code, a file that
-    /// could not be read); dwarf takes CFI only; fp the chain with its leaf repaired.
+    /// CFI knew nothing of the sampled code (fewer than two frames: a file that could
+    /// not be read); dwarf takes CFI only; fp the chain with its leaf repaired. Code
+    /// without CFI is unwound by rules derived from its instructions. A stack whose
+    /// frame-pointer chain ended short of the outermost frame gets its outermost frames
+    /// from the thread's stack memory.
     pub fn unwind(&mut self, sample: &Sample) -> UnwoundStack {
-        let empty = Process::default();
-        let process = self.processes.get(&sample.pid).unwrap_or(&empty);
+        let mut stack = self.unwind_user(sample);
+        if stack.truncated.is_none() && !stack.user.is_empty() {
+            if let Some(bottom) = self.bottom(sample, stack.user[stack.user.len() - 1]) {
+                stack.user.extend(bottom.iter().copied());
+            }
+        }
+        stack
+    }
+
+    fn unwind_user(&mut self, sample: &Sample) -> UnwoundStack {
+        let pid = sample.pid;
+        let process = self.processes.entry(pid).or_default();
         if self.mode != UnwindMode::Fp {
             let hybrid = self.mode == UnwindMode::Hybrid;
-            if let Some((user, truncated)) =
-                cfi::unwind(&process.modules, &mut self.cache, sample, hybrid)
+            let (modules, code, pages) = process.parts();
+            let memory = &mut *self.memory;
+            let mut classify = |frame| classify(code, pages, memory, pid, frame);
+            if let Some((user, ended)) =
+                cfi::unwind(modules, &mut self.cache, sample, hybrid, &mut classify)
             {
                 if user.len() >= 2 || !hybrid {
                     return UnwoundStack {
                         kernel: kernel_frames(sample),
                         user,
-                        truncated,
+                        truncated: truncation(ended),
                         restored_leaf_caller: false,
                     };
                 }
@@ -294,6 +476,126 @@ impl<T: Clone> Unwinder<T> {
         };
         unwind_frame_pointers(sample, &mut code)
     }
+
+    /// The frames beyond `last`, the outermost frame a stack's frame-pointer chain
+    /// reached, read once per thread from the top of its stack: the highest slot holding
+    /// `last` is where that frame's return address lies, and CFI walks on from there to
+    /// the thread's first frame. `None` when the memory cannot be read or the walk does
+    /// not end at the outermost frame.
+    fn bottom(&mut self, sample: &Sample, last: CodeAddress) -> Option<Arc<[CodeAddress]>> {
+        let CodeAddress::ReturnAddress(ra) = last else {
+            return None;
+        };
+        let key = (sample.tid, ra);
+        if let Some(known) = self.bottoms.get(&key) {
+            return known.clone();
+        }
+        let found = self.read_bottom(sample, ra);
+        self.bottoms.insert(key, found.clone());
+        found
+    }
+
+    fn read_bottom(&mut self, sample: &Sample, ra: u64) -> Option<Arc<[CodeAddress]>> {
+        let pid = sample.pid;
+        let sp = sample.user_regs?.sp;
+        let stack = self.memory.mapping_containing(pid, sp)?;
+        let from = stack.end.saturating_sub(STACK_BOTTOM_BYTES).max(sp) & !7;
+        let mut bytes = vec![0; usize::try_from(stack.end.checked_sub(from)?).ok()?];
+        if !self.memory.read(pid, from, &mut bytes) {
+            return None;
+        }
+        let slot = bytes
+            .chunks_exact(8)
+            .rposition(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()) == ra)?;
+        let (modules, code, pages) = self.processes.get_mut(&pid)?.parts();
+        let memory = &mut *self.memory;
+        let mut classify = |frame| classify(code, pages, memory, pid, frame);
+        let regs = framehop::x86_64::UnwindRegsX86_64::new(ra, from + slot as u64 * 8 + 8, 0);
+        let walk = cfi::walk(
+            modules,
+            &mut self.cache,
+            CodeAddress::ReturnAddress(ra),
+            regs,
+            (from, &bytes),
+            &mut classify,
+        );
+        (walk.ended == cfi::Ended::Root).then(|| walk.frames[1..].into())
+    }
+}
+
+/// Why a stack lacks its outermost frames, from how its walk ended.
+fn truncation(ended: cfi::Ended) -> Option<Truncation> {
+    match ended {
+        cfi::Ended::Root | cfi::Ended::ChainEnd => None,
+        cfi::Ended::StackCopy => Some(Truncation::StackCopy),
+        cfi::Ended::NoRule => Some(Truncation::NoUnwindInfo),
+        cfi::Ended::FrameLimit => Some(Truncation::FrameLimit),
+    }
+}
+
+/// What is known of the code at `frame` of process `pid`: CFI, a rule derived from its
+/// instructions (code without CFI: JIT code, stubs), or the entry stub.
+fn classify(
+    code: &AddressSpace<Code>,
+    pages: &mut Pages,
+    memory: &mut dyn ProcessMemory,
+    pid: i32,
+    frame: CodeAddress,
+) -> cfi::FrameCode {
+    let Some(region) = code.lookup(frame.lookup_address()) else {
+        return cfi::FrameCode::Cfi;
+    };
+    let address = frame.raw();
+    let rule = match &region.data {
+        Code::File {
+            bytes,
+            has_cfi,
+            entry_returns,
+        } => {
+            if matches!(frame, CodeAddress::ReturnAddress(a) if entry_returns.contains(&a)) {
+                return cfi::FrameCode::EntryStub;
+            }
+            if *has_cfi {
+                return cfi::FrameCode::Cfi;
+            }
+            let at = usize::try_from(region.file_offset_of(address)).unwrap_or(usize::MAX);
+            let end = at.saturating_add(CODE_WINDOW).min(bytes.len());
+            bytes
+                .get(at..end)
+                .and_then(|b| code::derive_rule(b, address))
+        }
+        Code::Anonymous => {
+            let end = (region.start + region.len).min(address.saturating_add(CODE_WINDOW as u64));
+            read_code(pages, memory, pid, address..end).and_then(|b| code::derive_rule(&b, address))
+        }
+        Code::Cfi | Code::Unknown => None,
+    };
+    rule.map_or(cfi::FrameCode::Cfi, cfi::FrameCode::Derived)
+}
+
+/// The bytes of `range` of a process's anonymous code, through its page cache.
+fn read_code(
+    pages: &mut Pages,
+    memory: &mut dyn ProcessMemory,
+    pid: i32,
+    range: Range<u64>,
+) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(CODE_WINDOW);
+    let mut page = range.start & !(PAGE - 1);
+    while page < range.end {
+        let bytes = pages
+            .entry(page)
+            .or_insert_with(|| {
+                let mut buf = vec![0; PAGE as usize];
+                memory.read(pid, page, &mut buf).then(|| buf.into())
+            })
+            .clone()?;
+        let from = range.start.max(page) - page;
+        let to = range.end.min(page + PAGE) - page;
+        out.extend_from_slice(&bytes[from as usize..to as usize]);
+        page += PAGE;
+    }
+    Some(out)
 }
 
 /// One process's code, as the frame-pointer unwinder looks it up.

@@ -100,6 +100,7 @@ impl Fixture {
                 name,
                 bias: num(&m["bias"]),
                 sections: &sections,
+                text: None,
             };
             unwinder.map(PID, region, Some(code));
         }
