@@ -99,6 +99,9 @@ pub struct Binary {
     /// a frame at one of them is the outermost one (see
     /// [`crate::unwind::entry_stub_returns`]).
     pub entry_returns: Vec<u64>,
+    /// The entry stub's code up to its last call (and the instruction after it), in the
+    /// file's addresses: the program's `_start`, which a stripped file does not name.
+    pub entry_stub: Option<std::ops::Range<u64>>,
 }
 
 impl Binary {
@@ -158,12 +161,18 @@ impl Binary {
                     .collect(),
                 unwind,
                 entry_returns: Vec::new(),
+                entry_stub: None,
             }
         };
         binary.data = data;
-        binary.entry_returns = binary.entry_code().map_or_else(Vec::new, |(entry, code)| {
-            crate::unwind::entry_stub_returns(code, entry)
-        });
+        if let Some((entry, code)) = binary.entry_code() {
+            binary.entry_returns = crate::unwind::entry_stub_returns(code, entry);
+            binary.entry_stub = binary
+                .entry_returns
+                .iter()
+                .max()
+                .map(|&last| entry..last + 1);
+        }
         Some(binary)
     }
 
@@ -213,6 +222,7 @@ mod tests {
             segments,
             unwind: UnwindSections::default(),
             entry_returns: Vec::new(),
+            entry_stub: None,
         }
     }
 

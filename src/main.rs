@@ -74,6 +74,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     let symbol_options = symbolicate::SymbolOptions {
         debug_root: plan.debug_root.clone(),
         kernel,
+        jit_dumps: built.jit_dumps.clone(),
     };
     let profile = symbolicate::symbolicate(built.profile, &built.lib_binaries, &symbol_options);
     emit::write(&profile, plan.format, &plan.export, &plan.output, sudo)?;
@@ -103,7 +104,7 @@ fn symbolize_main(args: SymbolizeArgs) -> Result<()> {
         .with_context(|| format!("cannot read {} as an ELF file", args.exe.display()))?;
     let opts = symbolicate::SymbolOptions {
         debug_root: args.debug_root,
-        kernel: None,
+        ..Default::default()
     };
     let path = args.exe.canonicalize().unwrap_or(args.exe.clone());
     let syms = symbolicate::LibSymbols::load(&binary, &path.to_string_lossy(), &opts)

@@ -154,6 +154,7 @@ fn debuglink_without_build_id_is_matched_by_crc() {
         let binary = sampler::binary::Binary::open(&bin).unwrap();
         assert!(binary.build_id.is_none() && binary.debuglink.is_some());
         let opts = sampler::symbolicate::SymbolOptions {
+            jit_dumps: Default::default(),
             debug_root: dir.join("no-debug-root"),
             kernel: None,
         };

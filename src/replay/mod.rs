@@ -73,6 +73,9 @@ pub struct Built {
     pub lib_binaries: Vec<LibFile>,
     /// The truncated stacks by cause.
     pub truncated: TruncatedBy,
+    /// The JIT dump each process mapped, by the path of its perf map (see
+    /// [`crate::symbolicate::SymbolOptions::jit_dumps`]).
+    pub jit_dumps: HashMap<String, std::path::PathBuf>,
     /// The library of the outermost frame of stacks cut by code without unwind rules,
     /// with their counts, most first (what the summary names).
     pub no_unwind_info_in: Vec<(String, u64)>,
@@ -95,6 +98,7 @@ pub struct ProfileBuilder {
     threads: Vec<ThreadState>,
     thread_by_tid: HashMap<i32, usize>,
     truncated: TruncatedBy,
+    jit_dumps: HashMap<String, std::path::PathBuf>,
     /// Stacks cut by code without unwind rules, by the library of their outermost frame.
     no_unwind_info_in: HashMap<Option<LibIndex>, u64>,
     restored_callers: u64,
@@ -134,6 +138,7 @@ impl ProfileBuilder {
             threads: Vec::new(),
             thread_by_tid: HashMap::new(),
             truncated: TruncatedBy::default(),
+            jit_dumps: HashMap::new(),
             no_unwind_info_in: HashMap::new(),
             restored_callers: 0,
             capture: None,
@@ -295,6 +300,7 @@ impl ProfileBuilder {
             profile,
             lib_binaries: self.lib_binaries,
             truncated: self.truncated,
+            jit_dumps: self.jit_dumps,
             no_unwind_info_in,
         }
     }
@@ -342,6 +348,13 @@ impl ProfileBuilder {
     /// through [`FileFinder`], which checks the build ID: a replaced file's symbols and CFI
     /// would be wrong, so it is not used).
     fn map(&mut self, m: &Mapping) {
+        if is_jit_dump(&m.path) {
+            // The JIT marks its dump by mapping it; the dump names the process's JIT code,
+            // which is in its anonymous memory (the perf map's library).
+            self.jit_dumps
+                .insert(perf_map_path(m.pid), m.path.clone().into());
+            return;
+        }
         // The file's code, for CFI: (its name, the process's address of its address 0).
         let mut code: Option<(Arc<Binary>, String, u64)> = None;
         let (module, file_offset) = if is_anonymous(m) {
@@ -349,7 +362,7 @@ impl ProfileBuilder {
             // process's perf map; its addresses stay absolute.
             let module = self.fileless_module(
                 format!("perf-{}.map", m.pid),
-                format!("/tmp/perf-{}.map", m.pid),
+                perf_map_path(m.pid),
                 LibKind::PerfMap,
                 Translate::Absolute,
             );
@@ -574,6 +587,18 @@ impl ProfileBuilder {
             }
         }
     }
+}
+
+/// Where a JIT writes the names of process `pid`'s code for profilers.
+fn perf_map_path(pid: i32) -> String {
+    format!("/tmp/perf-{pid}.map")
+}
+
+/// Whether a mapped file is a JIT dump: `jit-PID.dump`, in any directory.
+fn is_jit_dump(path: &str) -> bool {
+    let name = Path::new(path).file_name().and_then(|n| n.to_str());
+    name.and_then(|n| n.strip_prefix("jit-")?.strip_suffix(".dump"))
+        .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Anonymous memory (JIT code, `//anon`, `[anon:…]`, `[heap]`, `[stack]`) has no file.

@@ -10,6 +10,7 @@
 //! nothing here fails the run.
 
 mod dwarf;
+mod jitdump;
 pub mod symbols;
 
 use std::collections::HashMap;
@@ -44,6 +45,9 @@ pub struct SymbolOptions {
     pub debug_root: PathBuf,
     /// The kernel's symbols ([`read_kallsyms`], read once), for kernel frames.
     pub kernel: Option<SymbolMap>,
+    /// The JIT dump each process wrote, by the path of its perf map (the library its JIT
+    /// code is in).
+    pub jit_dumps: HashMap<String, PathBuf>,
 }
 
 impl Default for SymbolOptions {
@@ -51,6 +55,7 @@ impl Default for SymbolOptions {
         SymbolOptions {
             debug_root: PathBuf::from(DEFAULT_DEBUG_ROOT),
             kernel: None,
+            jit_dumps: HashMap::new(),
         }
     }
 }
@@ -101,7 +106,10 @@ impl LibSymbols {
         // the better one.
         let mut files: Vec<&object::File> = debug_object.iter().collect();
         files.push(&file);
-        let symbols = SymbolMap::from_elf(&files);
+        let mut symbols = SymbolMap::from_elf(&files);
+        if let Some(stub) = &binary.entry_stub {
+            symbols = symbols.or_named(stub.clone(), "_start");
+        }
         let loaded = match (binary.has_dwarf, &debug, &debug_object) {
             (false, Some(debug), Some(object)) => DwarfInfo::load(object, &debug.binary.data),
             _ => DwarfInfo::load(&file, &binary.data),
@@ -514,10 +522,27 @@ fn load_lib(lib: &Lib, binary: &LibFile, opts: &SymbolOptions) -> Result<LibSymb
             ..LibSymbols::default()
         }),
         LibKind::PerfMap => {
-            let text = std::fs::read_to_string(&lib.path)
-                .map_err(|_| format!("JIT code, but no {} was written", lib.path))?;
+            let mut entries = std::fs::read_to_string(&lib.path)
+                .map(|text| symbols::perf_map_entries(&text))
+                .ok();
+            let dump = opts.jit_dumps.get(&lib.path);
+            if let Some(path) = dump {
+                let read = std::fs::read(path).map_err(|e| e.to_string());
+                match read.and_then(|data| jitdump::parse(&data)) {
+                    Ok(loads) => entries.get_or_insert_with(Vec::new).extend(loads),
+                    Err(e) if entries.is_none() => {
+                        return Err(format!(
+                            "JIT code, but its dump {} is unusable: {e}",
+                            path.display()
+                        ))
+                    }
+                    Err(_) => {}
+                }
+            }
+            let entries =
+                entries.ok_or_else(|| format!("JIT code, but no {} was written", lib.path))?;
             Ok(LibSymbols {
-                symbols: SymbolMap::from_perf_map(&text),
+                symbols: SymbolMap::from_written(entries),
                 ..LibSymbols::default()
             })
         }

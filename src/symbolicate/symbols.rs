@@ -126,22 +126,51 @@ impl SymbolMap {
     /// numbers with or without `0x`. Code can be replaced at an address; the entry
     /// written last wins.
     pub fn from_perf_map(text: &str) -> SymbolMap {
-        let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
-        let mut symbols: Vec<Symbol> = text
-            .lines()
-            .filter_map(|line| {
-                let mut parts = line.trim().splitn(3, ' ');
-                let (start, size, name) = (parts.next()?, parts.next()?, parts.next()?);
-                Some(Symbol {
-                    address: hex(start)?,
-                    size: hex(size).filter(|&s| s > 0),
-                    name: demangle(name.trim()),
-                })
-            })
-            .collect();
+        SymbolMap::from_written(perf_map_entries(text))
+    }
+
+    /// The map with `name` for `range` where no symbol covers its start (a stripped
+    /// program's `_start`, which its ELF header locates).
+    pub fn or_named(self, range: std::ops::Range<u64>, name: &str) -> SymbolMap {
+        if self.lookup_stored(range.start).is_some() {
+            return self;
+        }
+        let mangled = self.mangled;
+        let mut symbols = self.symbols;
+        symbols.push(Symbol {
+            address: range.start,
+            size: Some(range.end - range.start),
+            name: name.to_string(),
+        });
+        SymbolMap {
+            mangled,
+            ..SymbolMap::new(symbols)
+        }
+    }
+
+    /// JIT code's names in the order they were written: the one written last at an
+    /// address wins.
+    pub fn from_written(mut symbols: Vec<Symbol>) -> SymbolMap {
         symbols.reverse();
         SymbolMap::new(symbols)
     }
+}
+
+/// The entries of a perf map, in the order they were written (see
+/// [`SymbolMap::from_perf_map`]).
+pub fn perf_map_entries(text: &str) -> Vec<Symbol> {
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.trim().splitn(3, ' ');
+            let (start, size, name) = (parts.next()?, parts.next()?, parts.next()?);
+            Some(Symbol {
+                address: hex(start)?,
+                size: hex(size).filter(|&s| s > 0),
+                name: demangle(name.trim()),
+            })
+        })
+        .collect()
 }
 
 /// A `.symtab` name without its symbol version (`clock_gettime@@GLIBC_2.17`).

@@ -440,16 +440,34 @@ impl<T: Clone> Unwinder<T> {
     /// frame-pointer chain ended short of the outermost frame gets its outermost frames
     /// from the thread's stack memory.
     pub fn unwind(&mut self, sample: &Sample) -> UnwoundStack {
-        let mut stack = self.unwind_user(sample);
-        if stack.truncated.is_none() && !stack.user.is_empty() {
-            if let Some(bottom) = self.bottom(sample, stack.user[stack.user.len() - 1]) {
-                stack.user.extend(bottom.iter().copied());
+        let (mut stack, ended, spliced) = self.unwind_user(sample);
+        if ended != cfi::Ended::ChainEnd {
+            return stack;
+        }
+        let bottom = match stack.user.last() {
+            Some(&last) => self.bottom(sample, last),
+            None => return stack,
+        };
+        match bottom {
+            Some(bottom) => stack.user.extend(bottom.iter().copied()),
+            // With CFI to judge by, a chain that ends short of a thread's first frame is
+            // incomplete: through the stack copy (spliced on), where a larger copy would
+            // have let CFI go on, or alone, where CFI found no rule for the sampled code.
+            None if self.mode != UnwindMode::Fp => {
+                stack.truncated = Some(if spliced {
+                    Truncation::StackCopy
+                } else {
+                    Truncation::NoUnwindInfo
+                });
             }
+            None => {}
         }
         stack
     }
 
-    fn unwind_user(&mut self, sample: &Sample) -> UnwoundStack {
+    /// The user stack, how its walk ended, and whether CFI went first (the frame-pointer
+    /// chain was spliced on where the stack copy ended).
+    fn unwind_user(&mut self, sample: &Sample) -> (UnwoundStack, cfi::Ended, bool) {
         let pid = sample.pid;
         let process = self.processes.entry(pid).or_default();
         if self.mode != UnwindMode::Fp {
@@ -461,12 +479,13 @@ impl<T: Clone> Unwinder<T> {
                 cfi::unwind(modules, &mut self.cache, sample, hybrid, &mut classify)
             {
                 if user.len() >= 2 || !hybrid {
-                    return UnwoundStack {
+                    let stack = UnwoundStack {
                         kernel: kernel_frames(sample),
                         user,
                         truncated: truncation(ended),
                         restored_leaf_caller: false,
                     };
+                    return (stack, ended, true);
                 }
             }
         }
@@ -474,7 +493,13 @@ impl<T: Clone> Unwinder<T> {
             process,
             cache: &mut self.cache,
         };
-        unwind_frame_pointers(sample, &mut code)
+        let stack = unwind_frame_pointers(sample, &mut code);
+        let ended = if stack.truncated.is_some() {
+            cfi::Ended::FrameLimit
+        } else {
+            cfi::Ended::ChainEnd
+        };
+        (stack, ended, false)
     }
 
     /// The frames beyond `last`, the outermost frame a stack's frame-pointer chain

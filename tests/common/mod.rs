@@ -593,6 +593,9 @@ pub enum Need {
     /// A consumer of the exports (`scripts/install-consumers` installs them): what it is,
     /// and whether it is there.
     Consumer(&'static str, fn() -> bool),
+    /// A program the test runs from where it is installed, found by the function (its
+    /// path): what it is, and how to find it.
+    Located(&'static str, fn() -> Option<String>),
     /// An unprivileged user may record its own processes (`kernel.perf_event_paranoid`
     /// at most 2).
     UserPerf,
@@ -644,6 +647,7 @@ impl Need {
             Need::Program(program, args) => {
                 (!runs(program, args)).then(|| format!("no working `{program}` here"))
             }
+            Need::Located(what, find) => find().is_none().then(|| format!("no {what} here")),
             Need::Consumer(what, present) => {
                 (!present()).then(|| format!("{what} is not installed"))
             }
