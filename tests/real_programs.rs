@@ -11,9 +11,10 @@ use std::process::Command;
 
 use common::*;
 
-/// The functions a thread's first frame is in: a program's or the loader's entry stub,
-/// and glibc's thread start.
-const ROOTS: [&str; 4] = ["_start", "__clone3", "clone3", "clone"];
+/// The functions a thread's first frame is in: a program's or the loader's entry stub
+/// (whose second part, after the call to `_dl_start`, the loader names
+/// `_dl_start_user`), and glibc's thread start.
+const ROOTS: [&str; 5] = ["_start", "_dl_start_user", "__clone3", "clone3", "clone"];
 
 /// CPython 3.12 (pyenv's, or on the PATH): the first with perf trampoline support.
 fn python312() -> Option<String> {
