@@ -95,6 +95,9 @@ pub enum FrameCode {
     Derived(CodeRule),
     /// A return address of the entry stub: the outermost frame.
     EntryStub,
+    /// An address in no executable mapping of the process: not code, so a return
+    /// address here was read from the wrong stack slot.
+    NotCode,
 }
 
 /// How far one unwinding walk got, and why it stopped.
@@ -180,6 +183,7 @@ pub fn walk(
 ) -> Walk {
     let (base, bytes) = stack;
     let stack_end = base.saturating_add(bytes.len() as u64);
+    let first = frame;
     let mut unreadable = None;
     let mut read_stack = |address: u64| {
         let word = stack_reader(base, bytes)(address);
@@ -204,8 +208,12 @@ pub fn walk(
         let sp = regs.sp();
         let next = match classify(frame) {
             FrameCode::EntryStub => break Ended::Root,
+            FrameCode::NotCode if frame != first => {
+                frames.pop();
+                break Ended::NoRule;
+            }
             FrameCode::Derived(rule) => apply(rule, &mut regs, &mut read_stack),
-            FrameCode::Cfi => modules
+            FrameCode::Cfi | FrameCode::NotCode => modules
                 .unwind_frame(at, &mut regs, cache, &mut read_stack)
                 .map_err(|_| ()),
         };

@@ -568,7 +568,7 @@ fn classify(
     frame: CodeAddress,
 ) -> cfi::FrameCode {
     let Some(region) = code.lookup(frame.lookup_address()) else {
-        return cfi::FrameCode::Cfi;
+        return cfi::FrameCode::NotCode;
     };
     let address = frame.raw();
     let rule = match &region.data {
