@@ -443,6 +443,7 @@ impl ProfileBuilder {
             text: Some(FileCode {
                 bytes: &binary.data,
                 entry_returns: &binary.entry_returns,
+                entry_stub: binary.entry_stub.clone(),
             }),
         });
         self.unwinder.map(m.pid, region, code);

@@ -213,9 +213,24 @@ pub fn walk(
                 break Ended::NoRule;
             }
             FrameCode::Derived(rule) => apply(rule, &mut regs, &mut read_stack),
-            FrameCode::Cfi | FrameCode::NotCode => modules
-                .unwind_frame(at, &mut regs, cache, &mut read_stack)
-                .map_err(|_| ()),
+            FrameCode::Cfi | FrameCode::NotCode => {
+                let before = regs;
+                match modules.unwind_frame(at, &mut regs, cache, &mut read_stack) {
+                    // framehop's frame-pointer rule (its fallback where it has no CFI for
+                    // the address) also ends at a zero RBP. Only CFI's own end of the
+                    // stack is the outermost frame: with an unreadable RBP, that rule
+                    // still ends, the frame-pointer rule fails.
+                    Ok(None) if before.bp() == 0 => {
+                        let mut probe = before;
+                        probe.set_bp(UNREADABLE_BP);
+                        match modules.unwind_frame(at, &mut probe, cache, &mut |_| Err(())) {
+                            Ok(None) => Ok(None),
+                            _ => Err(()),
+                        }
+                    }
+                    other => other.map_err(|_| ()),
+                }
+            }
         };
         match next {
             Ok(None) => break Ended::Root,
@@ -258,6 +273,9 @@ fn apply(
     regs.set_bp(new_bp);
     Ok(Some(ra))
 }
+
+/// An RBP that no stack read can follow (see [`walk`]).
+const UNREADABLE_BP: u64 = 8;
 
 /// A stack copy of a few kilobytes holds at most a few hundred frames; this bounds a
 /// CFI walk that loops on corrupt data.

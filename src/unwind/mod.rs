@@ -232,6 +232,7 @@ enum Code {
         bytes: Arc<[u8]>,
         has_cfi: bool,
         entry_returns: Arc<[u64]>,
+        entry_stub: Option<Range<u64>>,
     },
     /// Anonymous executable memory (JIT code): its bytes are read from the process.
     Anonymous,
@@ -329,10 +330,12 @@ pub struct CodeModule<'a> {
     pub text: Option<FileCode<'a>>,
 }
 
-/// A file's bytes, indexed by file offset, and its entry stub's return addresses.
+/// A file's bytes, indexed by file offset, and its entry stub (its code and the return
+/// addresses of its calls), in the file's addresses.
 pub struct FileCode<'a> {
     pub bytes: &'a Arc<[u8]>,
     pub entry_returns: &'a [u64],
+    pub entry_stub: Option<Range<u64>>,
 }
 
 /// How much of a thread's stack is searched for the outermost frames of a deep stack:
@@ -381,6 +384,9 @@ impl<T: Clone> Unwinder<T> {
                             .iter()
                             .map(|a| a.wrapping_add(code.bias))
                             .collect(),
+                        entry_stub: text.entry_stub.map(|r| {
+                            r.start.wrapping_add(code.bias)..r.end.wrapping_add(code.bias)
+                        }),
                     },
                     None => Code::Cfi,
                 }
@@ -444,10 +450,13 @@ impl<T: Clone> Unwinder<T> {
         if ended != cfi::Ended::ChainEnd {
             return stack;
         }
-        let bottom = match stack.user.last() {
-            Some(&last) => self.bottom(sample, last),
-            None => return stack,
+        let Some(&last) = stack.user.last() else {
+            return stack;
         };
+        if self.is_entry_stub(sample.pid, last) {
+            return stack;
+        }
+        let bottom = self.bottom(sample, last);
         match bottom {
             Some(bottom) => stack.user.extend(bottom.iter().copied()),
             // With CFI to judge by, a chain that ends short of a thread's first frame is
@@ -463,6 +472,16 @@ impl<T: Clone> Unwinder<T> {
             None => {}
         }
         stack
+    }
+
+    /// Whether `frame` of process `pid` is in its program's entry stub (the outermost
+    /// frame of the stack).
+    fn is_entry_stub(&mut self, pid: i32, frame: CodeAddress) -> bool {
+        let Some(process) = self.processes.get_mut(&pid) else {
+            return false;
+        };
+        let (_, code, pages) = process.parts();
+        classify(code, pages, &mut *self.memory, pid, frame) == cfi::FrameCode::EntryStub
     }
 
     /// The user stack, how its walk ended, and whether CFI went first (the frame-pointer
@@ -576,8 +595,15 @@ fn classify(
             bytes,
             has_cfi,
             entry_returns,
+            entry_stub,
         } => {
-            if matches!(frame, CodeAddress::ReturnAddress(a) if entry_returns.contains(&a)) {
+            let in_stub = match frame {
+                CodeAddress::ReturnAddress(a) => entry_returns.contains(&a),
+                CodeAddress::InstructionPointer(a) => {
+                    entry_stub.as_ref().is_some_and(|s| s.contains(&a))
+                }
+            };
+            if in_stub {
                 return cfi::FrameCode::EntryStub;
             }
             if *has_cfi {
