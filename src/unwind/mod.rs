@@ -318,6 +318,8 @@ pub struct Unwinder<T> {
     /// read from its memory (`None`: they could not be): the bottom of a stack does not
     /// change while the thread lives.
     bottoms: HashMap<(i32, u64), Option<Arc<[CodeAddress]>>>,
+    /// How many times each thread's stack memory was read for [`Self::bottoms`].
+    bottom_reads: HashMap<i32, u32>,
 }
 
 /// The code of a mapping, for CFI: the module's name, where the file's address 0 lies in
@@ -338,6 +340,11 @@ pub struct FileCode<'a> {
     pub entry_stub: Option<Range<u64>>,
 }
 
+/// Reads of one thread's stack memory for its outermost frames: a thread's chains end at
+/// a handful of return addresses (its start, a few callers without frame pointers); one
+/// that ends somewhere new at every sample is broken, and is not read for each.
+const MAX_BOTTOM_READS: u32 = 32;
+
 /// How much of a thread's stack is searched for the outermost frames of a deep stack:
 /// the main thread's start frames lie below its environment and auxiliary vector, and a
 /// thread's below its thread control block and static TLS, both a few KiB from the top.
@@ -357,6 +364,7 @@ impl<T: Clone> Unwinder<T> {
             cache: CacheX86_64::default(),
             memory,
             bottoms: HashMap::new(),
+            bottom_reads: HashMap::new(),
         }
     }
 
@@ -431,6 +439,7 @@ impl<T: Clone> Unwinder<T> {
     pub fn exec(&mut self, pid: i32) {
         self.processes.insert(pid, Process::default());
         self.bottoms.retain(|&(tid, _), _| tid != pid);
+        self.bottom_reads.remove(&pid);
     }
 
     /// The mapping of process `pid` that contains `address`.
@@ -534,6 +543,11 @@ impl<T: Clone> Unwinder<T> {
         if let Some(known) = self.bottoms.get(&key) {
             return known.clone();
         }
+        let reads = self.bottom_reads.entry(sample.tid).or_default();
+        if *reads >= MAX_BOTTOM_READS {
+            return None;
+        }
+        *reads += 1;
         let found = self.read_bottom(sample, ra);
         self.bottoms.insert(key, found.clone());
         found
