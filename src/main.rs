@@ -71,8 +71,8 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         .flatten();
     let built = builder.finish(&info, kernel.as_ref().map(|k| k.kernel_text_start()));
     let symbol_options = symbolicate::SymbolOptions {
-        debug_root: plan.debug_root.clone(),
         kernel,
+        ..plan.debug.symbol_options()
     };
     let profile = symbolicate::symbolicate(built.profile, &built.lib_binaries, &symbol_options);
     emit::write(&profile, plan.format, &plan.export, &plan.output, sudo)?;
@@ -85,6 +85,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         output: &plan.output,
         write_ms: exited.elapsed().as_secs_f64() * 1000.0,
         root,
+        debuginfod: symbol_options.debuginfod.as_ref().and_then(|d| d.summary()),
     }
     .print();
     Ok(match ended {
@@ -97,13 +98,13 @@ fn symbolize_main(args: SymbolizeArgs) -> Result<()> {
     use std::io::{Read, Write};
     let binary = sampler::binary::Binary::open(&args.exe)
         .with_context(|| format!("cannot read {} as an ELF file", args.exe.display()))?;
-    let opts = symbolicate::SymbolOptions {
-        debug_root: args.debug_root,
-        kernel: None,
-    };
+    let opts = args.debug.symbol_options();
     let path = args.exe.canonicalize().unwrap_or(args.exe.clone());
     let syms = symbolicate::LibSymbols::load(&binary, &path.to_string_lossy(), &opts)
         .context("not an ELF file")?;
+    if let Some(line) = opts.debuginfod.as_ref().and_then(|d| d.summary()) {
+        sampler::say!("sampler: {line}");
+    }
     if let Some(why) = &syms.no_debug_info {
         sampler::say!(
             "sampler: {}: no source lines or inlined calls: {why}",

@@ -23,6 +23,8 @@ pub struct Summary<'a> {
     pub write_ms: f64,
     /// Whether sampler runs as root (what it could have done about a refused limit).
     pub root: bool,
+    /// What debuginfod fetched, or why not (see [`crate::debuginfod::Client::summary`]).
+    pub debuginfod: Option<String>,
 }
 
 impl Summary<'_> {
@@ -80,6 +82,7 @@ impl Summary<'_> {
                 m.throttled
             ));
         }
+        out.extend(self.debuginfod.clone());
         out.extend(symbol_gaps(profile));
         out.push(format!(
             "wrote {} ({:.0} ms after the command ended); {}",
@@ -194,7 +197,7 @@ fn symbol_gaps(profile: &Profile) -> Vec<String> {
         ),
         (
             Missing::DebugInfo,
-            "no source lines or inlined calls (install the debug package, or pass --debug-root)",
+            "no source lines or inlined calls (install the debug package, pass --debug-root, or list a debuginfod server in DEBUGINFOD_URLS)",
         ),
     ] {
         let gaps: Vec<_> = profile
@@ -265,6 +268,7 @@ mod tests {
             output: Path::new("out.json"),
             write_ms: 12.0,
             root: true,
+            debuginfod: None,
         }
         .lines()
     }
