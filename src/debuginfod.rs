@@ -12,7 +12,7 @@
 //! - A download goes into a new file beside its final name (created exclusively, never
 //!   through a symbolic link), is streamed there (never held in memory), must have the
 //!   build ID that was asked for, and only then is flushed, handed to the user, and
-//!   renamed to `CACHE/HEX/debuginfo`. A failed or refused download leaves nothing.
+//!   renamed to `CACHE/HEX/debuginfo`. A failed or refused download leaves no file.
 //! - Under sudo the cache is the invoking user's (their home, their files): every
 //!   directory is opened relative to one already opened and checked to be theirs, new
 //!   ones are created and given to them through their descriptors, never by path.
@@ -278,6 +278,7 @@ impl Client {
         let mut why = None;
         for (index, server) in self.config.servers.iter().enumerate() {
             if self.is_down(index) {
+                why.get_or_insert(format!("debuginfod: {server} was given up on"));
                 continue;
             }
             let started = Instant::now();
@@ -416,7 +417,7 @@ impl Client {
         match parts.len() {
             0 if r.from_cache == 0 => parts.push("fetched nothing".to_string()),
             0 => {}
-            n => parts[n - 1].push_str(&format!(" in {:.2} s", r.fetch_time.as_secs_f64())),
+            n => parts[n - 1].push_str(&format!(" in {} ms", r.fetch_time.as_millis())),
         }
         if r.from_cache > 0 {
             let dir = self.config.cache.as_deref().unwrap_or(Path::new(""));
@@ -637,22 +638,128 @@ mod tests {
         assert_eq!(parse_timeout(Some("soon")), Some(DEFAULT_TIMEOUT));
     }
 
-    /// An ELF file with a build ID: this test program itself.
-    fn own_build_id() -> (Vec<u8>, Vec<u8>) {
+    /// A server on 127.0.0.1 that answers every request with `status` and `body`, and
+    /// counts the requests; its URL.
+    fn serve(status: &'static str, body: Vec<u8>) -> (String, Arc<AtomicU64>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let requests = Arc::new(AtomicU64::new(0));
+        let counted = requests.clone();
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let head = format!(
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(&body);
+            }
+        });
+        (url, requests)
+    }
+
+    fn client(servers: Vec<String>, cache: &Path, timeout: u64) -> Client {
+        Client::new(Config {
+            servers,
+            cache: Some(cache.to_path_buf()),
+            owner: None,
+            timeout: Some(Duration::from_secs(timeout)),
+            max_time: None,
+            max_size: DEFAULT_MAX_SIZE,
+        })
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("sampler-debuginfod-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    /// An ELF file with a build ID (`/bin/true` is a small one), and the ID.
+    fn elf_with_build_id(path: &str) -> (Vec<u8>, Vec<u8>) {
         use object::Object;
-        let data = std::fs::read("/proc/self/exe").unwrap();
+        let data = std::fs::read(path).unwrap();
         let id = object::File::parse(&*data)
             .unwrap()
             .build_id()
             .unwrap()
-            .expect("the test binary has a build ID")
+            .expect("the file has a build ID")
             .to_vec();
         (data, id)
     }
 
     #[test]
+    fn a_download_is_cached_under_its_build_id_once_per_run() {
+        let (elf, id) = elf_with_build_id("/bin/true");
+        let (url, requests) = serve("200 OK", elf.clone());
+        let cache = scratch("fetch");
+        let c = client(vec![url.clone()], &cache.join("new/cache"), 5);
+        let path = c.find(&id).unwrap();
+        assert_eq!(
+            path,
+            cache.join("new/cache").join(hex(&id)).join(CACHED_NAME)
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), elf);
+        assert_eq!(c.find(&id).unwrap(), path);
+        assert_eq!(requests.load(Ordering::SeqCst), 1, "asked once");
+        let line = c.summary().unwrap();
+        assert!(
+            line.starts_with("debuginfod: fetched 1 debug file ("),
+            "{line}"
+        );
+        assert!(line.contains(&url), "{line}");
+        // A new run finds it in the cache without asking.
+        let again = client(vec![url], &cache.join("new/cache"), 5);
+        assert_eq!(again.find(&id).unwrap(), path);
+        assert_eq!(requests.load(Ordering::SeqCst), 1, "not asked again");
+        assert!(again.summary().unwrap().contains("1 from the cache"));
+    }
+
+    #[test]
+    fn a_download_with_another_build_id_is_not_kept() {
+        let (elf, mut id) = elf_with_build_id("/bin/true");
+        id[0] ^= 0xff;
+        let (url, _) = serve("200 OK", elf);
+        let cache = scratch("wrong");
+        let c = client(vec![url], &cache, 5);
+        let err = c.find(&id).unwrap_err();
+        assert!(err.contains("not its debug file: its build ID is"), "{err}");
+        let dir = cache.join(hex(&id));
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            0,
+            "neither the file nor a temporary one is left"
+        );
+    }
+
+    #[test]
+    fn a_silent_server_costs_one_time_out() {
+        // The kernel accepts connections into the backlog; nobody answers.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (not_found, _) = serve("404 Not Found", Vec::new());
+        let url = format!("http://{}", silent.local_addr().unwrap());
+        let cache = scratch("silent");
+        let c = client(vec![url.clone(), not_found], &cache, 1);
+        let started = Instant::now();
+        assert!(c.find(&[1; 20]).is_err());
+        assert!(c.find(&[2; 20]).is_err());
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_millis(1900),
+            "two lookups took {took:?}"
+        );
+        let line = c.summary().unwrap();
+        assert_eq!(line.matches("no answer within 1 s").count(), 1, "{line}");
+        assert!(!cache.exists(), "nothing fetched, nothing created");
+    }
+
+    #[test]
     fn a_download_is_used_only_with_the_build_id_asked_for() {
-        let (data, id) = own_build_id();
+        let (data, id) = elf_with_build_id("/proc/self/exe");
         assert_eq!(verify(&*data, &id), Ok(()));
         let mut other = id.clone();
         other[0] ^= 0xff;
