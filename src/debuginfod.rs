@@ -221,6 +221,8 @@ enum Answer {
     Refused(String),
     /// The server is not asked again in this run.
     Down(String),
+    /// The cache cannot be written: no server is asked.
+    NoCache(String),
 }
 
 impl Client {
@@ -301,6 +303,13 @@ impl Client {
                     return Ok(path);
                 }
                 Answer::NotFound => continue,
+                Answer::NoCache(why) => {
+                    self.note(|r| {
+                        r.no_cache = Some(why.clone());
+                        r.unanswered += 1;
+                    });
+                    return Err(format!("debuginfod: {why}"));
+                }
                 Answer::Refused(problem) => problem,
                 Answer::Down(problem) => {
                     self.down
@@ -358,9 +367,7 @@ impl Client {
         let dir = match open_cache_dir(cache, hex, self.config.owner) {
             Ok(dir) => dir,
             Err(e) => {
-                let why = format!("cannot use the cache {}: {e}", cache.display());
-                self.note(|r| r.no_cache = Some(why.clone()));
-                return Answer::Refused(why);
+                return Answer::NoCache(format!("cannot use the cache {}: {e}", cache.display()))
             }
         };
         let mut temp = match TempFile::create(dir) {
@@ -504,18 +511,27 @@ fn open_cache_dir(cache: &Path, hex: &str, owner: Option<SudoUser>) -> io::Resul
             Err(Errno::EEXIST) => false,
             Err(e) => return Err(e.into()),
         };
-        let sub = openat(
+        existing.push(&name);
+        let sub = match openat(
             &dir,
             name.as_os_str(),
             directory | OFlag::O_NOFOLLOW,
             Mode::empty(),
-        )?;
+        ) {
+            Ok(sub) => sub,
+            Err(Errno::ELOOP | Errno::ENOTDIR) => {
+                return Err(io::Error::other(format!(
+                    "{} is a symbolic link or not a directory",
+                    existing.display()
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        };
         if created {
             if let Some(u) = owner {
                 fchown(&sub, Some(Uid::from_raw(u.uid)), Some(Gid::from_raw(u.gid)))?;
             }
         }
-        existing.push(&name);
         check_owner(&sub, user, &existing)?;
         dir = sub;
     }

@@ -298,9 +298,124 @@ fn unreachable_or_silent_servers_cost_one_time_out_and_the_run_goes_on() {
     );
 }
 
+/// A server on 127.0.0.1 that sends `file` for `/buildid/HEX/debuginfo` and 404 for
+/// anything else; its URL.
+fn serve_one(hex: &str, file: Vec<u8>) -> String {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let wanted = format!("GET /buildid/{hex}/debuginfo ");
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut request = [0u8; 4096];
+            let n = stream.read(&mut request).unwrap_or(0);
+            let body: &[u8] = if request[..n].starts_with(wanted.as_bytes()) {
+                &file
+            } else {
+                b""
+            };
+            let status = if body.is_empty() {
+                "404 Not Found"
+            } else {
+                "200 OK"
+            };
+            let head = format!(
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(body);
+        }
+    });
+    url
+}
+
+/// User and group nobody, whom the sudo tests pretend ran sudo.
+const NOBODY: u32 = 65534;
+
+/// `sampler symbolize -e PROGRAM ADDR` as root under a pretended sudo by nobody, fetching
+/// from `url` into `cache`; checks that it succeeded, and returns its stdout and stderr.
+fn symbolize_as_sudo(program: &Path, address: u64, url: &str, cache: &Path) -> (String, String) {
+    let o = Command::new(sampler_bin())
+        .args(["symbolize", "-e"])
+        .arg(program)
+        .arg(format!("{address:x}"))
+        .env("SUDO_UID", NOBODY.to_string())
+        .env("SUDO_GID", NOBODY.to_string())
+        .env("DEBUGINFOD_URLS", url)
+        .env("DEBUGINFOD_CACHE_PATH", cache)
+        .output()
+        .expect("sampler runs");
+    assert!(o.status.success(), "sampler failed: {}", stderr(&o));
+    (String::from_utf8_lossy(&o.stdout).into_owned(), stderr(&o))
+}
+
+fn under_sudo_the_cache_is_the_users_and_links_are_not_followed() {
+    use std::os::unix::fs::{chown, symlink, MetadataExt};
+    let dir = tempdir();
+    let (stripped, served, hex) = stripped_inline3_served(&dir);
+    let debug = std::fs::read(served.join("inline3.debug")).unwrap();
+    let work = {
+        use object::ObjectSymbol;
+        let file = object::File::parse(&*debug).unwrap();
+        file.symbols()
+            .find(|s| s.name() == Ok("work"))
+            .unwrap()
+            .address()
+    };
+    let url = serve_one(&hex, debug.clone());
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    chown(&home, Some(NOBODY), Some(NOBODY)).unwrap();
+
+    // The cache does not exist yet: sampler creates it, and everything in it is nobody's.
+    let cache = home.join(".cache/debuginfod_client");
+    let (out, err) = symbolize_as_sudo(&stripped, work, &url, &cache);
+    assert!(
+        out.contains("work\n") && out.contains("inline3.c:"),
+        "{out}{err}"
+    );
+    assert!(err.contains("debuginfod: fetched 1 debug file ("), "{err}");
+    let file = cache.join(&hex).join("debuginfo");
+    assert_eq!(std::fs::read(&file).unwrap(), debug);
+    for path in [home.join(".cache"), cache.clone(), cache.join(&hex), file] {
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (NOBODY, NOBODY),
+            "{} belongs to the user who ran sudo",
+            path.display()
+        );
+    }
+
+    // The user's cache, or a build ID's directory in it, is a link to a directory of
+    // root's: nothing is written there, the run goes on and says why.
+    let roots_dir = dir.join("roots");
+    std::fs::create_dir_all(&roots_dir).unwrap();
+    let linked = home.join("linked-cache");
+    symlink(&roots_dir, &linked).unwrap();
+    let own = home.join("own-cache");
+    std::fs::create_dir_all(&own).unwrap();
+    chown(&own, Some(NOBODY), Some(NOBODY)).unwrap();
+    symlink(&roots_dir, own.join(&hex)).unwrap();
+    for cache in [linked, own] {
+        let (out, err) = symbolize_as_sudo(&stripped, work, &url, &cache);
+        assert!(!out.contains("inline3.c:"), "{out}");
+        let line = debuginfod_line(&err);
+        eprintln!("{}: {line}", cache.display());
+        assert!(line.contains("cannot use the cache"), "{line}");
+        assert_eq!(
+            std::fs::read_dir(&roots_dir).unwrap().count(),
+            0,
+            "nothing written through the link into root's directory"
+        );
+    }
+}
+
 fn main() {
     run_tests(tests![
         missing_debug_files_are_fetched_from_debuginfod_and_cached: Need::Perf, DEBUGINFOD;
         unreachable_or_silent_servers_cost_one_time_out_and_the_run_goes_on: Need::Perf;
+        under_sudo_the_cache_is_the_users_and_links_are_not_followed: Need::Root;
     ]);
 }
