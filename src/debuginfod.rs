@@ -446,9 +446,11 @@ impl Client {
         if let Some(why) = &r.no_cache {
             parts.push(why.clone());
         }
-        let mut problems = r.problems.clone();
-        problems.dedup();
-        parts.extend(problems);
+        for problem in &r.problems {
+            if !parts.contains(problem) {
+                parts.push(problem.clone());
+            }
+        }
         Some(format!("debuginfod: {}", parts.join("; ")))
     }
 }
