@@ -356,10 +356,13 @@ impl Client {
             status => return Answer::Refused(format!("HTTP status {status}")),
         }
         let limit = self.config.max_size;
+        let too_large = || {
+            Answer::Refused(format!(
+                "the debug file of {hex} is larger than the limit of {limit} bytes (DEBUGINFOD_MAXSIZE)"
+            ))
+        };
         if response.body().content_length().is_some_and(|n| n > limit) {
-            return Answer::Refused(format!(
-                "the debug file of {hex} is larger than {limit} bytes (DEBUGINFOD_MAXSIZE)"
-            ));
+            return too_large();
         }
         let dir = match open_cache_dir(cache, hex, self.config.owner) {
             Ok(dir) => dir,
@@ -375,11 +378,7 @@ impl Client {
         };
         let mut body = response.body_mut().as_reader().take(limit + 1);
         let bytes = match io::copy(&mut body, &mut temp.file) {
-            Ok(n) if n > limit => {
-                return Answer::Refused(format!(
-                    "the debug file of {hex} is larger than {limit} bytes (DEBUGINFOD_MAXSIZE)"
-                ))
-            }
+            Ok(n) if n > limit => return too_large(),
             Ok(n) => n,
             Err(e) => return Answer::Down(format!("the download broke off: {}", io_reason(&e))),
         };
@@ -397,9 +396,12 @@ impl Client {
     /// One clause for a failed request.
     fn describe(&self, e: &ureq::Error) -> String {
         match e {
+            ureq::Error::Timeout(ureq::Timeout::PerCall | ureq::Timeout::Global) => {
+                "the download took longer than DEBUGINFOD_MAXTIME".to_string()
+            }
             ureq::Error::Timeout(_) => match self.config.timeout {
                 Some(t) => format!("no answer within {} s (DEBUGINFOD_TIMEOUT)", t.as_secs()),
-                None => "timed out (DEBUGINFOD_MAXTIME)".to_string(),
+                None => "timed out".to_string(),
             },
             ureq::Error::HostNotFound => "unreachable (host not found)".to_string(),
             ureq::Error::Io(io) => format!("unreachable ({})", io_reason(io)),
@@ -675,6 +677,16 @@ mod tests {
     /// A server on 127.0.0.1 that answers every request with `status` and `body`, and
     /// counts the requests; its URL.
     fn serve(status: &'static str, body: Vec<u8>) -> (String, Arc<AtomicU64>) {
+        serve_with(status, body, true)
+    }
+
+    /// [`serve`], saying the body's length or (`with_length` false) ending it by closing
+    /// the connection.
+    fn serve_with(
+        status: &'static str,
+        body: Vec<u8>,
+        with_length: bool,
+    ) -> (String, Arc<AtomicU64>) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let requests = Arc::new(AtomicU64::new(0));
@@ -684,10 +696,12 @@ mod tests {
                 counted.fetch_add(1, Ordering::SeqCst);
                 let mut request = [0u8; 4096];
                 let _ = stream.read(&mut request);
-                let head = format!(
-                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
+                let length = if with_length {
+                    format!("Content-Length: {}\r\n", body.len())
+                } else {
+                    String::new()
+                };
+                let head = format!("HTTP/1.1 {status}\r\n{length}Connection: close\r\n\r\n");
                 let _ = stream.write_all(head.as_bytes());
                 let _ = stream.write_all(&body);
             }
@@ -768,6 +782,23 @@ mod tests {
             0,
             "neither the file nor a temporary one is left"
         );
+    }
+
+    #[test]
+    fn a_download_over_the_size_limit_is_not_kept() {
+        let (elf, id) = elf_with_build_id("/bin/true");
+        for with_length in [true, false] {
+            let (url, _) = serve_with("200 OK", elf.clone(), with_length);
+            let cache = scratch(&format!("large-{with_length}"));
+            let c = Client::new(Config {
+                max_size: elf.len() as u64 - 1,
+                ..client(vec![url], &cache, 5).config
+            });
+            let err = c.find(&id).unwrap_err();
+            assert!(err.contains("is larger than the limit of"), "{err}");
+            let left = std::fs::read_dir(cache.join(hex(&id))).map_or(0, |d| d.count());
+            assert_eq!(left, 0, "nothing is left in the cache");
+        }
     }
 
     #[test]
