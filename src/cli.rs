@@ -492,6 +492,36 @@ mod tests {
     }
 
     #[test]
+    fn debug_roots_add_to_the_system_one_in_the_order_given() {
+        let r = record_args(&["--debug-root", "/b", "--debug-root", "/a", "--", "true"]);
+        let roots = crate::symbolicate::debug_roots(&r.debug.debug_roots);
+        assert_eq!(
+            roots,
+            [
+                Path::new("/b"),
+                Path::new("/a"),
+                Path::new("/usr/lib/debug")
+            ]
+        );
+        let r = record_args(&[
+            "--debug-root",
+            "/usr/lib/debug",
+            "--debug-root",
+            "/a",
+            "--",
+            "true",
+        ]);
+        let roots = crate::symbolicate::debug_roots(&r.debug.debug_roots);
+        assert_eq!(roots, [Path::new("/usr/lib/debug"), Path::new("/a")]);
+        assert!(!r.debug.no_debuginfod);
+        assert!(
+            record_args(&["--no-debuginfod", "--", "true"])
+                .debug
+                .no_debuginfod
+        );
+    }
+
+    #[test]
     fn values_that_cannot_work_are_refused() {
         assert!(plan_error(&["-m", "0", "--", "true"]).contains("power of two"));
         assert!(plan_error(&["-m", "3", "--", "true"]).contains("power of two"));
