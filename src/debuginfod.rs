@@ -56,9 +56,10 @@ const CACHED_NAME: &str = "debuginfo";
 /// The cache directory's name under `$XDG_CACHE_HOME` (or `~/.cache`), as elfutils names it.
 const CACHE_DIR_NAME: &str = "debuginfod_client";
 
-/// Permission bits of a cached file and of new cache directories: the user's, readable
-/// by others as files under the usual umask are (debug files are not secret).
+/// Permission bits of a cached file: the user's, readable by others as files under the
+/// usual umask are (debug files are not secret).
 const FILE_MODE: u32 = 0o644;
+/// Permission bits of a new cache directory, for the same reason.
 const DIR_MODE: u32 = 0o755;
 
 /// The server URLs of a `DEBUGINFOD_URLS` value: separated by white space, without a

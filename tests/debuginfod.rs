@@ -67,7 +67,11 @@ impl Server {
         };
         let url = format!("{}/buildid/{hex}/debuginfo", server.url);
         let deadline = Instant::now() + SERVER_READY_LIMIT;
-        while ureq::get(&url).call().is_err() {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(5)))
+            .build()
+            .into();
+        while agent.get(&url).call().is_err() {
             assert!(
                 Instant::now() < deadline,
                 "debuginfod did not serve {url} within {SERVER_READY_LIMIT:?}"
