@@ -50,6 +50,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// anything larger is more than a machine should be made to hold for one library.
 pub const DEFAULT_MAX_SIZE: u64 = 4 << 30;
 
+/// A download at least this large is announced before it starts: 20 MB take seconds on
+/// an ordinary connection, long enough for a silent pause to look like a hang.
+const ANNOUNCED_SIZE: u64 = 20_000_000;
+
 /// The name elfutils' client gives a debug file in its cache: `CACHE/HEX/debuginfo`.
 const CACHED_NAME: &str = "debuginfo";
 
@@ -254,10 +258,10 @@ impl Client {
         }
     }
 
-    /// The debug file of build ID `id`, from the cache or else from the first server that
-    /// has it; or why there is none. Asked once per build ID: later calls get the answer
-    /// of the first.
-    pub fn find(&self, id: &[u8]) -> Result<PathBuf, String> {
+    /// The debug file of build ID `id` (of the file `name`, for messages), from the cache
+    /// or else from the first server that has it; or why there is none. Asked once per
+    /// build ID: later calls get the answer of the first.
+    pub fn find(&self, id: &[u8], name: &str) -> Result<PathBuf, String> {
         let cell = self
             .lookups
             .lock()
@@ -265,10 +269,10 @@ impl Client {
             .entry(id.to_vec())
             .or_default()
             .clone();
-        cell.get_or_init(|| self.look_up(id)).clone()
+        cell.get_or_init(|| self.look_up(id, name)).clone()
     }
 
-    fn look_up(&self, id: &[u8]) -> Result<PathBuf, String> {
+    fn look_up(&self, id: &[u8], name: &str) -> Result<PathBuf, String> {
         let Some(cache) = &self.config.cache else {
             self.note(|r| {
                 r.no_cache = Some("no cache directory (HOME is not set)".into());
@@ -289,7 +293,7 @@ impl Client {
                 continue;
             }
             let started = Instant::now();
-            let answer = self.fetch(server, cache, &hex, id);
+            let answer = self.fetch(server, cache, &hex, id, name);
             self.note(|r| r.fetch_time += started.elapsed());
             let problem = match answer {
                 Answer::Fetched(path, bytes) => {
@@ -343,9 +347,9 @@ impl Client {
         change(&mut self.report.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
-    /// Asks `server` for the debug file of `id` (`hex` spelled out) and stores it in the
-    /// cache.
-    fn fetch(&self, server: &str, cache: &Path, hex: &str, id: &[u8]) -> Answer {
+    /// Asks `server` for the debug file of `id` (`hex` spelled out; of the file `name`)
+    /// and stores it in the cache.
+    fn fetch(&self, server: &str, cache: &Path, hex: &str, id: &[u8], name: &str) -> Answer {
         let url = format!("{server}/buildid/{hex}/debuginfo");
         let mut response = match self.agent.get(&url).call() {
             Ok(r) => r,
@@ -362,8 +366,15 @@ impl Client {
                 "the debug file of {hex} is larger than the limit of {limit} bytes (DEBUGINFOD_MAXSIZE)"
             ))
         };
-        if response.body().content_length().is_some_and(|n| n > limit) {
-            return too_large();
+        match response.body().content_length() {
+            Some(n) if n > limit => return too_large(),
+            Some(n) if n >= ANNOUNCED_SIZE => {
+                say!(
+                    "sampler: debuginfod: downloading the debug file of {name} ({}) from {server}",
+                    size(n)
+                );
+            }
+            _ => {}
         }
         let dir = match open_cache_dir(cache, hex, self.config.owner) {
             Ok(dir) => dir,
@@ -747,13 +758,13 @@ mod tests {
         let (url, requests) = serve("200 OK", elf.clone());
         let cache = scratch("fetch");
         let c = client(vec![url.clone()], &cache.join("new/cache"), 5);
-        let path = c.find(&id).unwrap();
+        let path = c.find(&id, "test").unwrap();
         assert_eq!(
             path,
             cache.join("new/cache").join(hex(&id)).join(CACHED_NAME)
         );
         assert_eq!(std::fs::read(&path).unwrap(), elf);
-        assert_eq!(c.find(&id).unwrap(), path);
+        assert_eq!(c.find(&id, "test").unwrap(), path);
         assert_eq!(requests.load(Ordering::SeqCst), 1, "asked once");
         let line = c.summary().unwrap();
         assert!(
@@ -763,7 +774,7 @@ mod tests {
         assert!(line.contains(&url), "{line}");
         // A new run finds it in the cache without asking.
         let again = client(vec![url], &cache.join("new/cache"), 5);
-        assert_eq!(again.find(&id).unwrap(), path);
+        assert_eq!(again.find(&id, "test").unwrap(), path);
         assert_eq!(requests.load(Ordering::SeqCst), 1, "not asked again");
         assert!(again.summary().unwrap().contains("1 from the cache"));
     }
@@ -775,7 +786,7 @@ mod tests {
         let (url, _) = serve("200 OK", elf);
         let cache = scratch("wrong");
         let c = client(vec![url], &cache, 5);
-        let err = c.find(&id).unwrap_err();
+        let err = c.find(&id, "test").unwrap_err();
         assert!(err.contains("not its debug file: its build ID is"), "{err}");
         let dir = cache.join(hex(&id));
         assert_eq!(
@@ -795,7 +806,7 @@ mod tests {
                 max_size: elf.len() as u64 - 1,
                 ..client(vec![url], &cache, 5).config
             });
-            let err = c.find(&id).unwrap_err();
+            let err = c.find(&id, "test").unwrap_err();
             assert!(err.contains("is larger than the limit of"), "{err}");
             let left = std::fs::read_dir(cache.join(hex(&id))).map_or(0, |d| d.count());
             assert_eq!(left, 0, "nothing is left in the cache");
@@ -811,8 +822,8 @@ mod tests {
         let cache = scratch("silent");
         let c = client(vec![url.clone(), not_found], &cache, 1);
         let started = Instant::now();
-        assert!(c.find(&[1; 20]).is_err());
-        assert!(c.find(&[2; 20]).is_err());
+        assert!(c.find(&[1; 20], "test").is_err());
+        assert!(c.find(&[2; 20], "test").is_err());
         let took = started.elapsed();
         assert!(
             took < Duration::from_millis(1900),

@@ -122,7 +122,7 @@ impl LibSymbols {
         if let (false, None, Some(client), Some(id)) =
             (complete, &debug, &opts.debuginfod, &binary.build_id)
         {
-            match client.find(id) {
+            match client.find(id, mapped_path) {
                 Ok(path) => match debug_file_at(&path, binary, None) {
                     Candidate::Matches(found) => debug = Some(*found),
                     _ => not_fetched = Some(format!("{} cannot be read", path.display())),
