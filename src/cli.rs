@@ -175,14 +175,42 @@ pub struct ReportArgs {
     pub color: ColorArg,
 }
 
+/// Where debug information is looked for: `record` and `symbolize` share these.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct DebugArgs {
+    /// Also look for separate debug files under DIR (DIR/.build-id/xx/rest.debug,
+    /// .gnu_debuglink paths); repeatable, searched in the order given, then
+    /// /usr/lib/debug.
+    #[arg(long = "debug-root", value_name = "DIR")]
+    pub debug_roots: Vec<PathBuf>,
+    /// Do not fetch missing debug files from the debuginfod servers in $DEBUGINFOD_URLS.
+    #[arg(long = "no-debuginfod")]
+    pub no_debuginfod: bool,
+}
+
+impl DebugArgs {
+    /// The symbol options these give: the debug roots, and the debuginfod client unless
+    /// it is switched off or no server is listed.
+    pub fn symbol_options(&self) -> crate::symbolicate::SymbolOptions {
+        use crate::debuginfod;
+        crate::symbolicate::SymbolOptions {
+            debug_roots: crate::symbolicate::debug_roots(&self.debug_roots),
+            debuginfod: (!self.no_debuginfod)
+                .then(debuginfod::Config::from_env)
+                .flatten()
+                .map(|c| std::sync::Arc::new(debuginfod::Client::new(c))),
+            ..Default::default()
+        }
+    }
+}
+
 #[derive(clap::Args)]
 pub struct SymbolizeArgs {
     /// The ELF file (executable or shared library).
     #[arg(short = 'e', long = "exe")]
     pub exe: PathBuf,
-    /// Root of separate debug files (.build-id/xx/rest.debug, .gnu_debuglink paths).
-    #[arg(long = "debug-root", default_value = crate::symbolicate::DEFAULT_DEBUG_ROOT)]
-    pub debug_root: PathBuf,
+    #[command(flatten)]
+    pub debug: DebugArgs,
     /// Addresses in the file's own address space (hex, `0x` optional); read from stdin,
     /// whitespace-separated, when none are given.
     pub addresses: Vec<String>,
@@ -229,9 +257,8 @@ pub struct RecordArgs {
     /// attached process has exited).
     #[arg(short = 'd', long = "duration", value_name = "SECONDS")]
     pub duration: Option<f64>,
-    /// Root of separate debug files (.build-id/xx/rest.debug, .gnu_debuglink paths).
-    #[arg(long = "debug-root", default_value = crate::symbolicate::DEFAULT_DEBUG_ROOT)]
-    pub debug_root: PathBuf,
+    #[command(flatten)]
+    pub debug: DebugArgs,
     /// Deepest stack (frames) the kernel walks per sample. Above
     /// kernel.perf_event_max_stack, sampler (as root) raises that setting while it
     /// records and puts it back after; at or below it, nothing machine-wide changes.
@@ -336,7 +363,7 @@ pub struct RecordPlan {
     pub format: emit::Format,
     pub output: PathBuf,
     pub export: emit::ExportOptions,
-    pub debug_root: PathBuf,
+    pub debug: DebugArgs,
 }
 
 impl RecordArgs {
@@ -415,7 +442,7 @@ impl RecordArgs {
             export: emit::ExportOptions {
                 thread_roots: self.thread_roots,
             },
-            debug_root: self.debug_root,
+            debug: self.debug,
         })
     }
 }
@@ -462,6 +489,36 @@ mod tests {
         assert!(parse(&["record", "--bogus"]).is_err());
         assert!(parse(&["record", "--bogus", "--", "true"]).is_err());
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn debug_roots_add_to_the_system_one_in_the_order_given() {
+        let r = record_args(&["--debug-root", "/b", "--debug-root", "/a", "--", "true"]);
+        let roots = crate::symbolicate::debug_roots(&r.debug.debug_roots);
+        assert_eq!(
+            roots,
+            [
+                Path::new("/b"),
+                Path::new("/a"),
+                Path::new("/usr/lib/debug")
+            ]
+        );
+        let r = record_args(&[
+            "--debug-root",
+            "/usr/lib/debug",
+            "--debug-root",
+            "/a",
+            "--",
+            "true",
+        ]);
+        let roots = crate::symbolicate::debug_roots(&r.debug.debug_roots);
+        assert_eq!(roots, [Path::new("/usr/lib/debug"), Path::new("/a")]);
+        assert!(!r.debug.no_debuginfod);
+        assert!(
+            record_args(&["--no-debuginfod", "--", "true"])
+                .debug
+                .no_debuginfod
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //! [`profile`] is the data model the later stages share. [`binary`], [`locate`] and
 //! [`maps`] are shared, perf-free helpers: what a mapped ELF file is, where a mapped file
 //! and its debug file are found, and which file backs which address in a process.
+//! [`debuginfod`] fetches the debug files that are not on the machine, by build ID.
 
 #![deny(unsafe_code)]
 
@@ -30,6 +31,7 @@ pub mod diag;
 pub mod binary;
 pub mod calltree;
 pub mod cli;
+pub mod debuginfod;
 pub mod emit;
 pub mod events;
 pub mod locate;

@@ -8,10 +8,11 @@
 //! process's memory. The build ID the kernel reported with the mapping decides which
 //! candidate is the right one.
 //!
-//! Separate debug files are found as GDB finds them: by build ID under
-//! `DEBUG_ROOT/.build-id/xx/rest.debug`, then by `.gnu_debuglink` next to the file, in its
-//! `.debug/` directory and under `DEBUG_ROOT/dir/`. A debug file counts only when its
-//! build ID (or, without one, the link's CRC-32) matches.
+//! Separate debug files are found as GDB finds them, under each debug root in turn (the
+//! user's `--debug-root`s, then `/usr/lib/debug`): by build ID under
+//! `ROOT/.build-id/xx/rest.debug`, then by `.gnu_debuglink` next to the file, in its
+//! `.debug/` directory and under `ROOT/dir/`. A debug file counts only when its build ID
+//! (or, without one, the link's CRC-32) matches.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -203,17 +204,17 @@ pub struct DebugFile {
 }
 
 /// Finds the separate debug file of `binary`, which was mapped from `mapped_path`, under
-/// `debug_root`. Candidates whose build ID (or CRC-32) does not match are skipped; their
-/// paths are returned for the summary.
+/// the debug roots `roots`, in order. Candidates whose build ID (or CRC-32) does not
+/// match are skipped; their paths are returned for the summary.
 pub fn find_debug_file(
     binary: &Binary,
     mapped_path: &str,
-    debug_root: &Path,
+    roots: &[PathBuf],
 ) -> (Option<DebugFile>, Vec<PathBuf>) {
     let mut rejected = Vec::new();
     let mut candidates: Vec<(PathBuf, Option<u32>)> = Vec::new();
     if let Some(id) = &binary.build_id {
-        candidates.push((build_id_path(debug_root, id), None));
+        candidates.extend(roots.iter().map(|root| (build_id_path(root, id), None)));
     }
     if let Some((name, crc)) = &binary.debuglink {
         let path = Path::new(
@@ -223,11 +224,9 @@ pub fn find_debug_file(
         );
         if let Some(dir) = path.parent() {
             let relative = dir.strip_prefix("/").unwrap_or(dir);
-            for candidate in [
-                dir.join(name),
-                dir.join(".debug").join(name),
-                debug_root.join(relative).join(name),
-            ] {
+            let beside = [dir.join(name), dir.join(".debug").join(name)];
+            let under_roots = roots.iter().map(|root| root.join(relative).join(name));
+            for candidate in beside.into_iter().chain(under_roots) {
                 // A link to the file itself (a debuglink left in an unstripped file).
                 if candidate != path {
                     candidates.push((candidate, Some(*crc)));
@@ -236,30 +235,46 @@ pub fn find_debug_file(
         }
     }
     for (path, crc) in candidates {
-        let Some(debug) = crate::binary::read_shared(&path)
-            .ok()
-            .and_then(|data| Binary::from_bytes(path.clone(), data))
-        else {
-            continue;
-        };
-        let matches = match (&binary.build_id, crc) {
-            (Some(_), _) => debug.build_id == binary.build_id,
-            (None, Some(crc)) => crc32(&debug.data) == crc,
-            (None, None) => false,
-        };
-        if !matches {
-            rejected.push(path);
-            continue;
+        match debug_file_at(&path, binary, crc) {
+            Candidate::Matches(found) => return (Some(*found), rejected),
+            Candidate::Missing => {}
+            Candidate::Mismatched => rejected.push(path),
         }
-        return (
-            Some(DebugFile {
-                path,
-                binary: debug,
-            }),
-            rejected,
-        );
     }
     (None, rejected)
+}
+
+/// What is at a candidate path for a debug file.
+pub enum Candidate {
+    /// No ELF file.
+    Missing,
+    /// An ELF file whose build ID (or, for a binary without one, the CRC-32 its
+    /// debuglink gives) does not match.
+    Mismatched,
+    Matches(Box<DebugFile>),
+}
+
+/// Whether `path` holds the debug file of `binary` (`crc`: its debuglink's CRC-32, for a
+/// candidate found through the link).
+pub fn debug_file_at(path: &Path, binary: &Binary, crc: Option<u32>) -> Candidate {
+    let Some(debug) = crate::binary::read_shared(path)
+        .ok()
+        .and_then(|data| Binary::from_bytes(path.to_path_buf(), data))
+    else {
+        return Candidate::Missing;
+    };
+    let matches = match (&binary.build_id, crc) {
+        (Some(_), _) => debug.build_id == binary.build_id,
+        (None, Some(crc)) => crc32(&debug.data) == crc,
+        (None, None) => false,
+    };
+    if !matches {
+        return Candidate::Mismatched;
+    }
+    Candidate::Matches(Box::new(DebugFile {
+        path: path.to_path_buf(),
+        binary: debug,
+    }))
 }
 
 /// Where GDB's scheme puts the debug file of build ID `id` under `debug_root`:

@@ -72,9 +72,9 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         .flatten();
     let built = builder.finish(&info, kernel.as_ref().map(|k| k.kernel_text_start()));
     let symbol_options = symbolicate::SymbolOptions {
-        debug_root: plan.debug_root.clone(),
         kernel,
         jit_dumps: built.jit_dumps.clone(),
+        ..plan.debug.symbol_options()
     };
     let profile = symbolicate::symbolicate(built.profile, &built.lib_binaries, &symbol_options);
     emit::write(&profile, plan.format, &plan.export, &plan.output, sudo)?;
@@ -90,6 +90,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         stack_bytes: plan.options.stack_bytes,
         truncated: built.truncated,
         no_unwind_info_in: &built.no_unwind_info_in,
+        debuginfod: symbol_options.debuginfod.as_ref().and_then(|d| d.summary()),
     }
     .print();
     Ok(match ended {
@@ -102,13 +103,13 @@ fn symbolize_main(args: SymbolizeArgs) -> Result<()> {
     use std::io::{Read, Write};
     let binary = sampler::binary::Binary::open(&args.exe)
         .with_context(|| format!("cannot read {} as an ELF file", args.exe.display()))?;
-    let opts = symbolicate::SymbolOptions {
-        debug_root: args.debug_root,
-        ..Default::default()
-    };
+    let opts = args.debug.symbol_options();
     let path = args.exe.canonicalize().unwrap_or(args.exe.clone());
     let syms = symbolicate::LibSymbols::load(&binary, &path.to_string_lossy(), &opts)
         .context("not an ELF file")?;
+    if let Some(line) = opts.debuginfod.as_ref().and_then(|d| d.summary()) {
+        sampler::say!("sampler: {line}");
+    }
     if let Some(why) = &syms.no_debug_info {
         sampler::say!(
             "sampler: {}: no source lines or inlined calls: {why}",

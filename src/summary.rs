@@ -29,6 +29,8 @@ pub struct Summary<'a> {
     pub truncated: TruncatedBy,
     /// Where stacks cut by code without unwind rules ended: library, count; most first.
     pub no_unwind_info_in: &'a [(String, u64)],
+    /// What debuginfod fetched, or why not (see [`crate::debuginfod::Client::summary`]).
+    pub debuginfod: Option<String>,
 }
 
 impl Summary<'_> {
@@ -81,6 +83,7 @@ impl Summary<'_> {
                 m.throttled
             ));
         }
+        out.extend(self.debuginfod.clone());
         out.extend(symbol_gaps(profile));
         out.push(format!(
             "wrote {} ({:.0} ms after the command ended); {}",
@@ -227,7 +230,7 @@ fn symbol_gaps(profile: &Profile) -> Vec<String> {
         ),
         (
             Missing::DebugInfo,
-            "no source lines or inlined calls (install the debug package, or pass --debug-root)",
+            "no source lines or inlined calls (install the debug package, pass --debug-root, or list a debuginfod server in DEBUGINFOD_URLS)",
         ),
     ] {
         let gaps: Vec<_> = profile
@@ -310,6 +313,7 @@ mod tests {
             stack_bytes: 8192,
             truncated,
             no_unwind_info_in,
+            debuginfod: None,
         }
         .lines()
     }

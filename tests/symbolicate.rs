@@ -154,9 +154,8 @@ fn debuglink_without_build_id_is_matched_by_crc() {
         let binary = sampler::binary::Binary::open(&bin).unwrap();
         assert!(binary.build_id.is_none() && binary.debuglink.is_some());
         let opts = sampler::symbolicate::SymbolOptions {
-            jit_dumps: Default::default(),
-            debug_root: dir.join("no-debug-root"),
-            kernel: None,
+            debug_roots: vec![dir.join("no-debug-root")],
+            ..Default::default()
         };
         LibSymbols::load(&binary, bin.to_str().unwrap(), &opts).unwrap()
     };

@@ -8,7 +8,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::*;
 use object::{Object, ObjectSegment};
@@ -281,46 +280,21 @@ fn rust_names_are_demangled_with_inline_frames() {
     }
 }
 
-/// Runs `cmd` and panics with its stderr when it fails.
-fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Splits `binary` into a stripped copy and a debug file with GNU tools; returns the
-/// stripped copy and the debug file.
-fn split_debug(binary: &str, dir: &Path) -> (PathBuf, PathBuf) {
-    let stripped = dir.join("stripped");
-    let debug = dir.join("stripped.debug");
-    std::fs::copy(binary, &stripped).unwrap();
-    run(Command::new("objcopy")
-        .arg("--only-keep-debug")
-        .arg(&stripped)
-        .arg(&debug));
-    run(Command::new("strip").arg("--strip-all").arg(&stripped));
-    (stripped, debug)
-}
-
-/// `ROOT/.build-id/xx/rest.debug` for the build ID of `binary`.
-fn build_id_path(root: &Path, binary: &Path) -> PathBuf {
-    let data = std::fs::read(binary).unwrap();
-    let file = object::File::parse(&*data).unwrap();
-    let id = file.build_id().unwrap().expect("the file has a build ID");
-    sampler::locate::build_id_path(root, id)
+/// A stripped copy of inline3 in `dir`, and a debug root in `dir` that holds its debug
+/// file (by build ID).
+fn stripped_inline3_and_debug_root(dir: &Path) -> (PathBuf, PathBuf) {
+    let (stripped, debug) = split_debug(&target("inline3"), dir);
+    let root = dir.join("debug-root");
+    let installed = build_id_path(&root, &stripped);
+    std::fs::create_dir_all(installed.parent().unwrap()).unwrap();
+    std::fs::rename(&debug, &installed).unwrap();
+    (stripped, root)
 }
 
 fn stripped_binary_uses_its_debug_file_from_the_debug_root() {
     let test = "stripped_binary_uses_its_debug_file_from_the_debug_root";
     let dir = tempdir();
-    let (stripped, debug) = split_debug(&target("inline3"), &dir);
-    let root = dir.join("debug-root");
-    let installed = build_id_path(&root, &stripped);
-    std::fs::create_dir_all(installed.parent().unwrap()).unwrap();
-    std::fs::rename(&debug, &installed).unwrap();
+    let (stripped, root) = stripped_inline3_and_debug_root(&dir);
     let exe = stripped.display().to_string();
 
     let (_, p) = record_checked(test, &["--debug-root", root.to_str().unwrap()], &[&exe]);
@@ -411,6 +385,45 @@ fn stripped_binary_uses_its_debug_file_from_the_debug_root() {
     assert!(stderr(&o).contains("does not match"), "{}", stderr(&o));
 }
 
+fn debug_roots_add_to_the_system_one() {
+    let test = "debug_roots_add_to_the_system_one";
+    let dir = tempdir();
+    let (stripped, root) = stripped_inline3_and_debug_root(&dir);
+    // A second root that has nothing: roots are searched in turn.
+    let empty = dir.join("empty-root");
+    std::fs::create_dir_all(&empty).unwrap();
+    let script = format!("{} 0.5; {} 0.5", stripped.display(), target("qsorter"));
+    let (_, p) = record_checked(
+        test,
+        &[
+            "--debug-root",
+            empty.to_str().unwrap(),
+            "--debug-root",
+            root.to_str().unwrap(),
+        ],
+        &["sh", "-c", &script],
+    );
+    let stacks = all_stacks(&p);
+    // The stripped program is named from the debug file under the user's root...
+    let level3 = stacks.iter().flatten().find(|f| f.name == "level3");
+    assert!(
+        level3.is_some_and(|f| f.inline_depth == 3 && f.line.is_some()),
+        "inline3's inline chain comes from the debug file under --debug-root"
+    );
+    // ...and libc still from /usr/lib/debug: qsort's merge sort is a static function
+    // that only libc's debug file names, with its source lines.
+    let msort = stacks
+        .iter()
+        .flatten()
+        .filter(|f| f.lib.as_deref() == Some("libc.so.6") && f.name.starts_with("msort_with_tmp"))
+        .find(|f| f.line.is_some());
+    eprintln!("{test}: libc frame {msort:?}");
+    assert!(
+        msort.is_some(),
+        "libc's msort_with_tmp, with a line, from /usr/lib/debug beside --debug-root"
+    );
+}
+
 fn deleted_executable_is_read_through_map_files() {
     let test = "deleted_executable_is_read_through_map_files";
     let dir = tempdir();
@@ -466,6 +479,7 @@ fn main() {
         jit_code_is_named_from_the_perf_map: Need::Perf;
         rust_names_are_demangled_with_inline_frames: Need::Perf;
         stripped_binary_uses_its_debug_file_from_the_debug_root: Need::Perf;
+        debug_roots_add_to_the_system_one: Need::Perf;
         deleted_executable_is_read_through_map_files: Need::Perf;
         binary_in_another_mount_namespace_is_read_through_proc_root: Need::Perf, Need::Root;
     ]);

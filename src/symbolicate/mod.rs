@@ -3,7 +3,8 @@
 //! frame per inline depth (outer first, sharing the outer function's native symbol).
 //!
 //! Sources, per kind of library: the mapped ELF file (`.symtab`, `.dynsym`, DWARF) and its
-//! separate debug file (found by [`crate::locate::find_debug_file`]); `/proc/kallsyms`
+//! separate debug file (found by [`crate::locate::find_debug_file`] under the debug roots,
+//! else fetched by [`crate::debuginfod`]); `/proc/kallsyms`
 //! for the kernel, whose frames are named `[kernel] name`; `/tmp/perf-PID.map` for a
 //! process's JIT code. A library that cannot be read, or has no symbols, leaves its
 //! addresses as `0x…` names and is listed in [`Profile::symbol_gaps`] with the reason;
@@ -18,8 +19,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::binary::Binary;
+use crate::debuginfod;
 pub use crate::locate::DEFAULT_DEBUG_ROOT;
-use crate::locate::{build_id_path, find_debug_file};
+use crate::locate::{build_id_path, debug_file_at, find_debug_file, Candidate};
 use crate::profile::*;
 use crate::profile::{TRUNCATED_MARKER, VDSO_NAME};
 use crate::replay::LibFile;
@@ -41,8 +43,11 @@ pub struct AddressInfo {
 /// Where symbolication looks for what files do not carry themselves.
 #[derive(Clone, Debug)]
 pub struct SymbolOptions {
-    /// The root of separate debug files (`.build-id/xx/rest.debug`, and debuglink paths).
-    pub debug_root: PathBuf,
+    /// The roots of separate debug files (`.build-id/xx/rest.debug`, and debuglink
+    /// paths), searched in order.
+    pub debug_roots: Vec<PathBuf>,
+    /// Where debug files found under no root are fetched from, if anywhere.
+    pub debuginfod: Option<Arc<debuginfod::Client>>,
     /// The kernel's symbols ([`read_kallsyms`], read once), for kernel frames.
     pub kernel: Option<SymbolMap>,
     /// The JIT dump each process wrote, by the path of its perf map (the library its JIT
@@ -53,11 +58,28 @@ pub struct SymbolOptions {
 impl Default for SymbolOptions {
     fn default() -> Self {
         SymbolOptions {
-            debug_root: PathBuf::from(DEFAULT_DEBUG_ROOT),
+            debug_roots: debug_roots(&[]),
+            debuginfod: None,
             kernel: None,
             jit_dumps: HashMap::new(),
         }
     }
+}
+
+/// The debug roots searched: the user's, in the order given, then [`DEFAULT_DEBUG_ROOT`]
+/// (unless the user named it already).
+pub fn debug_roots(given: &[PathBuf]) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = Vec::new();
+    for root in given
+        .iter()
+        .cloned()
+        .chain([PathBuf::from(DEFAULT_DEBUG_ROOT)])
+    {
+        if !roots.contains(&root) {
+            roots.push(root);
+        }
+    }
+    roots
 }
 
 /// The symbol sources of one library.
@@ -94,11 +116,25 @@ impl LibSymbols {
     /// separate debug file when it lacks DWARF or a full symbol table.
     pub fn load(binary: &Binary, mapped_path: &str, opts: &SymbolOptions) -> Option<LibSymbols> {
         let file = object::File::parse(&*binary.data).ok()?;
-        let (debug, rejected) = if binary.has_dwarf && binary.has_symtab {
+        let complete = binary.has_dwarf && binary.has_symtab;
+        let (mut debug, rejected) = if complete {
             (None, Vec::new())
         } else {
-            find_debug_file(binary, mapped_path, &opts.debug_root)
+            find_debug_file(binary, mapped_path, &opts.debug_roots)
         };
+        // Fetched only when no root has it, and only by build ID.
+        let mut not_fetched = None;
+        if let (false, None, Some(client), Some(id)) =
+            (complete, &debug, &opts.debuginfod, &binary.build_id)
+        {
+            match client.find(id, mapped_path) {
+                Ok(path) => match debug_file_at(&path, binary, None) {
+                    Candidate::Matches(found) => debug = Some(*found),
+                    _ => not_fetched = Some(format!("{} cannot be read", path.display())),
+                },
+                Err(why) => not_fetched = Some(why),
+            }
+        }
         let debug_object = debug
             .as_ref()
             .and_then(|d| object::File::parse(&*d.binary.data).ok());
@@ -125,10 +161,19 @@ impl LibSymbols {
                         format!("{} does not match the file (build ID)", path.display())
                     }
                     None => match &binary.build_id {
-                        Some(id) => format!(
-                            "no DWARF, and no debug file {}",
-                            build_id_path(&opts.debug_root, id).display()
-                        ),
+                        Some(id) => {
+                            let paths: Vec<String> = opts
+                                .debug_roots
+                                .iter()
+                                .map(|root| build_id_path(root, id).display().to_string())
+                                .collect();
+                            let mut why =
+                                format!("no DWARF, and no debug file {}", paths.join(" or "));
+                            if let Some(fetch) = not_fetched {
+                                why = format!("{why}; {fetch}");
+                            }
+                            why
+                        }
                         None => "no DWARF, and no build ID to find a debug file by".to_string(),
                     },
                 }),

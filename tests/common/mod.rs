@@ -752,3 +752,36 @@ pub fn attach_then_signal(
         .expect("sampler stops after the signal");
     (sampler.wait_with_output().unwrap(), out)
 }
+
+/// Runs `cmd` and panics with its stderr when it fails.
+pub fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Splits `binary` into a stripped copy and a debug file with GNU tools; returns the
+/// stripped copy and the debug file.
+pub fn split_debug(binary: &str, dir: &Path) -> (PathBuf, PathBuf) {
+    let stripped = dir.join("stripped");
+    let debug = dir.join("stripped.debug");
+    std::fs::copy(binary, &stripped).unwrap();
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&stripped)
+        .arg(&debug));
+    run(Command::new("strip").arg("--strip-all").arg(&stripped));
+    (stripped, debug)
+}
+
+/// `ROOT/.build-id/xx/rest.debug` for the build ID of `binary`.
+pub fn build_id_path(root: &Path, binary: &Path) -> PathBuf {
+    let data = std::fs::read(binary).unwrap();
+    use object::Object;
+    let file = object::File::parse(&*data).unwrap();
+    let id = file.build_id().unwrap().expect("the file has a build ID");
+    sampler::locate::build_id_path(root, id)
+}
