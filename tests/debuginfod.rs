@@ -159,7 +159,8 @@ fn only_libc_named(frames: &[FrameInfo]) -> bool {
     let stripped = frames
         .iter()
         .filter(|f| f.lib.as_deref() == Some("stripped"))
-        .all(|f| f.name.starts_with("0x"));
+        // The entry point is named from the ELF header even without symbols.
+        .all(|f| f.name.starts_with("0x") || f.name == "_start");
     let libc = frames
         .iter()
         .any(|f| f.lib.as_deref() == Some("libc.so.6") && f.name.contains("libc_start"));
