@@ -10,6 +10,7 @@
 //! nothing here fails the run.
 
 mod dwarf;
+mod plt;
 pub mod symbols;
 
 use std::collections::HashMap;
@@ -23,6 +24,7 @@ use crate::profile::*;
 use crate::profile::{TRUNCATED_MARKER, VDSO_NAME};
 use crate::replay::LibFile;
 pub use dwarf::{DwarfInfo, SourceFrame};
+pub use plt::{PLT_NAME, PLT_SUFFIX};
 pub use symbols::{demangle, Symbol, SymbolMap};
 
 /// Everything known about one address.
