@@ -467,3 +467,33 @@ fn plt_stubs_of_cpp_functions_are_demangled() {
         "operator delete(void*, unsigned long)@plt"
     );
 }
+
+#[test]
+fn symbolize_names_an_address_as_the_profile_does() {
+    // `impl_free` is the function DWARF describes; `pub_free` a global alias of it, the
+    // name a profile shows (as glibc's DWARF says `__GI___libc_free` where its symbol
+    // table says `free`).
+    let source = r#"
+        __attribute__((noinline)) static int impl_free(int x) { return x * 7 + 1; }
+        extern int pub_free(int) __attribute__((alias("impl_free")));
+        int main(int argc, char **argv) { (void)argv; return pub_free(argc); }
+    "#;
+    let bin = compile("cc", source, "c", "aliases");
+    let data = std::fs::read(&bin).unwrap();
+    let (start, _) = symbol_range(&data, "pub_free");
+    assert_eq!(symbol_range(&data, "impl_free").0, start, "one address");
+    let info = LibSymbols::from_elf(&data).unwrap().lookup(start);
+    assert_eq!(info.frames[0].function, "impl_free", "DWARF's name");
+    assert_eq!(info.symbol.as_ref().unwrap().name, "pub_free");
+    assert_eq!(info.function_names(), ["pub_free"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_sampler"))
+        .args(["symbolize", "-e"])
+        .arg(&bin)
+        .arg(format!("{start:x}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[..2], [format!("0x{start:x}").as_str(), "pub_free"]);
+}

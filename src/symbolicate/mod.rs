@@ -39,6 +39,22 @@ pub struct AddressInfo {
     pub frame_symbols: Vec<Option<u64>>,
 }
 
+impl AddressInfo {
+    /// The function of each inline depth, outer first, as profiles name them: the outer
+    /// one by its symbol (of aliases at one address, the one the symbol table prefers;
+    /// DWARF would give an internal alias such as `__GI___libc_free` for `free`), the
+    /// inlined ones as DWARF names them. Empty when neither knows the address.
+    pub fn function_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.frames.iter().map(|f| f.function.as_str()).collect();
+        match (&self.symbol, names.first_mut()) {
+            (Some(symbol), Some(outer)) => *outer = &symbol.name,
+            (Some(symbol), None) => names.push(&symbol.name),
+            (None, _) => {}
+        }
+        names
+    }
+}
+
 /// Where symbolication looks for what files do not carry themselves.
 #[derive(Clone, Debug)]
 pub struct SymbolOptions {
@@ -278,8 +294,8 @@ impl Tables {
             // No symbol: name the frame after the DWARF function if there is one, else
             // after the address.
             let outer = info.frames.first();
-            let name = match outer {
-                Some(f) => f.function.clone(),
+            let name = match info.function_names().first() {
+                Some(name) => name.to_string(),
                 None if raw.kind == CodeKind::Kernel => {
                     format!("{KERNEL_PREFIX}0x{:x}", raw.address)
                 }
