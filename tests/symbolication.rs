@@ -44,8 +44,10 @@ fn through<'a>(stacks: &'a [Vec<FrameInfo>], name: &str) -> Vec<&'a Vec<FrameInf
         .collect()
 }
 
-fn is_hex_name(name: &str) -> bool {
-    name.starts_with("0x")
+/// A name sampler gives code that no symbol names: its address (`0x…`), or the start of
+/// its function (`fn_0x…`).
+fn is_unnamed(name: &str) -> bool {
+    name.starts_with("0x") || name.starts_with(sampler::symbolicate::UNNAMED_PREFIX)
 }
 
 fn shared_libraries_pie_and_vdso_are_named() {
@@ -101,7 +103,7 @@ fn shared_libraries_pie_and_vdso_are_named() {
             lib
         };
         if libs.contains(&lib) {
-            if is_hex_name(&f.name) {
+            if is_unnamed(&f.name) {
                 unnamed.push(format!("{} in {lib}", f.name));
             } else {
                 *named_in.entry(lib).or_insert(0) += 1;
@@ -356,7 +358,7 @@ fn stripped_binary_uses_its_debug_file_from_the_debug_root() {
         .iter()
         .flatten()
         .filter(|f| f.lib.as_deref() == Some("stripped"))
-        .all(|f| is_hex_name(&f.name));
+        .all(|f| is_unnamed(&f.name));
     assert!(
         unnamed,
         "a stripped file without its debug file has no names"
@@ -400,7 +402,7 @@ fn stripped_binary_uses_its_debug_file_from_the_debug_root() {
         .map(|f| f.name.clone())
         .collect();
     assert!(
-        names.iter().all(|n| is_hex_name(n)),
+        names.iter().all(|n| is_unnamed(n)),
         "split7030's debug file must not name inline3: {names:?}"
     );
     assert!(stderr(&o).contains("does not match"), "{}", stderr(&o));
