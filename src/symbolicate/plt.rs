@@ -38,6 +38,10 @@ const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 const JMP_RIP: [u8; 2] = [0xff, 0x25];
 const JMP_RIP_LEN: usize = 6;
 
+/// The most entries a PLT section is read for; a larger one (a damaged file) is one
+/// [`PLT_NAME`] symbol. The largest programs import some tens of thousands of functions.
+const MAX_ENTRIES: u64 = 1 << 18;
+
 /// One symbol per PLT entry of `file`; `ifunc_name` names the function at an address of
 /// the file (for `IRELATIVE` slots, whose relocation carries an address, not a symbol).
 pub fn plt_symbols(
@@ -70,12 +74,15 @@ pub fn plt_symbols(
         };
         let data = section.data().unwrap_or(&[]);
         let entry_size = entry_size(name, data);
-        if !x86_64 || data.len() as u64 != section.size() {
+        if !x86_64
+            || data.len() as u64 != section.size()
+            || section.size() / entry_size > MAX_ENTRIES
+        {
             out.push(whole());
             continue;
         }
         for (i, entry) in data.chunks(entry_size as usize).enumerate() {
-            let address = section.address() + i as u64 * entry_size;
+            let address = section.address().wrapping_add(i as u64 * entry_size);
             let name = jump_slot(entry)
                 .and_then(|(at, disp)| {
                     let next = address.checked_add((at + JMP_RIP_LEN) as u64)?;
