@@ -12,6 +12,7 @@
 
 mod cfi;
 mod dwarf;
+mod gcc_names;
 mod plt;
 pub mod symbols;
 

@@ -263,10 +263,14 @@ pub fn demangle(name: &str) -> String {
         return format!("{d:#}");
     }
     if name.starts_with("_Z") {
-        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
-            if let Ok(d) = sym.demangle() {
-                return d;
-            }
+        let cpp = |name: &str| cpp_demangle::Symbol::new(name).ok()?.demangle().ok();
+        let gcc = || {
+            let rewritten =
+                super::gcc_names::rewrite(name, |n| cpp_demangle::Symbol::new(n).is_ok())?;
+            cpp(&rewritten)
+        };
+        if let Some(d) = cpp(name).or_else(gcc) {
+            return d;
         }
     }
     name.to_string()
@@ -337,16 +341,6 @@ mod tests {
             demangle("_ZN3foo3barEv.constprop.0.isra.0"),
             "foo::bar() [clone .constprop.0] [clone .isra.0]"
         );
-    }
-
-    #[test]
-    fn gcc_old_style_qualified_names_stay_mangled() {
-        // The limit README states: GCC's `sr <type> <name>`, whose type later names are
-        // substituted from (`S8_`), is not the current ABI's form, and cpp_demangle 0.5
-        // rejects it (c++filt gives `wi::binary_traits<…>::result_type wi::abs<…>(…)`).
-        // When it stops failing, README's count of such names needs updating.
-        let name = "_ZN2wi3absI16generic_wide_intI20wide_int_ref_storageILb0ELb0EEEEENS_13binary_traitsIT_S6_XsrNS_10int_traitsIS6_EE14precision_typeEXsrS8_14precision_typeEE11result_typeERKS6_";
-        assert_eq!(demangle(name), name);
     }
 
     #[test]
