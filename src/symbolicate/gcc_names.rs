@@ -437,6 +437,24 @@ mod tests {
     }
 
     #[test]
+    fn damaged_names_do_not_panic() {
+        let names = [
+            "_ZN2wi3addI16generic_wide_intI16wide_int_storageES3_EENS_13binary_traitsIT_T0_XsrNS_10int_traitsIS5_EE14precision_typeEXsrNS7_IS6_EE14precision_typeEE11result_typeERKS5_RKS6_6signopPNS_13overflow_typeE",
+            "_Z10multiple_pILj1ElilEN10if_nonpolyIT1_bXsr15poly_int_traitsIS1_E7is_polyEE4typeERK12poly_int_podIXT_ET0_ES1_PS6_IXT_ET2_E",
+        ];
+        for name in names {
+            for at in 0..name.len() {
+                let _ = demangle(&name[..at]);
+                for c in ['E', 'I', 'N', 'S', 'T', 'L', '_', '0', '9', 'r', 's', 'Z'] {
+                    let mut damaged = name.to_string();
+                    damaged.replace_range(at..at + 1, c.encode_utf8(&mut [0; 4]));
+                    let _ = demangle(&damaged);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn other_names_are_left_alone() {
         assert_eq!(rewrite("_ZN3foo3barEv", parses), None, "no sr");
         assert_eq!(
