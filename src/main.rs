@@ -133,14 +133,15 @@ fn symbolize_main(args: SymbolizeArgs) -> Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for (address, info) in addresses.iter().zip(syms.lookup_many(&addresses)) {
         writeln!(out, "0x{address:x}")?;
-        if info.frames.is_empty() {
-            let name = info.symbol.map_or("??".to_string(), |s| s.name);
-            writeln!(out, "{name}\n??:0")?;
+        let names = info.function_names();
+        if names.is_empty() {
+            writeln!(out, "??\n??:0")?;
         }
-        for f in info.frames.iter().rev() {
-            let file = f.file.as_deref().unwrap_or("??");
-            let line = f.line.unwrap_or(0);
-            writeln!(out, "{}\n{file}:{line}", f.function)?;
+        for (depth, name) in names.iter().enumerate().rev() {
+            let frame = info.frames.get(depth);
+            let file = frame.and_then(|f| f.file.as_deref()).unwrap_or("??");
+            let line = frame.and_then(|f| f.line).unwrap_or(0);
+            writeln!(out, "{name}\n{file}:{line}")?;
         }
     }
     out.flush()?;

@@ -219,14 +219,14 @@ fn lost_by_thread(profile: &Profile) -> Option<String> {
     ))
 }
 
-/// Which sampled libraries lack names or debug information, and why, so that a `0x…`
-/// frame or a missing line is explained.
+/// Which sampled libraries lack names or debug information, and why, so that a `0x…` or
+/// `fn_0x…` frame or a missing line is explained.
 fn symbol_gaps(profile: &Profile) -> Vec<String> {
     let mut out = Vec::new();
     for (missing, heading) in [
         (
             Missing::Symbols,
-            "frames left as addresses (0x…), for want of symbols",
+            "frames left as addresses (fn_0x… for a function's start, else 0x…), for want of symbols",
         ),
         (
             Missing::DebugInfo,

@@ -160,7 +160,7 @@ fn only_libc_named(frames: &[FrameInfo]) -> bool {
         .iter()
         .filter(|f| f.lib.as_deref() == Some("stripped"))
         // The entry point is named from the ELF header even without symbols.
-        .all(|f| f.name.starts_with("0x") || f.name == "_start");
+        .all(|f| f.name.starts_with("0x") || f.name.starts_with("fn_0x") || f.name == "_start");
     let libc = frames
         .iter()
         .any(|f| f.lib.as_deref() == Some("libc.so.6") && f.name.contains("libc_start"));

@@ -390,3 +390,110 @@ fn many_addresses_on_several_threads_answer_as_one_at_a_time() {
     assert!(one_by_one.iter().filter(|i| !i.frames.is_empty()).count() > addresses.len() / 2);
     assert_eq!(syms.lookup_many(&addresses), one_by_one);
 }
+
+/// The PLT entries objdump names in `bin`: (start, name), for labels `<name@plt>`.
+fn objdump_plt_entries(bin: &Path) -> Vec<(u64, String)> {
+    let out = Command::new("objdump")
+        .arg("-d")
+        .arg(bin)
+        .output()
+        .expect("objdump runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            let (address, label) = line.strip_suffix(">:")?.split_once(" <")?;
+            label.strip_suffix("@plt")?;
+            Some((u64::from_str_radix(address, 16).ok()?, label.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn plt_entries_are_named_after_the_functions_they_call() {
+    let source = r#"
+        #include <stdio.h>
+        #include <string.h>
+        int main(int argc, char **argv) {
+            size_t n = 0;
+            for (int i = 0; i < argc; i++) n += strlen(argv[i]);
+            printf("%zu\n", n);
+            return 0;
+        }
+    "#;
+    // Lazy binding (`.plt`, entries after the header), and IBT (`.plt.sec`), both with
+    // `.plt.got` for `__cxa_finalize`.
+    for (name, flags, stubs) in [
+        ("plt_lazy", &[][..], ".plt"),
+        (
+            "plt_ibt",
+            &["-fcf-protection", "-Wl,-z,ibtplt"][..],
+            ".plt.sec",
+        ),
+    ] {
+        let bin = compile_with("cc", source, "c", name, flags);
+        let data = std::fs::read(&bin).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        assert!(file.section_by_name(stubs).is_some(), "{name} has {stubs}");
+        let syms = LibSymbols::from_elf(&data).unwrap();
+        let entries = objdump_plt_entries(&bin);
+        let mut names: Vec<&str> = entries.iter().map(|(_, n)| n.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            ["__cxa_finalize@plt", "printf@plt", "strlen@plt"],
+            "{name}"
+        );
+        for (start, want) in &entries {
+            // Every byte of the stub, as a sample could land on any of them.
+            for address in *start..start + 6 {
+                let got = syms.lookup(address).symbol.expect("a PLT symbol");
+                assert_eq!((got.name.as_str(), got.address), (want.as_str(), *start));
+            }
+        }
+        // The lazy-binding header calls no one function.
+        let plt = file.section_by_name(".plt").unwrap();
+        use object::ObjectSection;
+        assert_eq!(
+            syms.lookup(plt.address()).symbol.unwrap().name,
+            sampler::symbolicate::PLT_NAME
+        );
+    }
+}
+
+#[test]
+fn plt_stubs_of_cpp_functions_are_demangled() {
+    assert_eq!(
+        sampler::symbolicate::demangle("_ZdlPvm@plt"),
+        "operator delete(void*, unsigned long)@plt"
+    );
+}
+
+#[test]
+fn symbolize_names_an_address_as_the_profile_does() {
+    // `impl_free` is the function DWARF describes; `pub_free` a global alias of it, the
+    // name a profile shows (as glibc's DWARF says `__GI___libc_free` where its symbol
+    // table says `free`).
+    let source = r#"
+        __attribute__((noinline)) static int impl_free(int x) { return x * 7 + 1; }
+        extern int pub_free(int) __attribute__((alias("impl_free")));
+        int main(int argc, char **argv) { (void)argv; return pub_free(argc); }
+    "#;
+    let bin = compile("cc", source, "c", "aliases");
+    let data = std::fs::read(&bin).unwrap();
+    let (start, _) = symbol_range(&data, "pub_free");
+    assert_eq!(symbol_range(&data, "impl_free").0, start, "one address");
+    let info = LibSymbols::from_elf(&data).unwrap().lookup(start);
+    assert_eq!(info.frames[0].function, "impl_free", "DWARF's name");
+    assert_eq!(info.symbol.as_ref().unwrap().name, "pub_free");
+    assert_eq!(info.function_names(), ["pub_free"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_sampler"))
+        .args(["symbolize", "-e"])
+        .arg(&bin)
+        .arg(format!("{start:x}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[..2], [format!("0x{start:x}").as_str(), "pub_free"]);
+}

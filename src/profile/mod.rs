@@ -262,7 +262,8 @@ pub struct Profile {
 /// What a sampled library lacks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Missing {
-    /// Some of its frames found no symbol and stay `0x…`.
+    /// Some of its frames found no symbol: they are named after the start of their
+    /// function (`fn_0x…`) where `.eh_frame` knows it, else after their address (`0x…`).
     Symbols,
     /// Its frames are named, but have no file/line and no inline frames.
     DebugInfo,

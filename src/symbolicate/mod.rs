@@ -6,17 +6,21 @@
 //! separate debug file (found by [`crate::locate::find_debug_file`] under the debug roots,
 //! else fetched by [`crate::debuginfod`]); `/proc/kallsyms`
 //! for the kernel, whose frames are named `[kernel] name`; `/tmp/perf-PID.map` for a
-//! process's JIT code. A library that cannot be read, or has no symbols, leaves its
-//! addresses as `0x…` names and is listed in [`Profile::symbol_gaps`] with the reason;
-//! nothing here fails the run.
+//! process's JIT code. Code that no symbol names is named after the start of its function
+//! as the file's `.eh_frame` gives it (`fn_0x4a2c0`), else after its address (`0x…`), and
+//! its library is listed in [`Profile::symbol_gaps`] with the reason; nothing here fails
+//! the run.
 
+mod cfi;
 mod dwarf;
+mod gcc_names;
 mod jitdump;
+mod plt;
 pub mod symbols;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::binary::Binary;
 use crate::debuginfod;
@@ -25,7 +29,10 @@ use crate::locate::{build_id_path, debug_file_at, find_debug_file, Candidate};
 use crate::profile::*;
 use crate::profile::{TRUNCATED_MARKER, VDSO_NAME};
 use crate::replay::LibFile;
+use cfi::EhFrameSource;
+pub use cfi::{FunctionRanges, UNNAMED_PREFIX};
 pub use dwarf::{DwarfInfo, SourceFrame};
+pub use plt::{PLT_NAME, PLT_SUFFIX};
 pub use symbols::{demangle, Symbol, SymbolMap};
 
 /// Everything known about one address.
@@ -38,6 +45,25 @@ pub struct AddressInfo {
     /// For each of `frames`, the lib-relative start of the symbol of the same name, when
     /// the function also exists out of line: its inlined and called copies are one func.
     pub frame_symbols: Vec<Option<u64>>,
+    /// The symbol is not from a symbol table: no name covers the address, and `symbol`
+    /// is the function range `.eh_frame` gives for it, named after its start (`fn_0x…`).
+    pub unnamed: bool,
+}
+
+impl AddressInfo {
+    /// The function of each inline depth, outer first, as profiles name them: the outer
+    /// one by its symbol (of aliases at one address, the one the symbol table prefers;
+    /// DWARF would give an internal alias such as `__GI___libc_free` for `free`), the
+    /// inlined ones as DWARF names them. Empty when neither knows the address.
+    pub fn function_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.frames.iter().map(|f| f.function.as_str()).collect();
+        match (&self.symbol, names.first_mut()) {
+            (Some(symbol), Some(outer)) => *outer = &symbol.name,
+            (Some(symbol), None) => names.push(&symbol.name),
+            (None, _) => {}
+        }
+        names
+    }
 }
 
 /// Where symbolication looks for what files do not carry themselves.
@@ -93,6 +119,10 @@ pub struct LibSymbols {
     pub debug_file: Option<PathBuf>,
     /// Why the library has no DWARF (no file/line, no inline frames), when it has none.
     pub no_debug_info: Option<String>,
+    /// The file's `.eh_frame`, whose function ranges group code that no symbol names.
+    pub eh_frame: Option<EhFrameSource>,
+    /// Those ranges, read when the first address without a symbol needs them.
+    pub functions: OnceLock<FunctionRanges>,
 }
 
 impl LibSymbols {
@@ -108,6 +138,7 @@ impl LibSymbols {
             symbols: SymbolMap::from_elf(&[&file]),
             no_debug_info,
             dwarf,
+            eh_frame: EhFrameSource::of(&file, None),
             ..LibSymbols::default()
         })
     }
@@ -185,12 +216,37 @@ impl LibSymbols {
             base: 0,
             debug_file: debug.map(|d| d.path),
             no_debug_info,
+            eh_frame: EhFrameSource::of(
+                &file,
+                binary
+                    .unwind
+                    .eh_frame
+                    .as_ref()
+                    .map(|(range, bytes)| (range.start, bytes.clone())),
+            ),
+            functions: OnceLock::new(),
         })
     }
 
     /// Looks up a lib-relative address.
     pub fn lookup(&self, address: u64) -> AddressInfo {
-        lookup_in(&self.symbols, self.dwarf.as_ref(), self.base, address)
+        self.names().lookup(self.dwarf.as_ref(), address)
+    }
+
+    /// The function ranges of the file's `.eh_frame` (read on first use).
+    pub fn functions(&self) -> &FunctionRanges {
+        self.names().functions()
+    }
+
+    /// The parts of the library that name addresses apart from DWARF, which threads
+    /// share (each has its own DWARF context).
+    fn names(&self) -> Names<'_> {
+        Names {
+            symbols: &self.symbols,
+            base: self.base,
+            eh_frame: self.eh_frame.as_ref(),
+            functions: &self.functions,
+        }
     }
 
     /// Looks up many lib-relative addresses, in address order, split across the CPUs when
@@ -219,11 +275,11 @@ impl LibSymbols {
                 .chunks(addresses.len().div_ceil(workers))
                 .zip(forks)
                 .map(|(share, dwarf)| {
-                    let (symbols, base) = (&self.symbols, self.base);
+                    let names = self.names();
                     scope.spawn(move || {
                         share
                             .iter()
-                            .map(|&i| (i, lookup_in(symbols, dwarf.as_ref(), base, addresses[i])))
+                            .map(|&i| (i, names.lookup(dwarf.as_ref(), addresses[i])))
                             .collect::<Vec<_>>()
                     })
                 })
@@ -242,37 +298,60 @@ impl LibSymbols {
 /// re-reads every unit's header and ranges) than it saves.
 const ADDRESSES_PER_WORKER: usize = 1000;
 
-/// What `symbols` and `dwarf` say about a lib-relative address.
-fn lookup_in(
-    symbols: &SymbolMap,
-    dwarf: Option<&DwarfInfo>,
+/// See [`LibSymbols::names`].
+#[derive(Clone, Copy)]
+struct Names<'a> {
+    symbols: &'a SymbolMap,
     base: u64,
-    address: u64,
-) -> AddressInfo {
-    let probe = address.wrapping_add(base);
-    let frames: Vec<SourceFrame> = dwarf.map(|d| d.frames(probe)).unwrap_or_default();
-    let symbol = symbols.lookup_stored(probe).map(|s| Symbol {
-        address: s.address - base,
-        // DWARF usually has the outer function under the same linkage name, already
-        // demangled.
-        name: match frames.first() {
-            Some(f) if f.linkage_name.as_deref() == Some(s.name.as_str()) => f.function.clone(),
-            _ => symbols.display_name(s),
-        },
-        size: s.size,
-    });
-    let frame_symbols = frames
-        .iter()
-        .map(|f| {
-            symbols
-                .by_name(f.linkage_name.as_deref()?)
-                .map(|s| s.address.wrapping_sub(base))
-        })
-        .collect();
-    AddressInfo {
-        symbol,
-        frames,
-        frame_symbols,
+    eh_frame: Option<&'a EhFrameSource>,
+    functions: &'a OnceLock<FunctionRanges>,
+}
+
+impl<'a> Names<'a> {
+    fn functions(self) -> &'a FunctionRanges {
+        self.functions
+            .get_or_init(|| self.eh_frame.map(FunctionRanges::read).unwrap_or_default())
+    }
+
+    /// What the symbols, `dwarf` (the library's, or a fork of it) and, where neither
+    /// names the address, the `.eh_frame` function ranges say about a lib-relative
+    /// address.
+    fn lookup(&self, dwarf: Option<&DwarfInfo>, address: u64) -> AddressInfo {
+        let (symbols, base) = (&self.symbols, self.base);
+        let probe = address.wrapping_add(base);
+        let frames: Vec<SourceFrame> = dwarf.map(|d| d.frames(probe)).unwrap_or_default();
+        let mut symbol = symbols.lookup_stored(probe).map(|s| Symbol {
+            address: s.address.wrapping_sub(base),
+            // DWARF usually has the outer function under the same linkage name, already
+            // demangled.
+            name: match frames.first() {
+                Some(f) if f.linkage_name.as_deref() == Some(s.name.as_str()) => f.function.clone(),
+                _ => symbols.display_name(s),
+            },
+            size: s.size,
+        });
+        let unnamed = symbol.is_none() && frames.is_empty();
+        if unnamed {
+            symbol = self.functions().containing(probe).map(|range| Symbol {
+                address: range.start.wrapping_sub(base),
+                size: Some(range.end - range.start),
+                name: cfi::unnamed_function(range.start),
+            });
+        }
+        let frame_symbols = frames
+            .iter()
+            .map(|f| {
+                symbols
+                    .by_name(f.linkage_name.as_deref()?)
+                    .map(|s| s.address.wrapping_sub(base))
+            })
+            .collect();
+        AddressInfo {
+            unnamed: unnamed && symbol.is_some(),
+            symbol,
+            frames,
+            frame_symbols,
+        }
     }
 }
 
@@ -329,8 +408,8 @@ impl Tables {
             // No symbol: name the frame after the DWARF function if there is one, else
             // after the address.
             let outer = info.frames.first();
-            let name = match outer {
-                Some(f) => f.function.clone(),
+            let name = match info.function_names().first() {
+                Some(name) => name.to_string(),
                 None if raw.kind == CodeKind::Kernel => {
                     format!("{KERNEL_PREFIX}0x{:x}", raw.address)
                 }
@@ -429,7 +508,11 @@ pub fn apply(raw: RawProfile, lib_symbols: &[Result<LibSymbols, String>]) -> Pro
                 if !sampled.contains(&lib) {
                     sampled.push(lib);
                 }
-                if info.as_ref().is_none_or(|i| i.symbol.is_none()) && !unnamed.contains(&lib) {
+                if info
+                    .as_ref()
+                    .is_none_or(|i| i.symbol.is_none() || i.unnamed)
+                    && !unnamed.contains(&lib)
+                {
                     unnamed.push(lib);
                 }
             }

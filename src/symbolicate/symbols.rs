@@ -6,9 +6,6 @@ use std::collections::HashMap;
 
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
-/// The name given to addresses in PLT stubs (calls into other libraries).
-pub const PLT_NAME: &str = "[plt]";
-
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Symbol {
     pub address: u64,
@@ -113,7 +110,11 @@ impl SymbolMap {
     pub fn from_elf(files: &[&object::File<'_>]) -> SymbolMap {
         let mut symbols: Vec<(usize, bool, Symbol)> = Vec::new();
         for (rank, file) in files.iter().enumerate() {
-            symbols.extend(elf_symbols(file).map(|(global, s)| (rank, global, s)));
+            symbols.extend(
+                elf_symbols(file)
+                    .into_iter()
+                    .map(|(global, s)| (rank, global, s)),
+            );
         }
         symbols.sort_by_key(|(rank, global, s)| (s.address, *rank, s.size.is_none(), !global));
         SymbolMap {
@@ -174,7 +175,7 @@ pub fn perf_map_entries(text: &str) -> Vec<Symbol> {
 }
 
 /// A `.symtab` name without its symbol version (`clock_gettime@@GLIBC_2.17`).
-fn without_version(name: &str) -> &str {
+pub(super) fn without_version(name: &str) -> &str {
     match name.find('@') {
         Some(i) if i > 0 => &name[..i],
         _ => name,
@@ -201,13 +202,23 @@ fn is_code_symbol(file: &object::File<'_>, s: &object::Symbol<'_, '_>) -> bool {
     }
 }
 
+/// An IFUNC symbol (`STT_GNU_IFUNC`), which `object` does not count as a definition: its
+/// address is its resolver's, the code that picks the implementation, and PLT stubs that
+/// call the IFUNC are named after it.
+fn is_ifunc(s: &object::Symbol<'_, '_>) -> bool {
+    matches!(s.flags(), object::SymbolFlags::Elf { st_info, .. }
+        if st_info.st_type() == object::elf::STT_GNU_IFUNC)
+        && s.section_index().is_some()
+}
+
 /// The named function symbols of one ELF file (with whether each is global), and a
-/// `[plt]` pseudo-symbol over each PLT section.
-fn elf_symbols<'a>(file: &'a object::File<'_>) -> impl Iterator<Item = (bool, Symbol)> + 'a {
-    let functions = file
+/// symbol for each PLT entry (see [`super::plt`]).
+fn elf_symbols(file: &object::File<'_>) -> Vec<(bool, Symbol)> {
+    let mut functions: Vec<(bool, Symbol)> = file
         .symbols()
         .chain(file.dynamic_symbols())
-        .filter(|s| s.is_definition() && s.address() != 0 && is_code_symbol(file, s))
+        .filter(|s| (s.is_definition() || is_ifunc(s)) && s.address() != 0)
+        .filter(|s| is_code_symbol(file, s))
         .filter_map(|s| {
             let name = s.name().ok()?;
             if name.is_empty() {
@@ -221,22 +232,20 @@ fn elf_symbols<'a>(file: &'a object::File<'_>) -> impl Iterator<Item = (bool, Sy
                     name: without_version(name).to_string(),
                 },
             ))
-        });
-    // Calls through the PLT land in stubs that have no symbols; name them by section.
-    let plt = file.sections().filter_map(|section| {
-        let name = section.name().ok()?;
-        (matches!(name, ".plt" | ".plt.sec" | ".plt.got") && section.size() > 0).then(|| {
-            (
-                false,
-                Symbol {
-                    address: section.address(),
-                    size: Some(section.size()),
-                    name: PLT_NAME.into(),
-                },
-            )
         })
+        .collect();
+    let mut by_address: HashMap<u64, &str> = HashMap::new();
+    for (global, s) in &functions {
+        let name = by_address.entry(s.address).or_insert(&s.name);
+        if *global {
+            *name = &s.name;
+        }
+    }
+    let plt = super::plt::plt_symbols(file, |address| {
+        by_address.get(&address).map(|name| name.to_string())
     });
-    functions.chain(plt)
+    functions.extend(plt.into_iter().map(|s| (false, s)));
+    functions
 }
 
 impl SymbolMap {
@@ -275,14 +284,22 @@ pub fn kallsyms_line(line: &str) -> Option<(u64, &str, &str)> {
 /// Demangles a Rust (legacy or v0, without the hash) or C++ symbol name; other names are
 /// returned as they are.
 pub fn demangle(name: &str) -> String {
+    // A PLT stub is named after the function it calls.
+    if let Some(callee) = name.strip_suffix(super::plt::PLT_SUFFIX) {
+        return format!("{}{}", demangle(callee), super::plt::PLT_SUFFIX);
+    }
     if let Ok(d) = rustc_demangle::try_demangle(name) {
         return format!("{d:#}");
     }
     if name.starts_with("_Z") {
-        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
-            if let Ok(d) = sym.demangle() {
-                return d;
-            }
+        let cpp = |name: &str| cpp_demangle::Symbol::new(name).ok()?.demangle().ok();
+        let gcc = || {
+            let rewritten =
+                super::gcc_names::rewrite(name, |n| cpp_demangle::Symbol::new(n).is_ok())?;
+            cpp(&rewritten)
+        };
+        if let Some(d) = cpp(name).or_else(gcc) {
+            return d;
         }
     }
     name.to_string()
@@ -343,6 +360,16 @@ mod tests {
         );
         assert_eq!(demangle("_ZN3foo3barEi"), "foo::bar(int)");
         assert_eq!(demangle("plain_c"), "plain_c");
+    }
+
+    #[test]
+    fn demangles_plt_stubs_and_clones() {
+        assert_eq!(demangle("_ZN3foo3barEv@plt"), "foo::bar()@plt");
+        assert_eq!(demangle("malloc@plt"), "malloc@plt");
+        assert_eq!(
+            demangle("_ZN3foo3barEv.constprop.0.isra.0"),
+            "foo::bar() [clone .constprop.0] [clone .isra.0]"
+        );
     }
 
     #[test]

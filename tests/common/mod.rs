@@ -379,6 +379,8 @@ pub struct FrameInfo {
     pub inline_depth: u64,
     pub line: Option<u64>,
     pub file: Option<String>,
+    /// The lib-relative address (`None` for frames without one).
+    pub address: Option<u64>,
 }
 
 /// For every thread, every sample's stack of frames, root first.
@@ -407,6 +409,7 @@ pub fn thread_frames(p: &Value) -> Vec<(ThreadPaths, Vec<Vec<FrameInfo>>)> {
             lib: index(&column(ft, "lib")[frame]).map(|l| libs[l].to_string()),
             inline_depth: column(ft, "inlineDepth")[frame].as_u64().unwrap(),
             line: column(ft, "line")[frame].as_u64(),
+            address: column(ft, "address")[frame].as_u64(),
             file: index(&column(fu, "source")[func]).map(|s| {
                 let name = column(&shared["sources"], "filename")[s].as_u64().unwrap();
                 strings[name as usize].to_string()

@@ -1,0 +1,157 @@
+//! Functions without names: the ranges of code that `.eh_frame` describes, one FDE per
+//! function, which name code no symbol covers (a stripped library's static functions)
+//! after their start, `fn_0x4a2c0`, so that its addresses group into functions.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use gimli::{BaseAddresses, CieOrFde, EhFrame, RunTimeEndian, UnwindSection};
+
+use crate::binary::SectionBytes;
+
+/// The prefix of a function named after its start: `fn_0x4a2c0`.
+pub const UNNAMED_PREFIX: &str = "fn_0x";
+
+/// Where a file's `.eh_frame` is, to read it when an address needs it.
+#[derive(Clone, Debug)]
+pub struct EhFrameSource {
+    /// The section's address in the file's address space (FDEs point relative to it).
+    pub address: u64,
+    pub bytes: SectionBytes,
+    /// The address of `.text`, for the rare pointers encoded relative to it.
+    pub text: Option<u64>,
+    pub endian: RunTimeEndian,
+    /// The size of an address: 8 in 64-bit files, 4 in 32-bit ones.
+    pub address_size: u8,
+}
+
+impl EhFrameSource {
+    /// The `.eh_frame` of `file`, whose bytes (`bytes`, at `address`) the caller may
+    /// already hold; else they are read from the file.
+    pub fn of(file: &object::File<'_>, known: Option<(u64, SectionBytes)>) -> Option<Self> {
+        use object::{Object, ObjectSection};
+        let (address, bytes) = match known {
+            Some(known) => known,
+            None => {
+                let section = file.section_by_name(".eh_frame")?;
+                let bytes = crate::binary::section_data(&section).ok()?;
+                (section.address(), SectionBytes::from(&*bytes))
+            }
+        };
+        Some(EhFrameSource {
+            address,
+            bytes,
+            text: file.section_by_name(".text").map(|s| s.address()),
+            endian: if file.is_little_endian() {
+                RunTimeEndian::Little
+            } else {
+                RunTimeEndian::Big
+            },
+            address_size: if file.is_64() { 8 } else { 4 },
+        })
+    }
+}
+
+/// The pc ranges of a file's FDEs, sorted by start; empty ones left out.
+#[derive(Clone, Debug, Default)]
+pub struct FunctionRanges {
+    ranges: Vec<Range<u64>>,
+}
+
+impl FunctionRanges {
+    /// Reads every FDE of `source`. A damaged section gives the FDEs before the damage:
+    /// each FDE read adds at most one range, so memory is bounded by the section's size.
+    pub fn read(source: &EhFrameSource) -> FunctionRanges {
+        let mut eh_frame = EhFrame::new(&source.bytes, source.endian);
+        eh_frame.set_address_size(source.address_size);
+        let mut bases = BaseAddresses::default().set_eh_frame(source.address);
+        if let Some(text) = source.text {
+            bases = bases.set_text(text);
+        }
+        let mut cies = HashMap::new();
+        let mut ranges = Vec::new();
+        let mut entries = eh_frame.entries(&bases);
+        while let Ok(Some(entry)) = entries.next() {
+            let CieOrFde::Fde(partial) = entry else {
+                continue;
+            };
+            let fde = partial.parse(|section, bases, offset| {
+                if let Some(cie) = cies.get(&offset) {
+                    return Ok(Clone::clone(cie));
+                }
+                let cie = section.cie_from_offset(bases, offset)?;
+                cies.insert(offset, cie.clone());
+                Ok(cie)
+            });
+            let Ok(fde) = fde else { continue };
+            let start = fde.initial_address();
+            if let Some(end) = start.checked_add(fde.len()).filter(|&end| end > start) {
+                ranges.push(start..end);
+            }
+        }
+        ranges.sort_unstable_by_key(|r| (r.start, r.end));
+        FunctionRanges { ranges }
+    }
+
+    /// The function range holding `address`: of nested or overlapping ones (which real
+    /// files do not have), the one that starts last.
+    pub fn containing(&self, address: u64) -> Option<Range<u64>> {
+        let i = self.ranges.partition_point(|r| r.start <= address);
+        self.ranges[..i]
+            .iter()
+            .rev()
+            .take(MAX_OVERLAP)
+            .find(|r| address < r.end)
+            .cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+}
+
+/// How many ranges before an address [`FunctionRanges::containing`] looks at: a real
+/// file's FDEs do not overlap, so the one just before is the answer, and a few more
+/// allow for duplicates without letting a crafted file make each lookup linear.
+const MAX_OVERLAP: usize = 4;
+
+/// The name of an unnamed function that starts at `start`.
+pub fn unnamed_function(start: u64) -> String {
+    format!("{UNNAMED_PREFIX}{start:x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_is_in_the_range_that_holds_it() {
+        let functions = FunctionRanges {
+            ranges: vec![0x100..0x140, 0x140..0x180, 0x200..0x210],
+        };
+        assert_eq!(functions.containing(0x100), Some(0x100..0x140));
+        assert_eq!(functions.containing(0x13f), Some(0x100..0x140));
+        assert_eq!(functions.containing(0x140), Some(0x140..0x180));
+        assert_eq!(functions.containing(0x180), None, "between functions");
+        assert_eq!(functions.containing(0xff), None);
+        assert_eq!(unnamed_function(0x4a2c0), "fn_0x4a2c0");
+    }
+
+    #[test]
+    fn a_damaged_section_gives_what_comes_before_the_damage() {
+        let source = |bytes: &[u8]| EhFrameSource {
+            address: 0x1000,
+            bytes: SectionBytes::from(bytes),
+            text: None,
+            endian: RunTimeEndian::Little,
+            address_size: 8,
+        };
+        assert!(FunctionRanges::read(&source(&[])).is_empty());
+        // A length that runs past the end of the section.
+        assert!(FunctionRanges::read(&source(&[0xf0, 0xff, 0xff, 0x0f, 0, 0, 0, 0])).is_empty());
+    }
+}
