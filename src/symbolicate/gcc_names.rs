@@ -25,8 +25,10 @@ const MAX_NAME_BYTES: usize = 8192;
 enum Tok {
     /// A substitution back-reference, with the index it refers to (`S_` is 0).
     Ref(usize),
-    /// A template parameter, a literal or a number: nothing the rewrite looks into.
+    /// A literal or a number: nothing the rewrite looks into.
     Opaque,
+    /// A template parameter (`T_`, `T0_`).
+    Param,
     /// A length-prefixed source name.
     Name,
     /// The `sr` operator.
@@ -102,7 +104,7 @@ fn tokens(s: &[u8]) -> Option<Vec<Token>> {
             },
             b'T' => {
                 i = seq_end(i + 1)?.0;
-                Tok::Opaque
+                Tok::Param
             }
             b'L' => match *s.get(i + 1)? {
                 b'_' if s.get(i + 2) == Some(&b'Z') => {
@@ -136,23 +138,23 @@ fn tokens(s: &[u8]) -> Option<Vec<Token>> {
     Some(out)
 }
 
-/// Template arguments of simple types from token `j` (an `I`): the token after them.
-fn arguments(tokens: &[Token], mut j: usize) -> Option<usize> {
-    let mut depth = 0usize;
+/// Template arguments from token `j` (an `I`) that make no substitution candidates of
+/// their own (back-references, builtin types, literals): the token after them. Others
+/// would put their candidates between those GCC made of the type's template name and of
+/// the type, which the rewrite does not count.
+fn arguments(tokens: &[Token], j: usize) -> Option<usize> {
+    if tokens.get(j)?.tok != Tok::Char(b'I') {
+        return None;
+    }
+    let mut k = j + 1;
     loop {
-        match tokens.get(j)?.tok {
-            Tok::Char(b'I' | b'N') => depth += 1,
-            Tok::Char(b'E') => {
-                depth = depth.checked_sub(1)?;
-                if depth == 0 {
-                    return Some(j + 1);
-                }
-            }
-            Tok::Ref(_) | Tok::Opaque | Tok::Name => {}
-            Tok::Char(c) if c.is_ascii_lowercase() || b"PRKVOS".contains(&c) => {}
+        match tokens.get(k)?.tok {
+            Tok::Char(b'E') => return Some(k + 1),
+            Tok::Ref(_) | Tok::Opaque => {}
+            Tok::Char(c) if c.is_ascii_lowercase() => {}
             _ => return None,
         }
-        j += 1;
+        k += 1;
     }
 }
 
@@ -176,8 +178,8 @@ struct Qualified {
     bytes: std::ops::Range<usize>,
     /// How many substitution candidates GCC made of the type.
     candidates: usize,
-    /// A plain class name, which the current form ends with an `E`.
-    plain: bool,
+    /// How the current form spells the type.
+    form: Form,
     /// A substitution with template arguments (`NS7_IS6_EE`), which the current form
     /// cannot spell: only a rewrite of an earlier expression, spelling out the
     /// substitution, makes it readable.
@@ -188,11 +190,20 @@ struct Qualified {
     templates: Vec<(usize, std::ops::Range<usize>)>,
 }
 
+/// The spellings of the type of an `sr` expression in GCC's form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    /// A nested name (`N…E`), spelled the same in the current form.
+    Nested,
+    /// A class name (`15poly_int_traitsIS1_E`), which the current form ends with an `E`.
+    Plain,
+}
+
 /// The `sr` expression in GCC's form that starts at token `t` (an `sr`), if it is one.
 fn qualified(tokens: &[Token], t: usize) -> Option<Qualified> {
     let q = t + 1;
     let mut templates = Vec::new();
-    let (after, candidates, plain, substituted) = match tokens.get(q)?.tok {
+    let (after, candidates, form, substituted) = match tokens.get(q)?.tok {
         Tok::Char(b'N') => {
             // A nested name whose first part is a substitution, then names.
             let first = tokens.get(q + 1)?;
@@ -204,7 +215,7 @@ fn qualified(tokens: &[Token], t: usize) -> Option<Qualified> {
                 if tokens.get(end)?.tok != Tok::Char(b'E') {
                     return None;
                 }
-                (end + 1, 1, false, true)
+                (end + 1, 1, Form::Nested, true)
             } else {
                 let mut j = q + 2;
                 let mut candidates = 0;
@@ -217,12 +228,12 @@ fn qualified(tokens: &[Token], t: usize) -> Option<Qualified> {
                     candidates += 1;
                     j = next;
                 }
-                (j + 1, candidates, false, false)
+                (j + 1, candidates, Form::Nested, false)
             }
         }
         Tok::Name => {
             let (next, args) = level(tokens, q)?;
-            (next, 1 + usize::from(args), true, false)
+            (next, 1 + usize::from(args), Form::Plain, false)
         }
         _ => return None,
     };
@@ -230,7 +241,7 @@ fn qualified(tokens: &[Token], t: usize) -> Option<Qualified> {
         after,
         bytes: tokens[q].start..tokens[after - 1].end,
         candidates,
-        plain,
+        form,
         substituted,
         templates,
     })
@@ -345,10 +356,11 @@ fn rewrite_one(
     if before == 0 || before == MAX_CANDIDATES {
         return None;
     }
-    let mut qualifier = name[q.bytes.clone()].to_string();
-    if q.plain {
-        qualifier.push('E');
-    }
+    let type_bytes = &name[q.bytes.clone()];
+    let qualifier = match q.form {
+        Form::Nested => type_bytes.to_string(),
+        Form::Plain => format!("{type_bytes}E"),
+    };
     let mut out = String::from(&name[..q.bytes.start]);
     out.push_str(&qualifier);
     let mut at = q.bytes.end;
@@ -452,6 +464,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn types_whose_arguments_make_candidates_are_left_alone() {
+        // The arguments of `has_output_operator<…>` make candidates of their own, between
+        // GCC's for the template name and for the type; renumbering as if they did not
+        // would name the wrong types, so the name stays as it is.
+        let name = "_ZN2v84base17PrintCheckOperandIPKaEENSt9enable_ifIXaaaantsrSt11is_functionINSt14remove_pointerIT_E4typeEE5valuentsrSt7is_enumIS7_E5valuesrNS0_19has_output_operatorIS7_NS0_18CheckMessageStreamEvEE5valueENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEE4typeES7_";
+        assert_eq!(rewrite(name, parses), None);
+        assert_eq!(demangle(name), name);
     }
 
     #[test]
