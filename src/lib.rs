@@ -34,6 +34,7 @@ pub mod cli;
 pub mod debuginfod;
 pub mod emit;
 pub mod events;
+pub mod jitdump;
 pub mod locate;
 pub mod maps;
 pub mod procmem;

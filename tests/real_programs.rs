@@ -18,6 +18,16 @@ const ROOTS: [&str; 5] = ["_start", "_dl_start_user", "__clone3", "clone3", "clo
 
 /// CPython 3.12 (pyenv's, or on the PATH): the first with perf trampoline support.
 fn python312() -> Option<String> {
+    python("3.12", "perf")
+}
+
+/// CPython 3.13, which writes a JIT dump with CFI for its trampolines (`-X perf_jit`).
+fn python313() -> Option<String> {
+    python("3.13", "perf_jit")
+}
+
+/// A CPython `version` (pyenv's, or on the PATH) that runs with `-X option`.
+fn python(version: &str, option: &str) -> Option<String> {
     let pyenv = std::env::var("HOME")
         .ok()
         .map(|h| format!("{h}/.pyenv/versions"));
@@ -26,21 +36,19 @@ fn python312() -> Option<String> {
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("3.12"))
+        .filter(|e| e.file_name().to_string_lossy().starts_with(version))
         .map(|e| {
-            e.path()
-                .join("bin/python3.12")
-                .to_string_lossy()
-                .into_owned()
+            let bin = e.path().join(format!("bin/python{version}"));
+            bin.to_string_lossy().into_owned()
         })
         .collect();
     found.sort();
-    found.push("python3.12".into());
+    found.push(format!("python{version}"));
     found.into_iter().find(|p| {
         Command::new(p)
             .args([
                 "-X",
-                "perf",
+                option,
                 "-c",
                 "import sys; assert sys.is_stack_trampoline_active()",
             ])
@@ -160,6 +168,44 @@ fn python_perf_trampolines_unwind_to_main_with_shares() {
             "{got:.1}% where {want}% was expected"
         );
     }
+}
+
+fn python_jit_dump_with_cfi_names_and_unwinds() {
+    let test = "python_jit_dump_with_cfi_names_and_unwinds";
+    let python = python313().unwrap();
+    let dir = tempdir();
+    let script = dir.join("work.py");
+    std::fs::write(&script, PY_WORK).unwrap();
+    let out = dir.join("profile.json");
+    let o = Command::new(sampler_bin())
+        .args(["record", "-o"])
+        .arg(&out)
+        .args([
+            "--",
+            &python,
+            "-X",
+            "perf_jit",
+            script.to_str().unwrap(),
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{test}: {}", stderr(&o));
+    let paths = all_paths(&out);
+    let reach = rooted_share(&paths);
+    let named = paths
+        .iter()
+        .filter(|p| p.iter().any(|f| f.starts_with("py::sixty:")))
+        .count();
+    eprintln!(
+        "{test}: {} samples, {reach:.1}% reach _start, {named} through py::sixty",
+        paths.len()
+    );
+    assert!(reach >= 95.0, "{reach:.1}%");
+    assert!(
+        named * 3 > paths.len(),
+        "py::sixty named from the dump in {named}"
+    );
 }
 
 /// A CPU-bound script: `spin` is hot enough for V8 to optimize it.
@@ -343,6 +389,7 @@ fn one_program_one_root_deep_static_and_threads() {
 fn main() {
     run_tests(tests![
         python_perf_trampolines_unwind_to_main_with_shares: Need::Perf, Need::Located("CPython 3.12 with -X perf", python312);
+        python_jit_dump_with_cfi_names_and_unwinds: Need::Perf, Need::Located("CPython 3.13 with -X perf_jit", python313);
         node_perf_basic_prof_stacks_are_complete_and_named: Need::Perf, Need::Program("node", &["--version"]);
         node_jit_dump_names_the_code: Need::Perf, Need::Program("node", &["--version"]);
         make_j2_every_process_and_honest_roots: Need::Perf, Need::Program("make", &["--version"]), Need::Program("cc", &["--version"]);

@@ -99,6 +99,9 @@ pub struct ProfileBuilder {
     thread_by_tid: HashMap<i32, usize>,
     truncated: TruncatedBy,
     jit_dumps: HashMap<String, std::path::PathBuf>,
+    /// Each process's JIT dump as read so far while recording: its path and how many bytes
+    /// of it were read.
+    jit_tails: HashMap<i32, (std::path::PathBuf, u64)>,
     /// Stacks cut by code without unwind rules, by the library of their outermost frame.
     no_unwind_info_in: HashMap<Option<LibIndex>, u64>,
     restored_callers: u64,
@@ -139,6 +142,7 @@ impl ProfileBuilder {
             thread_by_tid: HashMap::new(),
             truncated: TruncatedBy::default(),
             jit_dumps: HashMap::new(),
+            jit_tails: HashMap::new(),
             no_unwind_info_in: HashMap::new(),
             restored_callers: 0,
             capture: None,
@@ -153,6 +157,7 @@ impl ProfileBuilder {
 
     /// Replays `events`, which come after every event fed before, in time order.
     pub fn add_events(&mut self, events: &[Event]) {
+        self.read_jit_dumps();
         for event in events {
             let t = event.time_ns;
             match &event.kind {
@@ -209,6 +214,29 @@ impl ProfileBuilder {
                     }
                 }
                 EventKind::Lost { tid: None, .. } | EventKind::Throttle => {}
+            }
+        }
+    }
+
+    /// Reads what the JIT dumps gained since they were last read, and gives the
+    /// unwinder the CFI they hold for their code. The JIT writes a record before the code
+    /// runs, so the records of code that the events' samples ran in are there.
+    fn read_jit_dumps(&mut self) {
+        use std::io::{Read, Seek, SeekFrom};
+        for (&pid, (path, offset)) in &mut self.jit_tails {
+            let mut data = Vec::new();
+            let read = std::fs::File::open(&*path).and_then(|mut f| {
+                f.seek(SeekFrom::Start(*offset))?;
+                f.read_to_end(&mut data)
+            });
+            if read.is_err() {
+                continue;
+            }
+            let (found, used) = crate::jitdump::unwind_records(&data, *offset == 0);
+            *offset += used as u64;
+            for jit in found {
+                self.unwinder
+                    .add_jit_cfi(pid, jit.code, &jit.eh_frame, &jit.eh_frame_hdr);
             }
         }
     }
@@ -353,6 +381,7 @@ impl ProfileBuilder {
             // which is in its anonymous memory (the perf map's library).
             self.jit_dumps
                 .insert(perf_map_path(m.pid), m.path.clone().into());
+            self.jit_tails.insert(m.pid, (m.path.clone().into(), 0));
             return;
         }
         // The file's code, for CFI: (its name, the process's address of its address 0).

@@ -14,7 +14,6 @@
 mod cfi;
 mod dwarf;
 mod gcc_names;
-mod jitdump;
 mod plt;
 pub mod symbols;
 
@@ -656,7 +655,7 @@ fn load_lib(lib: &Lib, binary: &LibFile, opts: &SymbolOptions) -> Result<LibSymb
             let dump = opts.jit_dumps.get(&lib.path);
             if let Some(path) = dump {
                 let read = std::fs::read(path).map_err(|e| e.to_string());
-                match read.and_then(|data| jitdump::parse(&data)) {
+                match read.and_then(|data| crate::jitdump::parse(&data)) {
                     Ok(loads) => entries.get_or_insert_with(Vec::new).extend(loads),
                     Err(e) if entries.is_none() => {
                         return Err(format!(

@@ -427,6 +427,52 @@ impl<T: Clone> Unwinder<T> {
         process.space.map(region);
     }
 
+    /// CFI that a JIT gave for its code at `code` in process `pid` (from its JIT dump):
+    /// `.eh_frame` and its header, whose addresses are relative to where they lie, which
+    /// the header's table says: its first entry is the code's start. Ignored when the
+    /// header is not in the encodings JITs write (pc-relative and data-relative 4-byte
+    /// values).
+    pub fn add_jit_cfi(
+        &mut self,
+        pid: i32,
+        code: Range<u64>,
+        eh_frame: &[u8],
+        eh_frame_hdr: &[u8],
+    ) -> bool {
+        let Some(first) = jit_hdr_first_entry(eh_frame_hdr) else {
+            return false;
+        };
+        // framehop takes addresses relative to the module's base, as 32 bits: the code's
+        // start is the base, and every section address is relative to it.
+        let len = code.end - code.start;
+        let hdr_at = first.wrapping_neg() as u64;
+        let frame_at = hdr_at.wrapping_sub(eh_frame.len() as u64);
+        let sections = UnwindSections {
+            text: Some(0..len),
+            eh_frame: Some((frame_at..hdr_at, eh_frame.into())),
+            eh_frame_hdr: Some((
+                hdr_at..hdr_at + eh_frame_hdr.len() as u64,
+                eh_frame_hdr.into(),
+            )),
+            ..UnwindSections::default()
+        };
+        let process = self.processes.entry(pid).or_default();
+        cfi::add_module(
+            &mut process.modules,
+            "jit",
+            code.clone(),
+            code.start,
+            &sections,
+        );
+        process.code.map(Region {
+            start: code.start,
+            len: code.end - code.start,
+            file_offset: 0,
+            data: Code::Cfi,
+        });
+        true
+    }
+
     /// A new process starts with a copy of its parent's mappings.
     pub fn fork(&mut self, parent: i32, child: i32) {
         if parent != child {
@@ -579,6 +625,23 @@ impl<T: Clone> Unwinder<T> {
         );
         (walk.ended == cfi::Ended::Root).then(|| walk.frames[1..].into())
     }
+}
+
+/// The first table entry of an `.eh_frame_hdr` as JITs write it (version 1, table encoded
+/// data-relative signed 4-byte, the `.eh_frame` pointer and count 4 bytes): the offset of
+/// the first function's start from the header.
+fn jit_hdr_first_entry(hdr: &[u8]) -> Option<i64> {
+    /// DW_EH_PE_datarel | DW_EH_PE_sdata4.
+    const DATAREL_SDATA4: u8 = 0x3b;
+    let [1, ptr_enc, count_enc, DATAREL_SDATA4, ..] = *hdr else {
+        return None;
+    };
+    // Both 4-byte encodings: pc-relative/absolute (s|u)data4.
+    if ptr_enc & 0x0f != 0x0b && ptr_enc & 0x0f != 0x03 || count_enc & 0x0f != 0x03 {
+        return None;
+    }
+    let entry = hdr.get(12..16)?;
+    Some(i64::from(i32::from_le_bytes(entry.try_into().ok()?)))
 }
 
 /// Why a stack lacks its outermost frames, from how its walk ended.
@@ -797,5 +860,59 @@ mod tests {
         // A sample of a process with no maps still has its sampled instruction.
         let st = u.unwind(&sample(&[0x5010, 0x6005], &[], 0));
         assert_eq!(raw(&st.user), vec![0x5010, 0x6005]);
+    }
+    /// CPython 3.13's CFI for one perf trampoline (11 bytes: `sub $8,%rsp; call *%rcx;
+    /// add $8,%rsp; ret`), as its JIT dump gives it: `.eh_frame` (48 bytes), then
+    /// `.eh_frame_hdr` (20).
+    const PY_TRAMPOLINE_CFI: [u8; 68] = [
+        0x14, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x7a, 0x52, 0x00, 0x01, 0x78, 0x10,
+        0x01, 0x1b, 0x0c, 0x07, 0x08, 0x90, 0x01, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00, 0x1c, 0x00,
+        0x00, 0x00, 0xd0, 0xff, 0xff, 0xff, 0x0b, 0x00, 0x00, 0x00, 0x00, 0x44, 0x0e, 0x10, 0x46,
+        0x0e, 0x08, 0x00, 0x01, 0x1b, 0x03, 0x3b, 0xcc, 0xff, 0xff, 0xff, 0x01, 0x00, 0x00, 0x00,
+        0xc0, 0xff, 0xff, 0xff, 0xe8, 0xff, 0xff, 0xff,
+    ];
+
+    #[test]
+    fn jit_code_unwinds_with_the_cfi_of_its_dump() {
+        let code = 0x7f00_0000_1000u64;
+        let caller = 0x5555_0000_2000u64;
+        // Sampled after the trampoline's `sub $8,%rsp`: its return address is at sp + 8.
+        let mut stack_copy = 0xdead_u64.to_le_bytes().to_vec();
+        stack_copy.extend_from_slice(&caller.to_le_bytes());
+        stack_copy.extend_from_slice(&[0; 16]);
+        let s = Sample {
+            pid: 1,
+            tid: 1,
+            user_callchain: vec![code + 6],
+            user_regs: Some(UserRegs {
+                ip: code + 6,
+                sp: 0x7ff0_0000,
+                bp: 0,
+            }),
+            stack_copy,
+            ..Sample::default()
+        };
+        let caller_code = Region {
+            start: 0x5555_0000_0000,
+            len: 0x10000,
+            file_offset: 0,
+            data: "caller",
+        };
+        let mut u: Unwinder<&str> = Unwinder::new(UnwindMode::Dwarf);
+        u.map(1, caller_code.clone(), None);
+        let without = u.unwind(&s);
+        assert_eq!(
+            raw(&without.user),
+            vec![code + 6],
+            "no rule for unknown code"
+        );
+        let (frame, hdr) = PY_TRAMPOLINE_CFI.split_at(48);
+        assert!(u.add_jit_cfi(1, code..code + 11, frame, hdr));
+        let with = u.unwind(&s);
+        assert_eq!(raw(&with.user)[..2], [code + 6, caller]);
+        // A header in another encoding is not guessed at.
+        let mut other = hdr.to_vec();
+        other[3] = 0x1b;
+        assert!(!u.add_jit_cfi(1, code..code + 11, frame, &other));
     }
 }
