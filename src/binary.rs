@@ -113,7 +113,7 @@ impl Binary {
     /// Parses an ELF image held in `data`, which the binary keeps and shares: DWARF
     /// readers borrow its uncompressed sections rather than copying them.
     pub fn from_bytes(path: PathBuf, data: Arc<[u8]>) -> Option<Binary> {
-        let mut binary = {
+        let (mut binary, entry) = {
             let file = object::File::parse(&*data).ok()?;
             let range = |name: &str| {
                 let s = file.section_by_name(name)?;
@@ -132,7 +132,7 @@ impl Binary {
                 debug_frame: bytes(".debug_frame"),
                 got: range(".got"),
             };
-            Binary {
+            let binary = Binary {
                 path,
                 // Filled in below, once `file` no longer borrows the bytes.
                 data: Arc::from(Vec::new()),
@@ -162,10 +162,11 @@ impl Binary {
                 unwind,
                 entry_returns: Vec::new(),
                 entry_stub: None,
-            }
+            };
+            (binary, file.entry())
         };
         binary.data = data;
-        if let Some((entry, code)) = binary.entry_code() {
+        if let Some(code) = binary.entry_code(entry) {
             binary.entry_returns = crate::unwind::entry_stub_returns(code, entry);
             binary.entry_stub = binary
                 .entry_returns
@@ -176,16 +177,15 @@ impl Binary {
         Some(binary)
     }
 
-    /// The entry point (in the file's addresses) and the file's bytes from it on, when it
+    /// The file's bytes from its entry point `entry` (in the file's addresses) on, when it
     /// lies in an executable segment.
-    fn entry_code(&self) -> Option<(u64, &[u8])> {
-        let entry = object::File::parse(&*self.data).ok()?.entry();
+    fn entry_code(&self, entry: u64) -> Option<&[u8]> {
         let segment = self
             .segments
             .iter()
             .find(|s| s.executable && entry >= s.vaddr && entry - s.vaddr < s.file_size)?;
         let offset = usize::try_from(segment.file_offset + (entry - segment.vaddr)).ok()?;
-        Some((entry, self.data.get(offset..)?))
+        self.data.get(offset..)
     }
 
     /// What to add to a file offset inside an executable mapping of `len` bytes from

@@ -301,9 +301,7 @@ impl ProfileBuilder {
                 lost_samples: info.lost_samples,
                 throttled: info.throttled,
                 kernel_included: info.kernel_included,
-                truncated_stacks: self.truncated.frame_limit
-                    + self.truncated.stack_copy
-                    + self.truncated.no_unwind_info,
+                truncated_stacks: self.truncated.total(),
                 restored_callers: self.restored_callers,
                 logical_cpus: info.logical_cpus,
             },

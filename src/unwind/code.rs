@@ -141,21 +141,19 @@ fn stack_pointer_rule(offset: i64, saved_bp: Option<i64>) -> Option<CodeRule> {
 }
 
 fn writes_rsp(insn: &Instruction) -> bool {
-    insn.op_count() > 0
-        && insn.op0_kind() == OpKind::Register
-        && matches!(
-            insn.op0_register(),
-            Register::RSP | Register::ESP | Register::SP
-        )
+    writes_one_of(insn, [Register::RSP, Register::ESP, Register::SP])
 }
 
 fn writes_rbp(insn: &Instruction) -> bool {
+    writes_one_of(insn, [Register::RBP, Register::EBP, Register::BP])
+}
+
+/// Whether the instruction's destination is one of `registers` (a register's 64-, 32- and
+/// 16-bit names).
+fn writes_one_of(insn: &Instruction, registers: [Register; 3]) -> bool {
     insn.op_count() > 0
         && insn.op0_kind() == OpKind::Register
-        && matches!(
-            insn.op0_register(),
-            Register::RBP | Register::EBP | Register::BP
-        )
+        && registers.contains(&insn.op0_register())
 }
 
 /// The immediate operand of `add`/`sub $n,%rsp`.

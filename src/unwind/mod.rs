@@ -14,6 +14,7 @@ mod cfi;
 mod code;
 
 pub use code::entry_stub_returns;
+use code::CodeRule;
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -126,6 +127,10 @@ pub struct TruncatedBy {
 }
 
 impl TruncatedBy {
+    pub fn total(&self) -> u64 {
+        self.frame_limit + self.stack_copy + self.no_unwind_info
+    }
+
     pub fn count(&mut self, cause: Truncation) {
         match cause {
             Truncation::FrameLimit => self.frame_limit += 1,
@@ -249,9 +254,23 @@ const CODE_WINDOW: usize = 256;
 /// exited (its last samples are unwound later).
 const PAGE: u64 = 4096;
 
-/// Pages of a process's anonymous executable memory read so far, by address (`None`:
-/// unreadable).
-type Pages = HashMap<u64, Option<Arc<[u8]>>>;
+/// What was learnt of a process's code without CFI, kept because every sample through it
+/// asks again: the pages of its anonymous executable memory read so far (`None`:
+/// unreadable), and the rule derived for each frame address (`None`: no rule).
+#[derive(Clone, Default)]
+struct Derived {
+    pages: HashMap<u64, Option<Arc<[u8]>>>,
+    rules: HashMap<u64, Option<CodeRule>>,
+}
+
+impl Derived {
+    /// Forgets what was learnt of `range`, which is mapped anew.
+    fn forget(&mut self, range: Range<u64>) {
+        self.pages
+            .retain(|&page, _| page + PAGE <= range.start || page >= range.end);
+        self.rules.retain(|address, _| !range.contains(address));
+    }
+}
 
 /// One process while it is being recorded: its executable mappings, each with what its
 /// user resolved for it once (`T`), what is known of their code, and their CFI.
@@ -260,13 +279,25 @@ struct Process<T> {
     space: AddressSpace<T>,
     code: AddressSpace<Code>,
     modules: cfi::Modules,
-    pages: Pages,
+    derived: Derived,
 }
 
 impl<T> Process<T> {
-    /// What a walk over its stacks needs: its CFI, its code, its pages of JIT code.
-    fn parts(&mut self) -> (&cfi::Modules, &AddressSpace<Code>, &mut Pages) {
-        (&self.modules, &self.code, &mut self.pages)
+    /// What a walk over its stacks needs: its CFI, its code, what was derived of it.
+    fn parts(&mut self) -> (&cfi::Modules, &AddressSpace<Code>, &mut Derived) {
+        (&self.modules, &self.code, &mut self.derived)
+    }
+
+    /// What is known of the code of `len` bytes at `start` (showing the file from
+    /// `file_offset`); what was derived of the code there before is forgotten.
+    fn map_code(&mut self, start: u64, len: u64, file_offset: u64, code: Code) {
+        self.derived.forget(start..start.saturating_add(len));
+        self.code.map(Region {
+            start,
+            len,
+            file_offset,
+            data: code,
+        });
     }
 }
 
@@ -276,7 +307,7 @@ impl<T> Default for Process<T> {
             space: AddressSpace::default(),
             code: AddressSpace::default(),
             modules: cfi::Modules::default(),
-            pages: HashMap::new(),
+            derived: Derived::default(),
         }
     }
 }
@@ -401,12 +432,7 @@ impl<T: Clone> Unwinder<T> {
             }
             None => Code::Unknown,
         };
-        process.code.map(Region {
-            start: region.start,
-            len: region.len,
-            file_offset: region.file_offset,
-            data: known,
-        });
+        process.map_code(region.start, region.len, region.file_offset, known);
         process.space.map(region);
     }
 
@@ -414,16 +440,12 @@ impl<T: Clone> Unwinder<T> {
     /// before is forgotten, as the code may have changed.
     pub fn map_anonymous(&mut self, pid: i32, region: Region<T>) {
         let process = self.processes.entry(pid).or_default();
-        let avma = region.start..region.start.saturating_add(region.len);
-        process
-            .pages
-            .retain(|&page, _| page + PAGE <= avma.start || page >= avma.end);
-        process.code.map(Region {
-            start: region.start,
-            len: region.len,
-            file_offset: region.file_offset,
-            data: Code::Anonymous,
-        });
+        process.map_code(
+            region.start,
+            region.len,
+            region.file_offset,
+            Code::Anonymous,
+        );
         process.space.map(region);
     }
 
@@ -464,12 +486,7 @@ impl<T: Clone> Unwinder<T> {
             code.start,
             &sections,
         );
-        process.code.map(Region {
-            start: code.start,
-            len: code.end - code.start,
-            file_offset: 0,
-            data: Code::Cfi,
-        });
+        process.map_code(code.start, len, 0, Code::Cfi);
         true
     }
 
@@ -535,8 +552,10 @@ impl<T: Clone> Unwinder<T> {
         let Some(process) = self.processes.get_mut(&pid) else {
             return false;
         };
-        let (_, code, pages) = process.parts();
-        classify(code, pages, &mut *self.memory, pid, frame) == cfi::FrameCode::EntryStub
+        process
+            .code
+            .lookup(frame.lookup_address())
+            .is_some_and(|region| in_entry_stub(&region.data, frame))
     }
 
     /// The user stack, how its walk ended, and whether CFI went first (the frame-pointer
@@ -546,9 +565,9 @@ impl<T: Clone> Unwinder<T> {
         let process = self.processes.entry(pid).or_default();
         if self.mode != UnwindMode::Fp {
             let hybrid = self.mode == UnwindMode::Hybrid;
-            let (modules, code, pages) = process.parts();
+            let (modules, code, derived) = process.parts();
             let memory = &mut *self.memory;
-            let mut classify = |frame| classify(code, pages, memory, pid, frame);
+            let mut classify = |frame| classify(code, derived, memory, pid, frame);
             if let Some((user, ended)) =
                 cfi::unwind(modules, &mut self.cache, sample, hybrid, &mut classify)
             {
@@ -611,9 +630,9 @@ impl<T: Clone> Unwinder<T> {
         let slot = bytes
             .chunks_exact(8)
             .rposition(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()) == ra)?;
-        let (modules, code, pages) = self.processes.get_mut(&pid)?.parts();
+        let (modules, code, derived) = self.processes.get_mut(&pid)?.parts();
         let memory = &mut *self.memory;
-        let mut classify = |frame| classify(code, pages, memory, pid, frame);
+        let mut classify = |frame| classify(code, derived, memory, pid, frame);
         let regs = framehop::x86_64::UnwindRegsX86_64::new(ra, from + slot as u64 * 8 + 8, 0);
         let walk = cfi::walk(
             modules,
@@ -654,11 +673,28 @@ fn truncation(ended: cfi::Ended) -> Option<Truncation> {
     }
 }
 
+/// Whether `frame` is in the entry stub of the code `code` (the outermost frame): a
+/// return address of one of its calls, or a sampled instruction inside it.
+fn in_entry_stub(code: &Code, frame: CodeAddress) -> bool {
+    let Code::File {
+        entry_returns,
+        entry_stub,
+        ..
+    } = code
+    else {
+        return false;
+    };
+    match frame {
+        CodeAddress::ReturnAddress(a) => entry_returns.contains(&a),
+        CodeAddress::InstructionPointer(a) => entry_stub.as_ref().is_some_and(|s| s.contains(&a)),
+    }
+}
+
 /// What is known of the code at `frame` of process `pid`: CFI, a rule derived from its
 /// instructions (code without CFI: JIT code, stubs), or the entry stub.
 fn classify(
     code: &AddressSpace<Code>,
-    pages: &mut Pages,
+    derived: &mut Derived,
     memory: &mut dyn ProcessMemory,
     pid: i32,
     frame: CodeAddress,
@@ -666,44 +702,37 @@ fn classify(
     let Some(region) = code.lookup(frame.lookup_address()) else {
         return cfi::FrameCode::NotCode;
     };
+    if in_entry_stub(&region.data, frame) {
+        return cfi::FrameCode::EntryStub;
+    }
     let address = frame.raw();
     let rule = match &region.data {
-        Code::File {
-            bytes,
-            has_cfi,
-            entry_returns,
-            entry_stub,
-        } => {
-            let in_stub = match frame {
-                CodeAddress::ReturnAddress(a) => entry_returns.contains(&a),
-                CodeAddress::InstructionPointer(a) => {
-                    entry_stub.as_ref().is_some_and(|s| s.contains(&a))
-                }
-            };
-            if in_stub {
-                return cfi::FrameCode::EntryStub;
-            }
-            if *has_cfi {
-                return cfi::FrameCode::Cfi;
-            }
+        Code::File { has_cfi: true, .. } | Code::Cfi | Code::Unknown => None,
+        Code::File { bytes, .. } => *derived.rules.entry(address).or_insert_with(|| {
             let at = usize::try_from(region.file_offset_of(address)).unwrap_or(usize::MAX);
             let end = at.saturating_add(CODE_WINDOW).min(bytes.len());
             bytes
                 .get(at..end)
                 .and_then(|b| code::derive_rule(b, address))
-        }
-        Code::Anonymous => {
-            let end = (region.start + region.len).min(address.saturating_add(CODE_WINDOW as u64));
-            read_code(pages, memory, pid, address..end).and_then(|b| code::derive_rule(&b, address))
-        }
-        Code::Cfi | Code::Unknown => None,
+        }),
+        Code::Anonymous => match derived.rules.get(&address) {
+            Some(&known) => known,
+            None => {
+                let end =
+                    (region.start + region.len).min(address.saturating_add(CODE_WINDOW as u64));
+                let rule = read_code(&mut derived.pages, memory, pid, address..end)
+                    .and_then(|b| code::derive_rule(&b, address));
+                derived.rules.insert(address, rule);
+                rule
+            }
+        },
     };
     rule.map_or(cfi::FrameCode::Cfi, cfi::FrameCode::Derived)
 }
 
 /// The bytes of `range` of a process's anonymous code, through its page cache.
 fn read_code(
-    pages: &mut Pages,
+    pages: &mut HashMap<u64, Option<Arc<[u8]>>>,
     memory: &mut dyn ProcessMemory,
     pid: i32,
     range: Range<u64>,
