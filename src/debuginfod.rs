@@ -282,7 +282,9 @@ impl Client {
         };
         let hex = hex(id);
         let cached = cache.join(&hex).join(CACHED_NAME);
-        if open_regular(&cached).is_some_and(|f| verify(&object::ReadCache::new(f), id).is_ok()) {
+        if crate::locate::open_regular(&cached)
+            .is_some_and(|f| verify(&object::ReadCache::new(f), id).is_ok())
+        {
             self.note(|r| r.from_cache += 1);
             return Ok(cached);
         }
@@ -490,18 +492,6 @@ fn io_reason(e: &io::Error) -> String {
         io::ErrorKind::TimedOut => "timed out".into(),
         _ => e.to_string(),
     }
-}
-
-/// Opens a file in the cache for reading when it is a regular file: not through a link at
-/// its own name, and never a fifo or device (opening one could block or do harm).
-fn open_regular(path: &Path) -> Option<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    file.metadata().ok()?.is_file().then_some(file)
 }
 
 /// Opens `CACHE/HEX` for writing, creating what is missing of it. The nearest directory

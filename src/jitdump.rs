@@ -10,6 +10,17 @@
 
 use crate::symbolicate::symbols::Symbol;
 
+/// The most of a dump that is read: a dump grows by a record of about a hundred bytes per
+/// piece of code compiled, so even a long-running JIT's stays far below this, and a file
+/// that is larger is not a dump worth reading whole.
+pub const MAX_DUMP_BYTES: u64 = 1 << 30;
+
+/// Reads the dump at `path` from `offset` on, at most up to [`MAX_DUMP_BYTES`] (see
+/// [`crate::locate::read_regular`]: the recorded process chose the name).
+pub fn read_from(path: &std::path::Path, offset: u64) -> std::io::Result<Vec<u8>> {
+    crate::locate::read_regular(path, offset, MAX_DUMP_BYTES.saturating_sub(offset))
+}
+
 /// "JiTD" as a little-endian u32: the first word of every dump.
 const MAGIC: u32 = 0x4a69_5444;
 /// magic, version, total_size, elf_mach, pad1, pid, timestamp (u64), flags (u64).
@@ -265,5 +276,25 @@ mod tests {
         assert!(used > head);
         assert_eq!(unwind_records(&d[used..], false), (Vec::new(), 0));
         assert_eq!(unwind_records(b"not a dump", true), (Vec::new(), 0));
+    }
+    #[test]
+    fn a_dump_is_read_only_as_a_regular_file_and_from_an_offset() {
+        let dir = std::env::temp_dir().join(format!("sampler-jitdump-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dump = dir.join("jit-77.dump");
+        std::fs::write(&dump, header()).unwrap();
+        assert_eq!(read_from(&dump, 0).unwrap(), header());
+        assert_eq!(read_from(&dump, 8).unwrap(), header()[8..].to_vec());
+        // A link at the dump's name (to a file root may read) is not followed, and a fifo
+        // is not opened for reading (that would block until someone writes).
+        let link = dir.join("jit-78.dump");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&dump, &link).unwrap();
+        assert!(read_from(&link, 0).is_err());
+        let fifo = dir.join("jit-79.dump");
+        let _ = std::fs::remove_file(&fifo);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert!(read_from(&fifo, 0).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

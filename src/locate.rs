@@ -295,6 +295,32 @@ fn crc32(data: &[u8]) -> u32 {
     crc.sum()
 }
 
+/// Opens a file for reading when it is a regular file: not through a link at its own
+/// name, and never a fifo or device (opening one could block, reading one could never
+/// end). For files whose names a recorded process chose (its JIT dump), or that sit in a
+/// cache another user could write to.
+pub fn open_regular(path: &Path) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    file.metadata().ok()?.is_file().then_some(file)
+}
+
+/// At most `limit` bytes of the regular file at `path` from `offset` on (see
+/// [`open_regular`]).
+pub fn read_regular(path: &Path, offset: u64, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = open_regular(path)
+        .ok_or_else(|| std::io::Error::other("not a regular file (or a link to one)"))?;
+    file.seek(SeekFrom::Start(offset))?;
+    let mut data = Vec::new();
+    file.take(limit).read_to_end(&mut data)?;
+    Ok(data)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

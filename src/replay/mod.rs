@@ -222,16 +222,10 @@ impl ProfileBuilder {
     /// unwinder the CFI they hold for their code. The JIT writes a record before the code
     /// runs, so the records of code that the events' samples ran in are there.
     fn read_jit_dumps(&mut self) {
-        use std::io::{Read, Seek, SeekFrom};
         for (&pid, (path, offset)) in &mut self.jit_tails {
-            let mut data = Vec::new();
-            let read = std::fs::File::open(&*path).and_then(|mut f| {
-                f.seek(SeekFrom::Start(*offset))?;
-                f.read_to_end(&mut data)
-            });
-            if read.is_err() {
+            let Ok(data) = crate::jitdump::read_from(path, *offset) else {
                 continue;
-            }
+            };
             let (found, used) = crate::jitdump::unwind_records(&data, *offset == 0);
             *offset += used as u64;
             for jit in found {

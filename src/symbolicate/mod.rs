@@ -18,7 +18,7 @@ mod plt;
 pub mod symbols;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use crate::binary::Binary;
@@ -633,6 +633,10 @@ pub fn symbolicate(raw: RawProfile, lib_binaries: &[LibFile], opts: &SymbolOptio
     apply(raw, &lib_symbols)
 }
 
+/// The most of a perf map that is read: a line of about a hundred bytes per piece of JIT
+/// code keeps even a long-running JIT's far below this.
+const MAX_PERF_MAP_BYTES: u64 = 1 << 30;
+
 /// The symbols of one library, or why there are none.
 fn load_lib(lib: &Lib, binary: &LibFile, opts: &SymbolOptions) -> Result<LibSymbols, String> {
     match lib.kind {
@@ -649,12 +653,15 @@ fn load_lib(lib: &Lib, binary: &LibFile, opts: &SymbolOptions) -> Result<LibSymb
             ..LibSymbols::default()
         }),
         LibKind::PerfMap => {
-            let mut entries = std::fs::read_to_string(&lib.path)
-                .map(|text| symbols::perf_map_entries(&text))
-                .ok();
+            // The name is predictable and /tmp anyone's: a link or a fifo planted there is
+            // not read, nor more than a perf map can sensibly hold.
+            let mut entries =
+                crate::locate::read_regular(Path::new(&lib.path), 0, MAX_PERF_MAP_BYTES)
+                    .map(|text| symbols::perf_map_entries(&String::from_utf8_lossy(&text)))
+                    .ok();
             let dump = opts.jit_dumps.get(&lib.path);
             if let Some(path) = dump {
-                let read = std::fs::read(path).map_err(|e| e.to_string());
+                let read = crate::jitdump::read_from(path, 0).map_err(|e| e.to_string());
                 match read.and_then(|data| crate::jitdump::parse(&data)) {
                     Ok(loads) => entries.get_or_insert_with(Vec::new).extend(loads),
                     Err(e) if entries.is_none() => {
