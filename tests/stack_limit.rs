@@ -154,6 +154,29 @@ fn a_session_killed_outright_is_repaired() {
     });
 }
 
+/// SIGKILL the moment the setting changes, five times: no moment of the raise is left
+/// uncovered (the watchdog runs before the setting is written).
+fn a_session_killed_as_it_raises_is_repaired() {
+    from_a_known_value(|| {
+        for round in 0..5 {
+            let (mut victim, _) = sampler_deep("5");
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while setting() == BEFORE {
+                assert!(Instant::now() < deadline, "never raised");
+                std::hint::spin_loop();
+            }
+            victim.kill().unwrap();
+            victim.wait().unwrap();
+            let _ = Command::new("pkill").args(["-KILL", "-x", "deep"]).status();
+            assert_eq!(
+                settles_at(BEFORE, Duration::from_secs(5)),
+                BEFORE,
+                "round {round}"
+            );
+        }
+    });
+}
+
 fn a_concurrent_perf_session_blocks_raising_and_the_cut_is_marked() {
     from_a_known_value(|| {
         let perf = perf_session("3");
@@ -215,6 +238,7 @@ fn main() {
     run_tests(tests![
         overlapping_sessions_put_it_back_when_the_last_ends: Need::Perf, Need::Root;
         a_session_killed_outright_is_repaired: Need::Perf, Need::Root;
+        a_session_killed_as_it_raises_is_repaired: Need::Perf, Need::Root;
         a_concurrent_perf_session_blocks_raising_and_the_cut_is_marked: Need::Perf, Need::Root, PERF_TOOL;
         a_perf_session_that_outlasts_sampler_delays_the_repair: Need::Perf, Need::Root, PERF_TOOL;
         a_frame_limit_within_the_setting_changes_nothing: Need::Perf, Need::Root;

@@ -266,37 +266,51 @@ impl DeeperStacks {
             let _ = store(&mut file, &state);
             return claim;
         }
-        if state.raised.is_none() {
-            match write_setting(wanted) {
-                Ok(()) => {
-                    state.original = current;
-                    state.raised = Some(wanted);
-                }
-                Err(_) => {
-                    let _ = store(&mut file, &state);
-                    claim.outcome = Raise::Refused;
-                    return claim;
-                }
-            }
-        }
         let me = std::process::id() as i32;
         let holder = (me, start_time(me).unwrap_or(0));
+        // The order makes a SIGKILL at any point harmless: the watchdog runs before the
+        // record names this session, and the record says what will be written before it
+        // is. Killed before the write, the watchdog finds the setting is not the raised
+        // value and only clears the record; killed after it, it puts the setting back.
+        let watchdog = spawn_watchdog(holder);
+        let raising = state.raised.is_none();
+        if raising {
+            state.original = current;
+            state.raised = Some(wanted);
+        }
         state.holders.push(holder);
-        if store(&mut file, &state).is_err() {
-            // Unrecorded, a raise could outlive us unnoticed: take it back at once.
-            state.holders.retain(|&h| h != holder);
-            let _ = settle(&mut state, RESTORE_ATTEMPTS);
-            let _ = store(&mut file, &state);
-            claim.outcome = Raise::Refused;
-            claim.limit = read_setting().unwrap_or(claim.limit);
+        let recorded = store(&mut file, &state).is_ok();
+        if recorded && (!raising || write_setting(wanted).is_ok()) {
+            drop(file);
+            claim.holder = Some(holder);
+            claim.outcome = Raise::Raised;
+            claim.limit = read_setting().unwrap_or(wanted);
+            claim.watchdog = watchdog;
             return claim;
         }
+        // Not recorded (a raise could then outlive us unnoticed) or not writable: leave
+        // the setting as it is, or as another live session needs it.
+        state.holders.retain(|&h| h != holder);
+        if raising {
+            state.original = None;
+            state.raised = None;
+        }
+        let _ = settle(&mut state, RESTORE_ATTEMPTS);
+        let _ = store(&mut file, &state);
         drop(file);
-        claim.holder = Some(holder);
-        claim.outcome = Raise::Raised;
-        claim.limit = read_setting().unwrap_or(wanted);
-        claim.watchdog = spawn_watchdog(holder);
+        dismiss(watchdog);
+        claim.outcome = Raise::Refused;
+        claim.limit = read_setting().unwrap_or(claim.limit);
         claim
+    }
+}
+
+/// Ends a watchdog whose session never held a claim: with its input closed it finds the
+/// session absent from the record and leaves at once (the record must not be locked).
+fn dismiss(watchdog: Option<std::process::Child>) {
+    if let Some(mut watchdog) = watchdog {
+        drop(watchdog.stdin.take());
+        let _ = watchdog.wait();
     }
 }
 
