@@ -32,6 +32,9 @@ pub enum Command {
     /// Print the function, inlined calls and source line of addresses in an ELF file, as
     /// the profile would name them (like `addr2line -f -i -C`, innermost call first).
     Symbolize(SymbolizeArgs),
+    /// Print symbol names (the arguments, else one per line of standard input) demangled
+    /// as profiles show them: Rust, and C++ including GCC's older forms (like `c++filt`)
+    Demangle { names: Vec<String> },
     /// Write a profile that sampler wrote in another format (folded stacks, speedscope,
     /// pprof, an SVG flame graph, or Firefox again)
     Convert(ConvertArgs),

@@ -22,6 +22,7 @@ fn main() -> ExitCode {
         Command::Record(args) => record_main(args),
         Command::Symbolize(args) => symbolize_main(args).map(|()| 0),
         Command::Convert(args) => convert_main(args).map(|()| 0),
+        Command::Demangle { names } => demangle_main(&names).map(|()| 0),
         Command::RestoreMaxStack { pid, start } => {
             stack_limit::watchdog_main(pid, start).map(|()| 0)
         }
@@ -97,6 +98,29 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         record::Ended::Command(exit) => exit.shell_code(),
         record::Ended::Detached(_) => 0,
     })
+}
+
+/// One name per argument, else per line of standard input; names that are not mangled
+/// are printed as they are.
+fn demangle_main(names: &[String]) -> Result<()> {
+    use std::io::{BufRead, Write};
+    let write_all = || -> std::io::Result<()> {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        let mut put = |name: &str| writeln!(out, "{}", symbolicate::symbols::demangle(name));
+        if names.is_empty() {
+            for line in std::io::stdin().lock().lines() {
+                put(&line?)?;
+            }
+        } else {
+            names.iter().try_for_each(|name| put(name))?;
+        }
+        out.flush()
+    };
+    match write_all() {
+        // The reader has all it wanted (`| head`).
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("cannot demangle standard input to standard output"),
+    }
 }
 
 fn symbolize_main(args: SymbolizeArgs) -> Result<()> {

@@ -277,6 +277,39 @@ fn cpp_names_are_demangled() {
     );
 }
 
+/// g++ mangles `std::is_enum<T>::value` in a return type the old way (`sr <type>
+/// <name>`, issue 13); the profile's name and `sampler demangle` give what c++filt gives,
+/// in cpp_demangle's parentheses.
+#[test]
+fn gcc_names_of_qualified_members_are_demangled() {
+    let source = r#"
+        #include <type_traits>
+        template <typename T>
+        __attribute__((noinline)) typename std::enable_if<!std::is_enum<T>::value
+            && std::is_integral<typename std::remove_pointer<T>::type>::value, int>::type
+        pick(T x) { return (int)x * 3; }
+        int main(int argc, char **) { return pick<long>(argc); }
+    "#;
+    let bin = compile("c++", source, "cc", "gcc_sr");
+    let data = std::fs::read(&bin).unwrap();
+    let mangled = "_Z4pickIlENSt9enable_ifIXaantsrSt7is_enumIT_E5valuesrSt11is_integralINSt14remove_pointerIS2_E4typeEE5valueEiE4typeES2_";
+    let want = "std::enable_if<(!(std::is_enum<long>::value))&&(std::is_integral<std::remove_pointer<long>::type>::value), int>::type pick<long>(long)";
+    let syms = LibSymbols::from_elf(&data).unwrap();
+    let (start, _) = symbol_range(&data, mangled);
+    let info = syms.lookup(start);
+    assert_eq!(info.symbol.unwrap().name, want);
+    assert_eq!(info.frames.last().unwrap().function, want, "from DWARF");
+    let out = Command::new(env!("CARGO_BIN_EXE_sampler"))
+        .args(["demangle", mangled, "main"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{want}\nmain\n")
+    );
+}
+
 #[test]
 fn a_function_both_inlined_and_called_is_one_func() {
     // `scale` is inlined into `compute`, and its address is also taken, so an out-of-line

@@ -102,15 +102,14 @@ impl DwarfInfo {
             return out;
         };
         while let Ok(Some(frame)) = iter.next() {
-            let function = frame
-                .function
-                .as_ref()
-                .and_then(|f| f.demangle().ok().map(Cow::into_owned))
-                .unwrap_or_else(|| "??".to_string());
             let linkage_name = frame
                 .function
                 .as_ref()
                 .and_then(|f| f.raw_name().ok().map(Cow::into_owned));
+            // sampler's demangling, as for symbols (GCC's older C++ forms included).
+            let function = linkage_name
+                .as_deref()
+                .map_or_else(|| "??".to_string(), super::symbols::demangle);
             let (file, line) = frame
                 .location
                 .as_ref()

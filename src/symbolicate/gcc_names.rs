@@ -1,30 +1,26 @@
 //! GCC's older mangling of a qualified name in a template argument, which cpp_demangle
 //! rejects: `sr <type> <name>` (`wi::int_traits<T>::precision_type` as
-//! `srNS_10int_traitsIT_EE14precision_type`, `poly_int_traits<T>::is_poly` as
-//! `sr15poly_int_traitsIT_E7is_poly`). The current Itanium ABI reads the same characters
-//! (after a plain class name, with one more `E`) as a list of names that are no
-//! substitution candidates, while GCC, which mangled a type, made the type and its
-//! template name candidates: every later back-reference (`S8_`) past them then means
-//! another thing, or nothing, to cpp_demangle.
+//! `srNS_10int_traitsIT_EE14precision_type`, `std::is_enum<T>::value` as
+//! `srSt7is_enumIT_E5value`). The current Itanium ABI allows only a template parameter,
+//! a decltype or a back-reference there, and reads the other characters as a list of
+//! names that are no substitution candidates, while GCC, which mangled a type, made the
+//! type, its template name and its arguments candidates: every later back-reference
+//! (`S8_`) past them then means another thing, or nothing, to cpp_demangle.
 //!
-//! [`rewrite`] turns such a name, one expression after the other, into the form
-//! cpp_demangle reads as GCC meant it: the count of candidates before the expression is
-//! found by asking cpp_demangle itself (a probe name that refers to candidate k parses
-//! only when k exists); back-references past the expression's candidates are renumbered,
-//! and one to the type itself or to its template name, used to qualify another such
-//! expression, is spelled out. Only names cpp_demangle rejects are rewritten.
+//! [`rewrite`] spells each such expression as the member access `dt cv <type> _ E
+//! <name>` (the member `name` of a value of the type): there the type is parsed as a type,
+//! with exactly the candidates GCC made of it, so every back-reference keeps its meaning.
+//! The member's name carries a mark, and [`restore`] turns the printed `(Type()).name`
+//! back into `Type::name`. Only names cpp_demangle rejects are rewritten.
 
-/// Probing stops after this many candidates: real names have some tens before such an
-/// expression.
-const MAX_CANDIDATES: usize = 512;
-/// Longer names are not rewritten: each rewrite parses the name some ten times, and real
-/// names of this kind are a few hundred bytes.
+/// Longer names are not rewritten: real names of this kind are a few hundred bytes to a
+/// few kilobytes.
 const MAX_NAME_BYTES: usize = 8192;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Tok {
-    /// A substitution back-reference, with the index it refers to (`S_` is 0).
-    Ref(usize),
+    /// A substitution back-reference (`S_`, `S4_`).
+    Ref,
     /// A literal or a number: nothing the rewrite looks into.
     Opaque,
     /// A template parameter (`T_`, `T0_`).
@@ -55,19 +51,13 @@ fn tokens(s: &[u8]) -> Option<Vec<Token>> {
     };
     let digits_end =
         |from: usize| from + s[from..].iter().take_while(|c| c.is_ascii_digit()).count();
-    // Up to the `_` that ends a sequence id (`S12_`, `T0_`), base 36.
-    let seq_end = |from: usize| -> Option<(usize, usize)> {
+    // Up to the `_` that ends a sequence id (`S12_`, `T0_`): digits and capitals.
+    let seq_end = |from: usize| -> Option<usize> {
         let len = s.get(from..)?.iter().position(|&c| c == b'_')?;
-        let mut value: usize = 0;
-        for &c in &s[from..from + len] {
-            let digit = (c as char).to_digit(36)? as usize;
-            if c.is_ascii_lowercase() {
-                return None;
-            }
-            value = value.checked_mul(36)?.checked_add(digit)?;
-        }
-        let index = if len == 0 { 0 } else { value.checked_add(1)? };
-        Some((from + len + 1, index))
+        s[from..from + len]
+            .iter()
+            .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase())
+            .then_some(from + len + 1)
     };
     while i < s.len() {
         let start = i;
@@ -75,13 +65,22 @@ fn tokens(s: &[u8]) -> Option<Vec<Token>> {
         let tok = match c {
             b'0'..=b'9' => {
                 let end = digits_end(i);
-                let before = &s[..start];
-                let counted = before.ends_with(b"E")
-                    || before.ends_with(b"_")
-                    || before.ends_with(b"A")
-                    || before.ends_with(b"Dv")
-                    || before.ends_with(b"Ut")
-                    || before.ends_with(b"fp");
+                // A number, not a name's length, after a discriminator's `_`, an array's
+                // `A`, a vector's `Dv`, an unnamed type's `Ut` or a parameter's `fp`. (The
+                // tokens, not the bytes: `T_` or `S_` before a name ends with `_` too.)
+                let last = |n: usize| {
+                    out.len()
+                        .checked_sub(n)
+                        .and_then(|k| out.get(k))
+                        .map(|t: &Token| t.tok)
+                };
+                let counted = match (last(2), last(1)) {
+                    (_, Some(Tok::Char(b'_' | b'A'))) => true,
+                    (Some(Tok::Char(a)), Some(Tok::Char(b))) => {
+                        matches!((a, b), (b'D', b'v') | (b'U', b't') | (b'f', b'p'))
+                    }
+                    _ => false,
+                };
                 if counted && s.get(end) == Some(&b'_') {
                     i = end + 1;
                     Tok::Opaque
@@ -97,13 +96,12 @@ fn tokens(s: &[u8]) -> Option<Vec<Token>> {
                     Tok::Char(b'S')
                 }
                 _ => {
-                    let (end, index) = seq_end(i + 1)?;
-                    i = end;
-                    Tok::Ref(index)
+                    i = seq_end(i + 1)?;
+                    Tok::Ref
                 }
             },
             b'T' => {
-                i = seq_end(i + 1)?.0;
+                i = seq_end(i + 1)?;
                 Tok::Param
             }
             b'L' => match *s.get(i + 1)? {
@@ -138,262 +136,133 @@ fn tokens(s: &[u8]) -> Option<Vec<Token>> {
     Some(out)
 }
 
-/// Template arguments from token `j` (an `I`) that make no substitution candidates of
-/// their own (back-references, builtin types, literals): the token after them. Others
-/// would put their candidates between those GCC made of the type's template name and of
-/// the type, which the rewrite does not count.
-fn arguments(tokens: &[Token], j: usize) -> Option<usize> {
-    if tokens.get(j)?.tok != Tok::Char(b'I') {
-        return None;
-    }
-    let mut k = j + 1;
-    loop {
-        match tokens.get(k)?.tok {
-            Tok::Char(b'E') => return Some(k + 1),
-            Tok::Ref(_) | Tok::Opaque => {}
-            Tok::Char(c) if c.is_ascii_lowercase() => {}
-            _ => return None,
-        }
-        k += 1;
-    }
-}
-
-/// A source name with optional template arguments from token `j`: the token after it,
-/// and whether it had arguments.
-fn level(tokens: &[Token], j: usize) -> Option<(usize, bool)> {
-    if tokens.get(j)?.tok != Tok::Name {
-        return None;
-    }
-    if tokens.get(j + 1).map(|t| t.tok) != Some(Tok::Char(b'I')) {
-        return Some((j + 1, false));
-    }
-    Some((arguments(tokens, j + 1)?, true))
-}
-
-/// One `sr` expression in GCC's form.
-struct Qualified {
-    /// The token after its type.
-    after: usize,
-    /// Its type's bytes.
-    bytes: std::ops::Range<usize>,
-    /// How many substitution candidates GCC made of the type.
-    candidates: usize,
-    /// How the current form spells the type.
-    form: Form,
-    /// A substitution with template arguments (`NS7_IS6_EE`), which the current form
-    /// cannot spell: only a rewrite of an earlier expression, spelling out the
-    /// substitution, makes it readable.
-    substituted: bool,
-    /// The candidates that are template names (`wi::int_traits`, before its arguments):
-    /// their place among the type's candidates, and the bytes that spell them after an
-    /// `srN` (the nested name's first part and names up to this one).
-    templates: Vec<(usize, std::ops::Range<usize>)>,
-}
-
-/// The spellings of the type of an `sr` expression in GCC's form.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Form {
-    /// A nested name (`N…E`), spelled the same in the current form.
-    Nested,
-    /// A class name (`15poly_int_traitsIS1_E`), which the current form ends with an `E`.
-    Plain,
-}
-
-/// The `sr` expression in GCC's form that starts at token `t` (an `sr`), if it is one.
-fn qualified(tokens: &[Token], t: usize) -> Option<Qualified> {
-    let q = t + 1;
-    let mut templates = Vec::new();
-    let (after, candidates, form, substituted) = match tokens.get(q)?.tok {
-        Tok::Char(b'N') => {
-            // A nested name whose first part is a substitution, then names.
-            let first = tokens.get(q + 1)?;
-            if !matches!(first.tok, Tok::Ref(_) | Tok::Char(b'S')) {
-                return None;
-            }
-            if tokens.get(q + 2)?.tok == Tok::Char(b'I') {
-                let end = arguments(tokens, q + 2)?;
-                if tokens.get(end)?.tok != Tok::Char(b'E') {
-                    return None;
-                }
-                (end + 1, 1, Form::Nested, true)
-            } else {
-                let mut j = q + 2;
-                let mut candidates = 0;
-                while tokens.get(j)?.tok != Tok::Char(b'E') {
-                    let (next, args) = level(tokens, j)?;
-                    if args {
-                        templates.push((candidates, first.start..tokens[j].end));
-                        candidates += 1;
+/// The token after the type that starts at token `j`, in GCC's form: a nested name
+/// (`N…E`), or a class name (`15poly_int_traits`, `St11is_function`, a back-reference)
+/// with optional template arguments. `None` for anything else, and for a template
+/// parameter or a bare back-reference, which both forms spell alike.
+fn gcc_type(tokens: &[Token], j: usize) -> Option<usize> {
+    let balanced = |from: usize| -> Option<usize> {
+        let mut depth = 0usize;
+        for (k, t) in tokens.iter().enumerate().skip(from) {
+            match t.tok {
+                Tok::Char(b'N' | b'I' | b'J' | b'X') => depth += 1,
+                Tok::Char(b'E') => {
+                    depth = depth.checked_sub(1)?;
+                    if depth == 0 {
+                        return Some(k + 1);
                     }
-                    candidates += 1;
-                    j = next;
                 }
-                (j + 1, candidates, Form::Nested, false)
+                _ => {}
             }
         }
-        Tok::Name => {
-            let (next, args) = level(tokens, q)?;
-            (next, 1 + usize::from(args), Form::Plain, false)
-        }
-        _ => return None,
+        None
     };
-    (candidates > 0).then(|| Qualified {
-        after,
-        bytes: tokens[q].start..tokens[after - 1].end,
-        candidates,
-        form,
-        substituted,
-        templates,
-    })
+    let with_arguments = |k: usize| match tokens.get(k).map(|t| t.tok) {
+        Some(Tok::Char(b'I')) => balanced(k),
+        _ => Some(k),
+    };
+    match tokens.get(j)?.tok {
+        Tok::Char(b'N') => balanced(j),
+        Tok::Name => with_arguments(j + 1),
+        // `St` qualifies the name after it; `Sa`, `Sb` are template names themselves.
+        Tok::Char(b'S') if tokens.get(j + 1)?.tok == Tok::Name => with_arguments(j + 2),
+        Tok::Char(b'S') | Tok::Ref if tokens.get(j + 1)?.tok == Tok::Char(b'I') => balanced(j + 1),
+        _ => None,
+    }
 }
 
-/// `S<index>_`, as a mangled back-reference.
-fn back_reference(index: usize) -> String {
-    fn base36(n: usize, out: &mut String) {
-        if n >= 36 {
-            base36(n / 36, out);
-        }
-        out.push(char::from_digit((n % 36) as u32, 36).map_or('0', |c| c.to_ascii_uppercase()));
-    }
-    let mut out = String::from("S");
-    if index > 0 {
-        base36(index - 1, &mut out);
-    }
-    out.push('_');
-    out
-}
+/// Marks the member name of a rewritten expression, so that its printed form can be
+/// found and put back as `Type::name`. Source names are no substitution candidates in
+/// a member access, so a longer one changes nothing else.
+const MARK: &str = "__sampler_gcc_scope__";
 
-/// At most this many expressions are rewritten in one name: real names have one or two.
-const MAX_REWRITES: usize = 8;
-
-/// `name` with its `sr` expressions in GCC's form in the form cpp_demangle reads as GCC
-/// meant them (see the module comment); `parses` says whether cpp_demangle parses a
-/// name. `None` when the name has no such expression, or one the rewrite cannot spell.
-pub fn rewrite(name: &str, parses: impl Fn(&str) -> bool) -> Option<String> {
+/// `name` with each `sr <type> <name>` in GCC's form rewritten as a member access of a
+/// value of that type (`dt cv <type> _ E <name>`), which makes exactly the substitution
+/// candidates GCC made of the type; the member's name carries [`MARK`]. `None` when the
+/// name has no such expression.
+pub fn rewrite(name: &str) -> Option<String> {
     // Tokens are bytes; mangled names are ASCII.
     if !name.is_ascii() || name.len() > MAX_NAME_BYTES {
         return None;
     }
     let tokens = tokens(name.as_bytes())?;
-    // Each expression by the ordinal of its `sr`, which rewriting does not change, with
-    // GCC's count of candidates as the original spelling says.
-    let found: Vec<(usize, usize)> = tokens
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| t.tok == Tok::Sr)
-        .enumerate()
-        .filter_map(|(ordinal, (t, _))| Some((ordinal, qualified(&tokens, t)?.candidates)))
-        .collect();
-    if found.is_empty() || found.len() > MAX_REWRITES {
+    let mut out = String::with_capacity(name.len() + 64);
+    // The prefix (`_Z`, `_ZL`), which is no token.
+    out.push_str(&name[..tokens.first()?.start]);
+    let mut rewritten = 0;
+    respell(name, &tokens, 0..tokens.len(), &mut out, &mut rewritten);
+    if rewritten == 0 || rewritten > MAX_REWRITES {
         return None;
     }
-    let mut name = name.to_string();
-    for (ordinal, candidates) in found {
-        name = rewrite_one(&name, ordinal, candidates, &parses)?;
-    }
-    Some(name)
-}
-
-/// Rewrites the expression of the `ordinal`th `sr` of `name`, of which GCC made
-/// `candidates` substitution candidates.
-fn rewrite_one(
-    name: &str,
-    ordinal: usize,
-    candidates: usize,
-    parses: &impl Fn(&str) -> bool,
-) -> Option<String> {
-    let tokens = tokens(name.as_bytes())?;
-    let sr = (0..tokens.len())
-        .filter(|&t| tokens[t].tok == Tok::Sr)
-        .nth(ordinal)?;
-    let q = qualified(&tokens, sr)?;
-    if q.substituted {
-        return None;
-    }
-    let rest = &tokens[q.after..];
-    // What the probe replaces by `S_`: every later reference, and the type of every
-    // later expression in GCC's form (which may not parse yet).
-    let mut neutral = Vec::new();
-    let mut j = q.after;
-    while j < tokens.len() {
-        match tokens[j].tok {
-            Tok::Ref(_) => neutral.push(tokens[j].start..tokens[j].end),
-            Tok::Sr => {
-                if let Some(later) = qualified(&tokens, j) {
-                    neutral.push(later.bytes);
-                    j = later.after;
-                    continue;
-                }
-            }
-            _ => {}
-        }
-        j += 1;
-    }
-    // The probe: the type replaced by candidate k, and the rest neutral.
-    let probe = |k: usize| {
-        let mut s = String::from(&name[..tokens[sr].end]);
-        s.push_str(&back_reference(k));
-        let mut at = q.bytes.end;
-        for range in &neutral {
-            s.push_str(&name[at..range.start]);
-            s.push_str("S_");
-            at = range.end;
-        }
-        s.push_str(&name[at..]);
-        s
-    };
-    // Candidate k exists for every k below the count: the first k that does not parse.
-    let (mut low, mut high) = (0, MAX_CANDIDATES);
-    while low < high {
-        let k = low + (high - low) / 2;
-        if parses(&probe(k)) {
-            low = k + 1;
-        } else {
-            high = k;
-        }
-    }
-    let before = low;
-    if before == 0 || before == MAX_CANDIDATES {
-        return None;
-    }
-    let type_bytes = &name[q.bytes.clone()];
-    let qualifier = match q.form {
-        Form::Nested => type_bytes.to_string(),
-        Form::Plain => format!("{type_bytes}E"),
-    };
-    let mut out = String::from(&name[..q.bytes.start]);
-    out.push_str(&qualifier);
-    let mut at = q.bytes.end;
-    let tok = |i: usize| rest.get(i).map(|t| t.tok);
-    for (i, t) in rest.iter().enumerate() {
-        let Tok::Ref(index) = t.tok else { continue };
-        out.push_str(&name[at..t.start]);
-        at = t.end;
-        let after_sr = i.checked_sub(1).and_then(tok) == Some(Tok::Sr);
-        let after_srn = i.checked_sub(1).and_then(tok) == Some(Tok::Char(b'N'))
-            && i.checked_sub(2).and_then(tok) == Some(Tok::Sr);
-        if index < before {
-            out.push_str(&name[t.start..t.end]);
-        } else if index >= before + candidates {
-            out.push_str(&back_reference(index - candidates));
-        } else if index == before + candidates - 1 && after_sr {
-            // The type itself, qualifying another name: spelled out.
-            out.push_str(&qualifier);
-        } else if let Some((_, bytes)) = q
-            .templates
-            .iter()
-            .find(|(at, _)| before + at == index)
-            .filter(|_| after_srn && tok(i + 1) == Some(Tok::Char(b'I')))
-        {
-            // Its template name, with other arguments, qualifying another name.
-            out.push_str(&name[bytes.clone()]);
-        } else {
-            return None;
-        }
-    }
-    out.push_str(&name[at..]);
+    // What follows the last token (a clone suffix) stays as it is.
+    out.push_str(&name[tokens.last()?.end..]);
     Some(out)
 }
+
+/// Appends the bytes of `range` of the tokens to `out`, each expression in GCC's form
+/// (also one inside another's type) rewritten; counts the rewrites.
+fn respell(
+    name: &str,
+    tokens: &[Token],
+    range: std::ops::Range<usize>,
+    out: &mut String,
+    rewritten: &mut usize,
+) {
+    let mut t = range.start;
+    while t < range.end {
+        let token = tokens[t];
+        let expression = (token.tok == Tok::Sr)
+            .then(|| gcc_type(tokens, t + 1))
+            .flatten()
+            .filter(|&after| after < range.end && tokens[after].tok == Tok::Name);
+        let Some(after) = expression else {
+            out.push_str(&name[token.start..token.end]);
+            t += 1;
+            continue;
+        };
+        let member = tokens[after];
+        let source =
+            name[member.start..member.end].trim_start_matches(|c: char| c.is_ascii_digit());
+        out.push_str("dtcv");
+        respell(name, tokens, t + 1..after, out, rewritten);
+        out.push_str(&format!("_E{}{MARK}{source}", MARK.len() + source.len()));
+        *rewritten += 1;
+        t = after + 1;
+    }
+}
+
+/// The demangled form of a [`rewrite`]: each `(Type()).MARKname` put back as
+/// `Type::name`. `None` if a mark is not where the rewrite puts it.
+pub fn restore(demangled: &str) -> Option<String> {
+    let suffix = format!(")).{MARK}");
+    let mut text = demangled.to_string();
+    while let Some(end) = text.find(&suffix) {
+        // The parenthesis that opens `(Type())`, before the value's own `()`.
+        let close = end + 1;
+        let mut depth = 0usize;
+        let mut open = None;
+        for (i, c) in text[..=close].char_indices().rev() {
+            match c {
+                ')' => depth += 1,
+                '(' => {
+                    depth = depth.checked_sub(1)?;
+                    if depth == 0 {
+                        open = Some(i);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let open = open?;
+        let ty = text.get(open + 1..end - 1)?.to_string();
+        text.replace_range(open..end + suffix.len(), &format!("{ty}::"));
+    }
+    (!text.contains(MARK)).then_some(text)
+}
+
+/// At most this many expressions are rewritten in one name: real names have a few.
+const MAX_REWRITES: usize = 16;
 
 #[cfg(test)]
 mod tests {
@@ -407,12 +276,13 @@ mod tests {
     #[test]
     fn a_nested_type_and_a_back_reference_to_it() {
         // `S8_` is the type `wi::int_traits<…>` of the first expression: GCC's ninth
-        // candidate, which cpp_demangle does not have.
+        // candidate, which cpp_demangle does not have in the name as it is.
         let name = "_ZN2wi3absI16generic_wide_intI20wide_int_ref_storageILb0ELb0EEEEENS_13binary_traitsIT_S6_XsrNS_10int_traitsIS6_EE14precision_typeEXsrS8_14precision_typeEE11result_typeERKS6_";
         assert!(!parses(name));
+        // The second expression is a back-reference, the same in both forms.
         assert_eq!(
-            rewrite(name, parses).unwrap(),
-            "_ZN2wi3absI16generic_wide_intI20wide_int_ref_storageILb0ELb0EEEEENS_13binary_traitsIT_S6_XsrNS_10int_traitsIS6_EE14precision_typeEXsrNS_10int_traitsIS6_EE14precision_typeEE11result_typeERKS6_"
+            rewrite(name).unwrap(),
+            "_ZN2wi3absI16generic_wide_intI20wide_int_ref_storageILb0ELb0EEEEENS_13binary_traitsIT_S6_XdtcvNS_10int_traitsIS6_EE_E35__sampler_gcc_scope__precision_typeEXsrS8_14precision_typeEE11result_typeERKS6_"
         );
         // As c++filt says.
         assert_eq!(
@@ -433,14 +303,10 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_class_name_and_renumbered_references() {
+    fn a_plain_class_name_and_later_references() {
         // `sr15poly_int_traitsIS1_E7is_poly`: GCC's two candidates (the template name
-        // and the type) shift the later `S6_` (`poly_int_pod`) by two.
+        // and the type) come before the later `S6_` (`poly_int_pod`).
         let name = "_Z10multiple_pILj1ElilEN10if_nonpolyIT1_bXsr15poly_int_traitsIS1_E7is_polyEE4typeERK12poly_int_podIXT_ET0_ES1_PS6_IXT_ET2_E";
-        assert_eq!(
-            rewrite(name, parses).unwrap(),
-            "_Z10multiple_pILj1ElilEN10if_nonpolyIT1_bXsr15poly_int_traitsIS1_EE7is_polyEE4typeERK12poly_int_podIXT_ET0_ES1_PS4_IXT_ET2_E"
-        );
         // c++filt writes the literal `1u`.
         assert_eq!(
             demangle(name),
@@ -449,10 +315,41 @@ mod tests {
     }
 
     #[test]
+    fn types_whose_arguments_make_candidates_of_their_own() {
+        // V8's: three expressions; `S7_` after them is `signed char const*`, counted
+        // among the candidates of the first expression's arguments. c++filt prints the
+        // same with fewer parentheses.
+        let name = "_ZN2v84base17PrintCheckOperandIPKaEENSt9enable_ifIXaaaantsrSt11is_functionINSt14remove_pointerIT_E4typeEE5valuentsrSt7is_enumIS7_E5valuesrNS0_19has_output_operatorIS7_NS0_18CheckMessageStreamEvEE5valueENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEE4typeES7_";
+        assert_eq!(
+            demangle(name),
+            "std::enable_if<((!(std::is_function<std::remove_pointer<signed char const*>::type>::value))&&(!(std::is_enum<signed char const*>::value)))&&(v8::base::has_output_operator<signed char const*, v8::base::CheckMessageStream, void>::value), std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > >::type v8::base::PrintCheckOperand<signed char const*>(signed char const*)"
+        );
+        // libstdc++'s: a member whose name starts with `_`, after an `E`.
+        let name = "_ZSt14__copy_move_a1ILb0EPbbEN9__gnu_cxx11__enable_ifIXsrSt23__is_random_access_iterIT0_NSt15iterator_traitsIS4_E17iterator_categoryEE7__valueESt15_Deque_iteratorIT1_RSA_PSA_EE6__typeES4_S4_SD_";
+        assert_eq!(
+            demangle(name),
+            "__gnu_cxx::__enable_if<std::__is_random_access_iter<bool*, std::iterator_traits<bool*>::iterator_category>::__value, std::_Deque_iterator<bool, bool&, bool*> >::__type std::__copy_move_a1<false, bool*, bool>(bool*, bool*, std::_Deque_iterator<bool, bool&, bool*>)"
+        );
+    }
+
+    #[test]
+    fn restore_puts_nested_types_back() {
+        let m = MARK;
+        assert_eq!(
+            restore(&format!("f<(A<(B()).{m}x, C(int)>()).{m}y>()")).unwrap(),
+            "f<A<B::x, C(int)>::y>()"
+        );
+        assert_eq!(restore("f<(A()).value>()").unwrap(), "f<(A()).value>()");
+        assert_eq!(restore(&format!("f<A()).{m}y>")), None, "unbalanced");
+        assert_eq!(restore(&format!("f<{m}y>")), None, "a mark elsewhere");
+    }
+
+    #[test]
     fn damaged_names_do_not_panic() {
         let names = [
             "_ZN2wi3addI16generic_wide_intI16wide_int_storageES3_EENS_13binary_traitsIT_T0_XsrNS_10int_traitsIS5_EE14precision_typeEXsrNS7_IS6_EE14precision_typeEE11result_typeERKS5_RKS6_6signopPNS_13overflow_typeE",
             "_Z10multiple_pILj1ElilEN10if_nonpolyIT1_bXsr15poly_int_traitsIS1_E7is_polyEE4typeERK12poly_int_podIXT_ET0_ES1_PS6_IXT_ET2_E",
+            "_ZN2v84base17PrintCheckOperandIPKaEENSt9enable_ifIXaaaantsrSt11is_functionINSt14remove_pointerIT_E4typeEE5valuentsrSt7is_enumIS7_E5valuesrNS0_19has_output_operatorIS7_NS0_18CheckMessageStreamEvEE5valueENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEE4typeES7_",
         ];
         for name in names {
             for at in 0..name.len() {
@@ -467,27 +364,15 @@ mod tests {
     }
 
     #[test]
-    fn types_whose_arguments_make_candidates_are_left_alone() {
-        // The arguments of `has_output_operator<…>` make candidates of their own, between
-        // GCC's for the template name and for the type; renumbering as if they did not
-        // would name the wrong types, so the name stays as it is.
-        let name = "_ZN2v84base17PrintCheckOperandIPKaEENSt9enable_ifIXaaaantsrSt11is_functionINSt14remove_pointerIT_E4typeEE5valuentsrSt7is_enumIS7_E5valuesrNS0_19has_output_operatorIS7_NS0_18CheckMessageStreamEvEE5valueENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEE4typeES7_";
-        assert_eq!(rewrite(name, parses), None);
-        assert_eq!(demangle(name), name);
-    }
-
-    #[test]
     fn other_names_are_left_alone() {
-        assert_eq!(rewrite("_ZN3foo3barEv", parses), None, "no sr");
-        assert_eq!(
-            rewrite("_Z1fIiEN1AIXsrT_1xEE1tEv", parses),
-            None,
-            "current form"
-        );
-        assert_eq!(rewrite("_ZN2wi3absIXsrNS_", parses), None, "cut short");
-        assert_eq!(rewrite("_Z1fIXsr3ab\u{e9}E", parses), None, "not ASCII");
-        assert_eq!(back_reference(0), "S_");
-        assert_eq!(back_reference(11), "SA_");
-        assert_eq!(back_reference(37), "S10_");
+        assert_eq!(rewrite("_ZN3foo3barEv"), None, "no sr");
+        assert_eq!(rewrite("_Z1fIiEN1AIXsrT_1xEE1tEv"), None, "current form");
+        assert_eq!(rewrite("_ZN2wi3absIXsrNS_"), None, "cut short");
+        assert_eq!(rewrite("_Z1fIXsr3ab\u{e9}E"), None, "not ASCII");
+        // `_ZN1AIT_11_Rb_tree` : a name after a parameter is a name, not a number.
+        let t = tokens(b"_Z1fIT_11_Rb_tree_nodeE").unwrap();
+        assert!(t
+            .iter()
+            .any(|t| t.tok == Tok::Name && t.end - t.start == 13));
     }
 }

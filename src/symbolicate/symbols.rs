@@ -293,11 +293,7 @@ pub fn demangle(name: &str) -> String {
     }
     if name.starts_with("_Z") {
         let cpp = |name: &str| cpp_demangle::Symbol::new(name).ok()?.demangle().ok();
-        let gcc = || {
-            let rewritten =
-                super::gcc_names::rewrite(name, |n| cpp_demangle::Symbol::new(n).is_ok())?;
-            cpp(&rewritten)
-        };
+        let gcc = || super::gcc_names::restore(&cpp(&super::gcc_names::rewrite(name)?)?);
         if let Some(d) = cpp(name).or_else(gcc) {
             return d;
         }
