@@ -472,29 +472,90 @@ impl Tables {
     }
 }
 
-/// Turns a raw profile into the final one, given the symbols of each library (or why a
-/// library has none).
-pub fn apply(raw: RawProfile, lib_symbols: &[Result<LibSymbols, String>]) -> Profile {
-    // Each unique address is looked up once, a library's addresses together.
-    let mut infos: Vec<Option<AddressInfo>> = vec![None; raw.address_frames.len()];
+/// What the summary needs to know of a library's symbols once its addresses are named
+/// and the symbols themselves are gone.
+pub struct LibOutcome {
+    /// Why it has no symbols at all (it could not be read), else `None`.
+    pub unreadable: Option<String>,
+    pub has_symbols: bool,
+    /// Why it has no DWARF, when it has none.
+    pub no_debug_info: Option<String>,
+}
+
+impl LibOutcome {
+    fn of(symbols: &Result<LibSymbols, String>) -> LibOutcome {
+        match symbols {
+            Ok(s) => LibOutcome {
+                unreadable: None,
+                has_symbols: !s.symbols.is_empty(),
+                no_debug_info: s.no_debug_info.clone(),
+            },
+            Err(why) => LibOutcome {
+                unreadable: Some(why.clone()),
+                has_symbols: false,
+                no_debug_info: None,
+            },
+        }
+    }
+}
+
+/// The address frames of each library: indexes into `raw.address_frames`.
+fn frames_by_lib(raw: &RawProfile) -> HashMap<LibIndex, Vec<usize>> {
     let mut by_lib: HashMap<LibIndex, Vec<usize>> = HashMap::new();
     for (i, af) in raw.address_frames.iter().enumerate() {
         if let Some(lib) = af.lib {
             by_lib.entry(lib).or_default().push(i);
         }
     }
-    for (lib, frames) in by_lib {
-        let Some(Ok(syms)) = lib_symbols.get(lib.index()) else {
-            continue;
-        };
-        let addresses: Vec<u64> = frames
-            .iter()
-            .map(|&i| raw.address_frames[i].address)
-            .collect();
-        for (i, info) in frames.into_iter().zip(syms.lookup_many(&addresses)) {
-            infos[i] = Some(info);
+    by_lib
+}
+
+/// Looks up the addresses of `frames` (one library's) in `symbols`.
+fn name_frames(
+    raw: &RawProfile,
+    frames: &[usize],
+    symbols: &Result<LibSymbols, String>,
+) -> Vec<(usize, AddressInfo)> {
+    let Ok(symbols) = symbols else {
+        return Vec::new();
+    };
+    let addresses: Vec<u64> = frames
+        .iter()
+        .map(|&i| raw.address_frames[i].address)
+        .collect();
+    frames
+        .iter()
+        .copied()
+        .zip(symbols.lookup_many(&addresses))
+        .collect()
+}
+
+/// Turns a raw profile into the final one, given the symbols of each library (or why a
+/// library has none).
+pub fn apply(raw: RawProfile, lib_symbols: &[Result<LibSymbols, String>]) -> Profile {
+    // Each unique address is looked up once, a library's addresses together.
+    let mut infos: Vec<Option<AddressInfo>> = vec![None; raw.address_frames.len()];
+    for (lib, frames) in frames_by_lib(&raw) {
+        if let Some(symbols) = lib_symbols.get(lib.index()) {
+            for (i, info) in name_frames(&raw, &frames, symbols) {
+                infos[i] = Some(info);
+            }
         }
     }
+    let outcomes: Vec<Option<LibOutcome>> = lib_symbols
+        .iter()
+        .map(|s| Some(LibOutcome::of(s)))
+        .collect();
+    build(raw, infos, &outcomes)
+}
+
+/// The final profile from the raw one, each address frame's information (`None` where
+/// nothing names it), and what became of each library's symbols (`None`: not loaded).
+fn build(
+    raw: RawProfile,
+    infos: Vec<Option<AddressInfo>>,
+    outcomes: &[Option<LibOutcome>],
+) -> Profile {
     let mut tables = Tables::default();
     let mut unnamed: Vec<LibIndex> = Vec::new();
     let mut sampled: Vec<LibIndex> = Vec::new();
@@ -521,19 +582,22 @@ pub fn apply(raw: RawProfile, lib_symbols: &[Result<LibSymbols, String>]) -> Pro
     let symbol_gaps = sampled
         .into_iter()
         .filter_map(|lib| {
-            let syms = lib_symbols.get(lib.index());
+            let outcome = outcomes.get(lib.index()).and_then(Option::as_ref);
             let (missing, why) = if unnamed.contains(&lib) {
-                let why = match syms {
-                    Some(Err(why)) => why.clone(),
-                    Some(Ok(s)) => {
-                        let what = if s.symbols.is_empty() {
+                let why = match outcome {
+                    Some(LibOutcome {
+                        unreadable: Some(why),
+                        ..
+                    }) => why.clone(),
+                    Some(o) => {
+                        let what = if !o.has_symbols {
                             "no symbol table"
-                        } else if s.no_debug_info.is_some() {
+                        } else if o.no_debug_info.is_some() {
                             "only exported symbols"
                         } else {
                             "addresses outside every symbol"
                         };
-                        match &s.no_debug_info {
+                        match &o.no_debug_info {
                             Some(why) => format!("{what}; {why}"),
                             None => what.to_string(),
                         }
@@ -542,10 +606,10 @@ pub fn apply(raw: RawProfile, lib_symbols: &[Result<LibSymbols, String>]) -> Pro
                 };
                 (Missing::Symbols, why)
             } else {
-                let Some(Ok(LibSymbols {
+                let Some(LibOutcome {
                     no_debug_info: Some(why),
                     ..
-                })) = syms
+                }) = outcome
                 else {
                     return None;
                 };
@@ -595,42 +659,56 @@ pub const KERNEL_PREFIX: &str = "[kernel] ";
 /// Reads the kernel's symbols from `/proc/kallsyms`, named `[kernel] name`; `None` when
 /// they are hidden.
 pub fn read_kallsyms() -> Option<SymbolMap> {
-    let map = SymbolMap::from_kallsyms(&std::fs::read_to_string("/proc/kallsyms").ok()?)?;
-    Some(map.renamed(|name| format!("{KERNEL_PREFIX}{name}")))
+    let file = std::fs::File::open("/proc/kallsyms").ok()?;
+    let map = SymbolMap::read_kallsyms(std::io::BufReader::new(file)).ok()??;
+    Some(map.prefixed(KERNEL_PREFIX))
 }
 
 /// Loads the symbols of every library of `raw` from the files the profile builder
 /// verified (`lib_binaries`, parallel to `raw.libs`), and symbolicates; kernel frames
 /// with `opts.kernel`. Libraries load in parallel, one worker per CPU.
 pub fn symbolicate(raw: RawProfile, lib_binaries: &[LibFile], opts: &SymbolOptions) -> Profile {
-    let n = raw.libs.len();
+    // Only libraries with sampled addresses are read; each one's symbols are dropped as
+    // soon as its addresses are named, so at most one library per worker is in memory.
+    let mut todo: Vec<(LibIndex, Vec<usize>)> = frames_by_lib(&raw).into_iter().collect();
+    // The largest first: the workers finish together.
+    todo.sort_by_key(|(lib, frames)| (std::cmp::Reverse(frames.len()), lib.index()));
     let workers = std::thread::available_parallelism()
         .map_or(1, |w| w.get())
-        .clamp(1, n.max(1));
-    let mut loaded: Vec<Option<Result<LibSymbols, String>>> = (0..n).map(|_| None).collect();
+        .clamp(1, todo.len().max(1));
+    let mut infos: Vec<Option<AddressInfo>> = vec![None; raw.address_frames.len()];
+    let mut outcomes: Vec<Option<LibOutcome>> = (0..raw.libs.len()).map(|_| None).collect();
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
-                let (libs, binaries) = (&raw.libs, lib_binaries);
+                let (raw, todo) = (&raw, &todo);
                 scope.spawn(move || {
-                    (w..n)
+                    todo.iter()
+                        .skip(w)
                         .step_by(workers)
-                        .map(|i| (i, load_lib(&libs[i], &binaries[i], opts)))
+                        .map(|(lib, frames)| {
+                            let i = lib.index();
+                            let symbols = match lib_binaries.get(i) {
+                                Some(binary) => load_lib(&raw.libs[i], binary, opts),
+                                None => Err("reading it failed".into()),
+                            };
+                            let named = name_frames(raw, frames, &symbols);
+                            (*lib, LibOutcome::of(&symbols), named)
+                        })
                         .collect::<Vec<_>>()
                 })
             })
             .collect();
         for handle in handles {
-            for (i, symbols) in handle.join().unwrap_or_default() {
-                loaded[i] = Some(symbols);
+            for (lib, outcome, named) in handle.join().unwrap_or_default() {
+                outcomes[lib.index()] = Some(outcome);
+                for (i, info) in named {
+                    infos[i] = Some(info);
+                }
             }
         }
     });
-    let lib_symbols: Vec<Result<LibSymbols, String>> = loaded
-        .into_iter()
-        .map(|l| l.unwrap_or_else(|| Err("reading it failed".into())))
-        .collect();
-    apply(raw, &lib_symbols)
+    build(raw, infos, &outcomes)
 }
 
 /// The most of a perf map that is read: a line of about a hundred bytes per piece of JIT

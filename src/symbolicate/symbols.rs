@@ -3,6 +3,7 @@
 //! demangling of Rust and C++ names.
 
 use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
@@ -19,13 +20,18 @@ pub struct Symbol {
 ///
 /// ELF names are kept as the file has them (mangled) and demangled only when looked up:
 /// a profile names a few hundred functions, a large binary has hundreds of thousands.
+/// The table is shared by clones (the kernel's, some hundred thousand symbols, serves
+/// every process), and its index by name is built the first time a name is looked up
+/// (the kernel's never is).
 #[derive(Clone, Debug, Default)]
 pub struct SymbolMap {
-    symbols: Vec<Symbol>,
+    symbols: Arc<[Symbol]>,
     /// By the name as stored (mangled, for ELF symbols).
-    by_name: HashMap<String, usize>,
+    by_name: Arc<OnceLock<HashMap<String, usize>>>,
     /// Whether stored names are mangled and demangled on lookup.
     mangled: bool,
+    /// Put before every name shown (`[kernel] `).
+    prefix: &'static str,
 }
 
 impl SymbolMap {
@@ -35,21 +41,28 @@ impl SymbolMap {
         // A stable sort keeps the caller's preference order among equal addresses.
         symbols.sort_by_key(|s| s.address);
         symbols.dedup_by_key(|s| s.address);
-        let mut by_name = HashMap::with_capacity(symbols.len());
-        for (i, s) in symbols.iter().enumerate() {
-            by_name.entry(s.name.clone()).or_insert(i);
-        }
         SymbolMap {
-            symbols,
-            by_name,
-            mangled: false,
+            symbols: symbols.into(),
+            ..SymbolMap::default()
         }
+    }
+
+    /// The same symbols, each name shown after `prefix`.
+    pub fn prefixed(self, prefix: &'static str) -> SymbolMap {
+        SymbolMap { prefix, ..self }
     }
 
     /// The symbol whose name, as the file stores it (mangled: a DWARF linkage name), is
     /// `name`.
     pub fn by_name(&self, name: &str) -> Option<&Symbol> {
-        self.by_name.get(name).map(|&i| &self.symbols[i])
+        let index = self.by_name.get_or_init(|| {
+            let mut index = HashMap::with_capacity(self.symbols.len());
+            for (i, s) in self.symbols.iter().enumerate() {
+                index.entry(s.name.clone()).or_insert(i);
+            }
+            index
+        });
+        index.get(name).map(|&i| &self.symbols[i])
     }
 
     pub fn is_empty(&self) -> bool {
@@ -83,25 +96,16 @@ impl SymbolMap {
 
     /// The name to show for a symbol of this map.
     pub fn display_name(&self, s: &Symbol) -> String {
-        if self.mangled {
+        let name = if self.mangled {
             demangle(&s.name)
         } else {
             s.name.clone()
+        };
+        if self.prefix.is_empty() {
+            name
+        } else {
+            format!("{}{name}", self.prefix)
         }
-    }
-
-    /// The same symbols under new names (given the demangled ones).
-    pub fn renamed(self, rename: impl Fn(&str) -> String) -> SymbolMap {
-        let mangled = self.mangled;
-        SymbolMap::new(
-            self.symbols
-                .into_iter()
-                .map(|s| Symbol {
-                    name: rename(&if mangled { demangle(&s.name) } else { s.name }),
-                    ..s
-                })
-                .collect(),
-        )
     }
 
     /// The function symbols of ELF files that describe one address space (a file and
@@ -137,7 +141,7 @@ impl SymbolMap {
             return self;
         }
         let mangled = self.mangled;
-        let mut symbols = self.symbols;
+        let mut symbols = self.symbols.to_vec();
         symbols.push(Symbol {
             address: range.start,
             size: Some(range.end - range.start),
@@ -251,17 +255,26 @@ fn elf_symbols(file: &object::File<'_>) -> Vec<(bool, Symbol)> {
 impl SymbolMap {
     /// Parses `/proc/kallsyms` text; `None` when the addresses are hidden (all zero).
     pub fn from_kallsyms(text: &str) -> Option<SymbolMap> {
-        let symbols: Vec<Symbol> = text
-            .lines()
-            .filter_map(kallsyms_line)
-            .filter(|&(address, kind, _)| address != 0 && matches!(kind, "T" | "t" | "W" | "w"))
-            .map(|(address, _, name)| Symbol {
-                address,
-                size: None,
-                name: name.to_string(),
-            })
-            .collect();
-        (!symbols.is_empty()).then(|| SymbolMap::new(symbols))
+        SymbolMap::read_kallsyms(text.as_bytes()).ok().flatten()
+    }
+
+    /// Reads `/proc/kallsyms` text a line at a time (the whole text is some megabytes
+    /// more than the code symbols kept); `None` when the addresses are hidden.
+    pub fn read_kallsyms(reader: impl std::io::BufRead) -> std::io::Result<Option<SymbolMap>> {
+        let mut symbols = Vec::new();
+        for line in reader.lines() {
+            let line = line?;
+            if let Some((address, "T" | "t" | "W" | "w", name)) = kallsyms_line(&line) {
+                if address != 0 {
+                    symbols.push(Symbol {
+                        address,
+                        size: None,
+                        name: name.to_string(),
+                    });
+                }
+            }
+        }
+        Ok((!symbols.is_empty()).then(|| SymbolMap::new(symbols)))
     }
 
     /// The kernel's text start (`_text`, else `_stext`, else the lowest symbol).
