@@ -1,12 +1,32 @@
 //! What a mapped ELF file is: its bytes, its load segments (to turn a file offset into
 //! the address the file's own tables use), its build ID, and its call frame information
 //! (`.eh_frame`), read once per file and shared by the unwinder and the symbolicator.
+//!
+//! A file opened from disk is not read whole while recording: its headers and the
+//! sections unwinding needs are read through the open file, which is kept (a compiler's
+//! libraries are hundreds of megabytes, nearly all code no profiler reads). The
+//! symbolicator reads what it needs later from the same open file, so a file replaced
+//! on disk meanwhile is still the one that was mapped.
 
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use object::{Object, ObjectSection, ObjectSegment};
+
+/// The most of a program's entry code read to find its entry stub's calls: `_start` is a
+/// few dozen bytes, a static program's some hundred.
+const ENTRY_CODE_BYTES: usize = 4096;
+
+/// Reads an open file whole into one shared buffer, allocated once at its final size.
+fn read_whole(file: &std::fs::File) -> std::io::Result<Arc<[u8]>> {
+    let len = usize::try_from(file.metadata()?.len()).map_err(std::io::Error::other)?;
+    let mut data: Arc<[u8]> = std::iter::repeat_n(0u8, len).collect();
+    let buffer = Arc::get_mut(&mut data).expect("a new buffer has one owner");
+    file.read_exact_at(buffer, 0)?;
+    Ok(data)
+}
 
 /// Reads a whole file into one shared buffer, allocated once at its final size (files
 /// with DWARF can be hundreds of megabytes; a second copy would double the peak).
@@ -41,8 +61,8 @@ const MAX_SECTION_BYTES: u64 = 4 << 30;
 /// A section's bytes, inflated when it is compressed (`SHF_COMPRESSED`, `.zdebug_*`).
 /// A compressed section whose header declares more than its data could inflate to is a
 /// damaged or hostile file: it is refused, with the reason, rather than allocated.
-pub fn section_data<'d>(
-    section: &object::Section<'d, '_>,
+pub fn section_data<'d, R: object::ReadRef<'d>>(
+    section: &object::Section<'d, '_, R>,
 ) -> Result<std::borrow::Cow<'d, [u8]>, String> {
     let name = section.name().unwrap_or("?");
     let compressed = section
@@ -80,11 +100,51 @@ pub struct UnwindSections {
     pub got: Option<std::ops::Range<u64>>,
 }
 
+/// Where a binary's bytes are.
+#[derive(Debug)]
+enum Image {
+    /// In memory: the vdso, a debug file read whole, bytes given by a test.
+    Bytes(Arc<[u8]>),
+    /// The open file, read where needed.
+    File(Arc<std::fs::File>),
+}
+
+/// Reads an open file by position (`pread`), so that readers of one file in several
+/// threads never share an offset; `object`'s read cache reads through it.
+struct At<'a> {
+    file: &'a std::fs::File,
+    pos: u64,
+}
+
+impl Read for At<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for At<'_> {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        let len = self.file.metadata()?.len();
+        let pos = match to {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::End(d) => len.checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = pos.ok_or_else(|| std::io::Error::other("seek out of range"))?;
+        Ok(self.pos)
+    }
+}
+
 /// An ELF file as read from disk.
 #[derive(Debug)]
 pub struct Binary {
     pub path: PathBuf,
-    pub data: Arc<[u8]>,
+    image: Image,
+    /// The whole file, kept only when it has no call frame information at all: unwinding
+    /// then derives rules from its instructions (see [`crate::unwind`]).
+    pub code_without_cfi: Option<Arc<[u8]>>,
     pub build_id: Option<Vec<u8>>,
     /// The `.gnu_debuglink` of a stripped file: the debug file's name and its CRC-32.
     pub debuglink: Option<(String, u32)>,
@@ -105,69 +165,84 @@ pub struct Binary {
 }
 
 impl Binary {
-    /// Reads and parses `path`. `None` when the file cannot be read or is not ELF.
+    /// Opens and parses `path`, reading only its headers and the sections unwinding
+    /// needs. `None` when the file cannot be read or is not ELF.
     pub fn open(path: &Path) -> Option<Binary> {
-        Binary::from_bytes(path.to_path_buf(), read_shared(path).ok()?)
+        let file = Arc::new(std::fs::File::open(path).ok()?);
+        if !file.metadata().ok()?.is_file() {
+            return None;
+        }
+        let cache = object::ReadCache::new(At {
+            file: &file,
+            pos: 0,
+        });
+        let image = Image::File(file.clone());
+        Binary::parse(path.to_path_buf(), &cache, image)
     }
 
     /// Parses an ELF image held in `data`, which the binary keeps and shares: DWARF
     /// readers borrow its uncompressed sections rather than copying them.
     pub fn from_bytes(path: PathBuf, data: Arc<[u8]>) -> Option<Binary> {
-        let (mut binary, entry) = {
-            let file = object::File::parse(&*data).ok()?;
-            let range = |name: &str| {
-                let s = file.section_by_name(name)?;
-                Some(s.address()..s.address() + s.size())
-            };
-            let bytes = |name: &str| -> Option<SectionBytes> {
-                Some(Arc::from(
-                    &*section_data(&file.section_by_name(name)?).ok()?,
-                ))
-            };
-            let with_range = |name: &str| Some((range(name)?, bytes(name)?));
-            let unwind = UnwindSections {
-                text: range(".text"),
-                eh_frame: with_range(".eh_frame"),
-                eh_frame_hdr: with_range(".eh_frame_hdr"),
-                debug_frame: bytes(".debug_frame"),
-                got: range(".got"),
-            };
-            let binary = Binary {
-                path,
-                // Filled in below, once `file` no longer borrows the bytes.
-                data: Arc::from(Vec::new()),
-                build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec),
-                debuglink: file
-                    .gnu_debuglink()
-                    .ok()
-                    .flatten()
-                    .map(|(name, crc)| (String::from_utf8_lossy(name).into_owned(), crc)),
-                has_dwarf: file.section_by_name(".debug_info").is_some(),
-                has_symtab: file.symbol_table().is_some(),
-                segments: file
-                    .segments()
-                    .map(|s| {
-                        let (offset, size) = s.file_range();
-                        LoadSegment {
-                            file_offset: offset,
-                            vaddr: s.address(),
-                            file_size: size,
-                            executable: matches!(
-                                s.flags(),
-                                object::SegmentFlags::Elf { p_flags, .. } if p_flags.0 & object::elf::PF_X.0 != 0
-                            ),
-                        }
-                    })
-                    .collect(),
-                unwind,
-                entry_returns: Vec::new(),
-                entry_stub: None,
-            };
-            (binary, file.entry())
+        let bytes = data.clone();
+        Binary::parse(path, &*bytes, Image::Bytes(data))
+    }
+
+    fn parse<'d, R: object::ReadRef<'d>>(path: PathBuf, data: R, image: Image) -> Option<Binary> {
+        let file = object::File::parse(data).ok()?;
+        let range = |name: &str| {
+            let s = file.section_by_name(name)?;
+            Some(s.address()..s.address() + s.size())
         };
-        binary.data = data;
+        let bytes = |name: &str| -> Option<SectionBytes> {
+            Some(Arc::from(
+                &*section_data(&file.section_by_name(name)?).ok()?,
+            ))
+        };
+        let with_range = |name: &str| Some((range(name)?, bytes(name)?));
+        let unwind = UnwindSections {
+            text: range(".text"),
+            eh_frame: with_range(".eh_frame"),
+            eh_frame_hdr: with_range(".eh_frame_hdr"),
+            debug_frame: bytes(".debug_frame"),
+            got: range(".got"),
+        };
+        let mut binary = Binary {
+            path,
+            image,
+            code_without_cfi: None,
+            build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec),
+            debuglink: file
+                .gnu_debuglink()
+                .ok()
+                .flatten()
+                .map(|(name, crc)| (String::from_utf8_lossy(name).into_owned(), crc)),
+            has_dwarf: file.section_by_name(".debug_info").is_some(),
+            has_symtab: file.symbol_table().is_some(),
+            segments: file
+                .segments()
+                .map(|s| {
+                    let (offset, size) = s.file_range();
+                    LoadSegment {
+                        file_offset: offset,
+                        vaddr: s.address(),
+                        file_size: size,
+                        executable: matches!(
+                            s.flags(),
+                            object::SegmentFlags::Elf { p_flags, .. } if p_flags.0 & object::elf::PF_X.0 != 0
+                        ),
+                    }
+                })
+                .collect(),
+            unwind,
+            entry_returns: Vec::new(),
+            entry_stub: None,
+        };
+        if binary.unwind.eh_frame.is_none() && binary.unwind.debug_frame.is_none() {
+            binary.code_without_cfi = binary.bytes().ok();
+        }
+        let entry = file.entry();
         if let Some(code) = binary.entry_code(entry) {
-            binary.entry_returns = crate::unwind::entry_stub_returns(code, entry);
+            binary.entry_returns = crate::unwind::entry_stub_returns(&code, entry);
             binary.entry_stub = binary
                 .entry_returns
                 .iter()
@@ -177,15 +252,49 @@ impl Binary {
         Some(binary)
     }
 
-    /// The file's bytes from its entry point `entry` (in the file's addresses) on, when it
-    /// lies in an executable segment.
-    fn entry_code(&self, entry: u64) -> Option<&[u8]> {
+    /// The whole file's bytes: shared when they are in memory, else read from the open
+    /// file (for the symbolicator, which drops them when it is done with the file).
+    pub fn bytes(&self) -> std::io::Result<Arc<[u8]>> {
+        match &self.image {
+            Image::Bytes(data) => Ok(data.clone()),
+            Image::File(file) => read_whole(file),
+        }
+    }
+
+    /// `len` bytes from `offset` (fewer at the end of the file).
+    fn read_at(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
+        match &self.image {
+            Image::Bytes(data) => {
+                let start = usize::try_from(offset).ok()?;
+                let end = start.saturating_add(len).min(data.len());
+                data.get(start..end).map(<[u8]>::to_vec)
+            }
+            Image::File(file) => {
+                let mut buf = vec![0; len];
+                let mut have = 0;
+                while have < len {
+                    match file.read_at(&mut buf[have..], offset + have as u64) {
+                        Ok(0) => break,
+                        Ok(n) => have += n,
+                        Err(_) => return None,
+                    }
+                }
+                buf.truncate(have);
+                Some(buf)
+            }
+        }
+    }
+
+    /// The file's code from its entry point `entry` (in the file's addresses) on, when it
+    /// lies in an executable segment: enough for the entry stub's calls.
+    fn entry_code(&self, entry: u64) -> Option<Vec<u8>> {
         let segment = self
             .segments
             .iter()
             .find(|s| s.executable && entry >= s.vaddr && entry - s.vaddr < s.file_size)?;
-        let offset = usize::try_from(segment.file_offset + (entry - segment.vaddr)).ok()?;
-        self.data.get(offset..)
+        let offset = segment.file_offset + (entry - segment.vaddr);
+        let left = segment.file_offset + segment.file_size - offset;
+        self.read_at(offset, usize::try_from(left).ok()?.min(ENTRY_CODE_BYTES))
     }
 
     /// What to add to a file offset inside an executable mapping of `len` bytes from
@@ -214,7 +323,8 @@ mod tests {
     fn binary(segments: Vec<LoadSegment>) -> Binary {
         Binary {
             path: PathBuf::from("test"),
-            data: Arc::from(Vec::new()),
+            image: Image::Bytes(Arc::from(Vec::new())),
+            code_without_cfi: None,
             build_id: None,
             debuglink: None,
             has_dwarf: false,

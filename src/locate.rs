@@ -265,7 +265,7 @@ pub fn debug_file_at(path: &Path, binary: &Binary, crc: Option<u32>) -> Candidat
     };
     let matches = match (&binary.build_id, crc) {
         (Some(_), _) => debug.build_id == binary.build_id,
-        (None, Some(crc)) => crc32(&debug.data) == crc,
+        (None, Some(crc)) => debug.bytes().is_ok_and(|data| crc32(&data) == crc),
         (None, None) => false,
     };
     if !matches {
@@ -329,7 +329,8 @@ mod tests {
     fn own_vdso_is_an_elf_image_with_clock_gettime() {
         let (start, end) = own_vdso_range().expect("every x86-64 process has a vdso");
         let b = vdso_binary(read_memory(0, start, end).unwrap()).expect("an ELF image");
-        let file = object::File::parse(&*b.data).unwrap();
+        let data = b.bytes().unwrap();
+        let file = object::File::parse(&*data).unwrap();
         use object::{Object, ObjectSymbol};
         assert!(file
             .dynamic_symbols()
@@ -363,7 +364,7 @@ mod tests {
         match finder.mapped(&m) {
             Ok((b, how)) => {
                 assert_eq!(how, Found::MapFiles);
-                assert_eq!(*b.data, *std::fs::read(&exe).unwrap());
+                assert_eq!(*b.bytes().unwrap(), *std::fs::read(&exe).unwrap());
             }
             // map_files needs CAP_SYS_ADMIN.
             Err(e) => assert!(!nix::unistd::Uid::effective().is_root(), "{e}"),

@@ -336,7 +336,8 @@ fn open_events(
 
 /// Attaching opens one event per thread and CPU: a process with 500 threads on 8 CPUs
 /// needs 4,000 descriptors, past the usual soft limit of 1,024. The soft limit is raised
-/// to the hard one (what perf does too); if that fails, opening events says so.
+/// to the hard one (what perf does too); if that fails, opening events says so. Each
+/// mapped file is kept open until it is named, too (see `crate::binary`).
 fn raise_open_file_limit() {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {

@@ -62,7 +62,10 @@ impl Capture {
         if eh.len() > MAX_CAPTURED_EH_FRAME {
             return;
         }
-        let functions: Vec<Value> = object::File::parse(&*binary.data)
+        let Ok(data) = binary.bytes() else {
+            return;
+        };
+        let functions: Vec<Value> = object::File::parse(&*data)
             .map(|file| {
                 file.symbols()
                     .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)

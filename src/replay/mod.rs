@@ -462,7 +462,7 @@ impl ProfileBuilder {
             bias: *bias,
             sections: &binary.unwind,
             text: Some(FileCode {
-                bytes: &binary.data,
+                bytes: binary.code_without_cfi.as_ref(),
                 entry_returns: &binary.entry_returns,
                 entry_stub: binary.entry_stub.clone(),
             }),

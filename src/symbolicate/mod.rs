@@ -145,7 +145,9 @@ impl LibSymbols {
     /// Loads the symbols of `binary`, mapped from `mapped_path`: its own, and those of its
     /// separate debug file when it lacks DWARF or a full symbol table.
     pub fn load(binary: &Binary, mapped_path: &str, opts: &SymbolOptions) -> Option<LibSymbols> {
-        let file = object::File::parse(&*binary.data).ok()?;
+        // Read whole for as long as its addresses are being named (see `symbolicate`).
+        let data = binary.bytes().ok()?;
+        let file = object::File::parse(&*data).ok()?;
         let complete = binary.has_dwarf && binary.has_symtab;
         let (mut debug, rejected) = if complete {
             (None, Vec::new())
@@ -165,9 +167,10 @@ impl LibSymbols {
                 Err(why) => not_fetched = Some(why),
             }
         }
-        let debug_object = debug
+        let debug_data = debug.as_ref().and_then(|d| d.binary.bytes().ok());
+        let debug_object = debug_data
             .as_ref()
-            .and_then(|d| object::File::parse(&*d.binary.data).ok());
+            .and_then(|data| object::File::parse(&**data).ok());
         // The debug file's full symbol table first: of two names at one address, it has
         // the better one.
         let mut files: Vec<&object::File> = debug_object.iter().collect();
@@ -177,8 +180,10 @@ impl LibSymbols {
             symbols = symbols.or_named(stub.clone(), "_start");
         }
         let loaded = match (binary.has_dwarf, &debug, &debug_object) {
-            (false, Some(debug), Some(object)) => DwarfInfo::load(object, &debug.binary.data),
-            _ => DwarfInfo::load(&file, &binary.data),
+            (false, Some(_), Some(object)) => {
+                DwarfInfo::load(object, debug_data.as_ref().expect("parsed from it"))
+            }
+            _ => DwarfInfo::load(&file, &data),
         };
         let (dwarf, no_debug_info) = match loaded {
             Ok(dwarf) => (Some(dwarf), None),

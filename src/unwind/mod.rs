@@ -234,7 +234,8 @@ enum Code {
     /// A file's code: its bytes (indexed by file offset), whether it has CFI, and the
     /// process addresses of its entry stub's return addresses.
     File {
-        bytes: Arc<[u8]>,
+        /// The whole file, when it has no CFI.
+        bytes: Option<Arc<[u8]>>,
         has_cfi: bool,
         entry_returns: Arc<[u64]>,
         entry_stub: Option<Range<u64>>,
@@ -366,7 +367,8 @@ pub struct CodeModule<'a> {
 /// A file's bytes, indexed by file offset, and its entry stub (its code and the return
 /// addresses of its calls), in the file's addresses.
 pub struct FileCode<'a> {
-    pub bytes: &'a Arc<[u8]>,
+    /// The whole file, when it has no CFI (rules are then derived from its code).
+    pub bytes: Option<&'a Arc<[u8]>>,
     pub entry_returns: &'a [u64],
     pub entry_stub: Option<Range<u64>>,
 }
@@ -415,7 +417,7 @@ impl<T: Clone> Unwinder<T> {
                 );
                 match code.text {
                     Some(text) => Code::File {
-                        bytes: text.bytes.clone(),
+                        bytes: text.bytes.cloned(),
                         has_cfi: code.sections.eh_frame.is_some()
                             || code.sections.debug_frame.is_some(),
                         entry_returns: text
@@ -708,7 +710,10 @@ fn classify(
     let address = frame.raw();
     let rule = match &region.data {
         Code::File { has_cfi: true, .. } | Code::Cfi | Code::Unknown => None,
-        Code::File { bytes, .. } => *derived.rules.entry(address).or_insert_with(|| {
+        Code::File { bytes: None, .. } => None,
+        Code::File {
+            bytes: Some(bytes), ..
+        } => *derived.rules.entry(address).or_insert_with(|| {
             let at = usize::try_from(region.file_offset_of(address)).unwrap_or(usize::MAX);
             let end = at.saturating_add(CODE_WINDOW).min(bytes.len());
             bytes
