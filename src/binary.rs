@@ -28,17 +28,6 @@ fn read_whole(file: &std::fs::File) -> std::io::Result<Arc<[u8]>> {
     Ok(data)
 }
 
-/// Reads a whole file into one shared buffer, allocated once at its final size (files
-/// with DWARF can be hundreds of megabytes; a second copy would double the peak).
-pub fn read_shared(path: &Path) -> std::io::Result<Arc<[u8]>> {
-    let mut file = std::fs::File::open(path)?;
-    let len = usize::try_from(file.metadata()?.len()).map_err(std::io::Error::other)?;
-    let mut data: Arc<[u8]> = std::iter::repeat_n(0u8, len).collect();
-    let buffer = Arc::get_mut(&mut data).expect("a new buffer has one owner");
-    file.read_exact(buffer)?;
-    Ok(data)
-}
-
 /// One `PT_LOAD` segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LoadSegment {
@@ -101,7 +90,7 @@ pub struct UnwindSections {
 }
 
 /// Where a binary's bytes are.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Image {
     /// In memory: the vdso, a debug file read whole, bytes given by a test.
     Bytes(Arc<[u8]>),
@@ -109,27 +98,74 @@ enum Image {
     File(Arc<std::fs::File>),
 }
 
-/// Reads an open file by position (`pread`), so that readers of one file in several
-/// threads never share an offset; `object`'s read cache reads through it.
-struct At<'a> {
-    file: &'a std::fs::File,
+/// Reads a binary's bytes by position (an open file with `pread`, so that readers of one
+/// file in several threads never share an offset); `object`'s read cache reads through
+/// it, keeping only what was read.
+pub struct At {
+    image: Image,
     pos: u64,
+    /// The file's bytes from `window.0` on, read ahead: a symbol table's names are read
+    /// one small read at a time, mostly in order.
+    window: (u64, Vec<u8>),
 }
 
-impl Read for At<'_> {
+impl At {
+    fn new(image: Image) -> At {
+        At {
+            image,
+            pos: 0,
+            window: (0, Vec::new()),
+        }
+    }
+}
+
+/// How much a small read of an open file reads ahead (see [`At`]).
+const READ_AHEAD: usize = 64 * 1024;
+
+impl Read for At {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.file.read_at(buf, self.pos)?;
+        let n = match &self.image {
+            Image::File(file) if buf.len() >= READ_AHEAD => file.read_at(buf, self.pos)?,
+            Image::File(file) => {
+                let (start, bytes) = &mut self.window;
+                let inside = self.pos >= *start
+                    && self.pos + buf.len() as u64 <= *start + bytes.len() as u64;
+                if !inside {
+                    bytes.resize(READ_AHEAD, 0);
+                    let got = file.read_at(bytes, self.pos)?;
+                    bytes.truncate(got);
+                    *start = self.pos;
+                }
+                let from = (self.pos - *start) as usize;
+                let n = buf.len().min(bytes.len() - from);
+                buf[..n].copy_from_slice(&bytes[from..from + n]);
+                n
+            }
+            Image::Bytes(data) => {
+                let start = usize::try_from(self.pos)
+                    .unwrap_or(usize::MAX)
+                    .min(data.len());
+                let n = buf.len().min(data.len() - start);
+                buf[..n].copy_from_slice(&data[start..start + n]);
+                n
+            }
+        };
         self.pos += n as u64;
         Ok(n)
     }
 }
 
-impl Seek for At<'_> {
+impl Seek for At {
     fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
-        let len = self.file.metadata()?.len();
         let pos = match to {
             SeekFrom::Start(p) => Some(p),
-            SeekFrom::End(d) => len.checked_add_signed(d),
+            SeekFrom::End(d) => {
+                let len = match &self.image {
+                    Image::File(file) => file.metadata()?.len(),
+                    Image::Bytes(data) => data.len() as u64,
+                };
+                len.checked_add_signed(d)
+            }
             SeekFrom::Current(d) => self.pos.checked_add_signed(d),
         };
         self.pos = pos.ok_or_else(|| std::io::Error::other("seek out of range"))?;
@@ -172,11 +208,8 @@ impl Binary {
         if !file.metadata().ok()?.is_file() {
             return None;
         }
-        let cache = object::ReadCache::new(At {
-            file: &file,
-            pos: 0,
-        });
-        let image = Image::File(file.clone());
+        let image = Image::File(file);
+        let cache = object::ReadCache::new(At::new(image.clone()));
         Binary::parse(path.to_path_buf(), &cache, image)
     }
 
@@ -252,6 +285,12 @@ impl Binary {
         Some(binary)
     }
 
+    /// A reader of the file's parts, which keeps what it read until it is dropped: for
+    /// `object::File::parse(&reader)`, which then reads only the sections asked for.
+    pub fn reader(&self) -> object::ReadCache<At> {
+        object::ReadCache::new(At::new(self.image.clone()))
+    }
+
     /// The whole file's bytes: shared when they are in memory, else read from the open
     /// file (for the symbolicator, which drops them when it is done with the file).
     pub fn bytes(&self) -> std::io::Result<Arc<[u8]>> {
@@ -319,6 +358,38 @@ impl Binary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_through_the_open_file_are_the_files_bytes() {
+        let exe = std::env::current_exe().unwrap();
+        let whole = std::fs::read(&exe).unwrap();
+        let image = Image::File(Arc::new(std::fs::File::open(&exe).unwrap()));
+        let mut at = At::new(image);
+        // Small reads in and out of the read-ahead window, a large one, the end.
+        let len = whole.len() as u64;
+        let reads = [
+            (0, 16),
+            (8, 300),
+            (70_000, 5),
+            (10, 4),
+            (len - 3, 10),
+            (100, 200_000),
+        ];
+        for (offset, size) in reads {
+            at.seek(SeekFrom::Start(offset)).unwrap();
+            let mut buf = vec![0; size];
+            let mut got = 0;
+            while got < size {
+                match at.read(&mut buf[got..]).unwrap() {
+                    0 => break,
+                    n => got += n,
+                }
+            }
+            let end = (offset as usize + size).min(whole.len());
+            assert_eq!(&buf[..got], &whole[offset as usize..end], "{offset}+{size}");
+        }
+        assert_eq!(at.seek(SeekFrom::End(0)).unwrap(), len);
+    }
 
     fn binary(segments: Vec<LoadSegment>) -> Binary {
         Binary {

@@ -257,10 +257,7 @@ pub enum Candidate {
 /// Whether `path` holds the debug file of `binary` (`crc`: its debuglink's CRC-32, for a
 /// candidate found through the link).
 pub fn debug_file_at(path: &Path, binary: &Binary, crc: Option<u32>) -> Candidate {
-    let Some(debug) = crate::binary::read_shared(path)
-        .ok()
-        .and_then(|data| Binary::from_bytes(path.to_path_buf(), data))
-    else {
+    let Some(debug) = Binary::open(path) else {
         return Candidate::Missing;
     };
     let matches = match (&binary.build_id, crc) {

@@ -28,7 +28,10 @@ pub struct EhFrameSource {
 impl EhFrameSource {
     /// The `.eh_frame` of `file`, whose bytes (`bytes`, at `address`) the caller may
     /// already hold; else they are read from the file.
-    pub fn of(file: &object::File<'_>, known: Option<(u64, SectionBytes)>) -> Option<Self> {
+    pub fn of<'d, R: object::ReadRef<'d>>(
+        file: &object::File<'d, R>,
+        known: Option<(u64, SectionBytes)>,
+    ) -> Option<Self> {
         use object::{Object, ObjectSection};
         let (address, bytes) = match known {
             Some(known) => known,

@@ -34,7 +34,10 @@ impl DwarfInfo {
     /// Loads the DWARF sections of `file`, whose bytes are `data`: uncompressed sections
     /// are borrowed from `data`, compressed ones inflated. The error says why there is
     /// none: no `.debug_info`, or a section that cannot be read.
-    pub fn load(file: &object::File<'_>, data: &Arc<[u8]>) -> Result<DwarfInfo, String> {
+    pub fn load<'d, R: object::ReadRef<'d>>(
+        file: &object::File<'d, R>,
+        data: &Arc<[u8]>,
+    ) -> Result<DwarfInfo, String> {
         if file.section_by_name(".debug_info").is_none() {
             return Err("no DWARF in the file".into());
         }

@@ -145,9 +145,10 @@ impl LibSymbols {
     /// Loads the symbols of `binary`, mapped from `mapped_path`: its own, and those of its
     /// separate debug file when it lacks DWARF or a full symbol table.
     pub fn load(binary: &Binary, mapped_path: &str, opts: &SymbolOptions) -> Option<LibSymbols> {
-        // Read whole for as long as its addresses are being named (see `symbolicate`).
-        let data = binary.bytes().ok()?;
-        let file = object::File::parse(&*data).ok()?;
+        // Only the parts that name things are read (symbol tables, DWARF), not its code;
+        // what is kept is copied out of the reader, which goes at the end.
+        let reader = binary.reader();
+        let file = object::File::parse(&reader).ok()?;
         let complete = binary.has_dwarf && binary.has_symtab;
         let (mut debug, rejected) = if complete {
             (None, Vec::new())
@@ -167,23 +168,22 @@ impl LibSymbols {
                 Err(why) => not_fetched = Some(why),
             }
         }
-        let debug_data = debug.as_ref().and_then(|d| d.binary.bytes().ok());
-        let debug_object = debug_data
+        let debug_reader = debug.as_ref().map(|d| d.binary.reader());
+        let debug_object = debug_reader
             .as_ref()
-            .and_then(|data| object::File::parse(&**data).ok());
+            .and_then(|reader| object::File::parse(reader).ok());
         // The debug file's full symbol table first: of two names at one address, it has
         // the better one.
-        let mut files: Vec<&object::File> = debug_object.iter().collect();
-        files.push(&file);
-        let mut symbols = SymbolMap::from_elf(&files);
+        let mut files: Vec<Vec<(bool, Symbol)>> =
+            debug_object.iter().map(symbols::elf_symbols).collect();
+        files.push(symbols::elf_symbols(&file));
+        let mut symbols = SymbolMap::from_elf_symbols(files);
         if let Some(stub) = &binary.entry_stub {
             symbols = symbols.or_named(stub.clone(), "_start");
         }
         let loaded = match (binary.has_dwarf, &debug, &debug_object) {
-            (false, Some(_), Some(object)) => {
-                DwarfInfo::load(object, debug_data.as_ref().expect("parsed from it"))
-            }
-            _ => DwarfInfo::load(&file, &data),
+            (false, Some(_), Some(object)) => DwarfInfo::load(object, &Arc::from(&[][..])),
+            _ => DwarfInfo::load(&file, &Arc::from(&[][..])),
         };
         let (dwarf, no_debug_info) = match loaded {
             Ok(dwarf) => (Some(dwarf), None),

@@ -44,8 +44,8 @@ const MAX_ENTRIES: u64 = 1 << 18;
 
 /// One symbol per PLT entry of `file`; `ifunc_name` names the function at an address of
 /// the file (for `IRELATIVE` slots, whose relocation carries an address, not a symbol).
-pub fn plt_symbols(
-    file: &object::File<'_>,
+pub fn plt_symbols<'d, R: object::ReadRef<'d>>(
+    file: &object::File<'d, R>,
     ifunc_name: impl Fn(u64) -> Option<String>,
 ) -> Vec<Symbol> {
     let x86_64 = matches!(
@@ -119,8 +119,8 @@ fn jump_slot(entry: &[u8]) -> Option<(usize, i32)> {
 
 /// The function each GOT slot that a dynamic relocation fills will hold, by the slot's
 /// address.
-fn slot_names(
-    file: &object::File<'_>,
+fn slot_names<'d, R: object::ReadRef<'d>>(
+    file: &object::File<'d, R>,
     ifunc_name: &impl Fn(u64) -> Option<String>,
 ) -> HashMap<u64, String> {
     use object::elf::{R_X86_64_GLOB_DAT, R_X86_64_IRELATIVE, R_X86_64_JUMP_SLOT};

@@ -112,13 +112,14 @@ impl SymbolMap {
     /// its separate debug file), from `.symtab` and `.dynsym`. Where several symbols start
     /// at one address, the earlier file wins, then sized, then global symbols.
     pub fn from_elf(files: &[&object::File<'_>]) -> SymbolMap {
+        SymbolMap::from_elf_symbols(files.iter().map(|f| elf_symbols(f)).collect())
+    }
+
+    /// [`SymbolMap::from_elf`] from each file's [`elf_symbols`], in the same order.
+    pub fn from_elf_symbols(files: Vec<Vec<(bool, Symbol)>>) -> SymbolMap {
         let mut symbols: Vec<(usize, bool, Symbol)> = Vec::new();
-        for (rank, file) in files.iter().enumerate() {
-            symbols.extend(
-                elf_symbols(file)
-                    .into_iter()
-                    .map(|(global, s)| (rank, global, s)),
-            );
+        for (rank, file) in files.into_iter().enumerate() {
+            symbols.extend(file.into_iter().map(|(global, s)| (rank, global, s)));
         }
         symbols.sort_by_key(|(rank, global, s)| (s.address, *rank, s.size.is_none(), !global));
         SymbolMap {
@@ -190,7 +191,10 @@ pub(super) fn without_version(name: &str) -> &str {
 /// (`_start`, `_dl_start_user`): they name code nothing else names. A separate debug
 /// file's `.text` holds no bytes (`SHT_NOBITS`), so the section's flags decide, not its
 /// kind.
-fn is_code_symbol(file: &object::File<'_>, s: &object::Symbol<'_, '_>) -> bool {
+fn is_code_symbol<'d, R: object::ReadRef<'d>>(
+    file: &object::File<'d, R>,
+    s: &object::Symbol<'d, '_, R>,
+) -> bool {
     match s.kind() {
         SymbolKind::Text => true,
         SymbolKind::Unknown => s
@@ -209,7 +213,7 @@ fn is_code_symbol(file: &object::File<'_>, s: &object::Symbol<'_, '_>) -> bool {
 /// An IFUNC symbol (`STT_GNU_IFUNC`), which `object` does not count as a definition: its
 /// address is its resolver's, the code that picks the implementation, and PLT stubs that
 /// call the IFUNC are named after it.
-fn is_ifunc(s: &object::Symbol<'_, '_>) -> bool {
+fn is_ifunc<'d, R: object::ReadRef<'d>>(s: &object::Symbol<'d, '_, R>) -> bool {
     matches!(s.flags(), object::SymbolFlags::Elf { st_info, .. }
         if st_info.st_type() == object::elf::STT_GNU_IFUNC)
         && s.section_index().is_some()
@@ -217,7 +221,7 @@ fn is_ifunc(s: &object::Symbol<'_, '_>) -> bool {
 
 /// The named function symbols of one ELF file (with whether each is global), and a
 /// symbol for each PLT entry (see [`super::plt`]).
-fn elf_symbols(file: &object::File<'_>) -> Vec<(bool, Symbol)> {
+pub fn elf_symbols<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Vec<(bool, Symbol)> {
     let mut functions: Vec<(bool, Symbol)> = file
         .symbols()
         .chain(file.dynamic_symbols())
