@@ -138,3 +138,45 @@ fn address_without_symbol_stays_hex_and_lib_is_reported() {
     assert_eq!(gap.missing, profile::Missing::Symbols);
     assert_eq!(gap.why, "the file cannot be read");
 }
+
+/// A thread's next sample interns only what differs from its last one; a library mapped
+/// anew in between changes what the same addresses are, and the shared part is not
+/// reused.
+#[test]
+fn a_remapping_between_samples_renames_the_shared_frames() {
+    let rec = recording(vec![
+        mapping("/nonexistent/first/app", 0),
+        sample(1_000_000, &[BASE + 0x11, BASE + 0x04]),
+        sample(2_000_000, &[BASE + 0x15, BASE + 0x04]),
+        mapping("/nonexistent/second/app", 0x2000),
+        sample(3_000_000, &[BASE + 0x11, BASE + 0x04]),
+    ]);
+    let raw = sampler::replay::build(&rec, None).profile;
+    let samples = &raw.threads[0].samples;
+    let frames = |stack: profile::RawStackIndex| {
+        let mut out = Vec::new();
+        let mut at = Some(stack);
+        while let Some(s) = at {
+            let s = &raw.stacks[s.index()];
+            let f = &raw.address_frames[s.frame.index()];
+            out.push((raw.libs[f.lib.unwrap().index()].path.clone(), f.address));
+            at = s.prefix;
+        }
+        out
+    };
+    let first = "/nonexistent/first/app".to_string();
+    let second = "/nonexistent/second/app".to_string();
+    assert_eq!(
+        frames(samples[0].stack),
+        [(first.clone(), 0x11), (first.clone(), 0x03)]
+    );
+    // The caller is shared with the sample before.
+    assert_eq!(
+        frames(samples[1].stack),
+        [(first.clone(), 0x15), (first, 0x03)]
+    );
+    assert_eq!(
+        frames(samples[2].stack),
+        [(second.clone(), 0x2011), (second, 0x2003)]
+    );
+}

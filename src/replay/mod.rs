@@ -106,6 +106,25 @@ pub struct ProfileBuilder {
     no_unwind_info_in: HashMap<Option<LibIndex>, u64>,
     restored_callers: u64,
     capture: Option<Capture>,
+    /// Each thread's last user stack, so that the next sample of that thread interns
+    /// only the frames past what the two share (a 2,000-deep recursion shares nearly all
+    /// of them, and interning each frame was most of the cost of recording it).
+    last_stacks: HashMap<i32, LastStack>,
+    /// Counts the changes of every process's code mappings: what a shared prefix was
+    /// interned as holds only while the addresses resolve as they did.
+    map_generation: u64,
+}
+
+/// A thread's last sampled user stack (see [`ProfileBuilder::sample`]).
+#[derive(Default)]
+struct LastStack {
+    pid: i32,
+    map_generation: u64,
+    /// Whether it began with the truncation marker.
+    marked: bool,
+    /// Its user frames, outermost first, and the stack each one ends.
+    frames: Vec<CodeAddress>,
+    stacks: Vec<RawStackIndex>,
 }
 
 /// Builds the raw profile of a whole recording at once (see [`ProfileBuilder`]).
@@ -145,6 +164,8 @@ impl ProfileBuilder {
             jit_tails: HashMap::new(),
             no_unwind_info_in: HashMap::new(),
             restored_callers: 0,
+            last_stacks: HashMap::new(),
+            map_generation: 0,
             capture: None,
         }
     }
@@ -171,6 +192,7 @@ impl ProfileBuilder {
                 } => {
                     if *exec {
                         self.unwinder.exec(*pid);
+                        self.map_generation += 1;
                     }
                     let th = self.thread(*pid, *tid, t, None);
                     self.threads[th].name = name.clone();
@@ -188,6 +210,7 @@ impl ProfileBuilder {
                     if pid == tid && pid != ppid {
                         self.unwinder.fork(*ppid, *pid);
                     }
+                    self.last_stacks.remove(tid);
                     let parent_name = self
                         .thread_by_tid
                         .get(ptid)
@@ -195,6 +218,7 @@ impl ProfileBuilder {
                     self.thread(*pid, *tid, t, parent_name.as_deref());
                 }
                 EventKind::Exit { pid, tid } => {
+                    self.last_stacks.remove(tid);
                     if let Some(&th) = self.thread_by_tid.get(tid) {
                         self.threads[th].end_ns = Some(t);
                     }
@@ -368,6 +392,7 @@ impl ProfileBuilder {
     /// through [`FileFinder`], which checks the build ID: a replaced file's symbols and CFI
     /// would be wrong, so it is not used).
     fn map(&mut self, m: &Mapping) {
+        self.map_generation += 1;
         if is_jit_dump(&m.path) {
             // The JIT marks its dump by mapping it; the dump names the process's JIT code,
             // which is in its anonymous memory (the perf map's library).
@@ -517,8 +542,24 @@ impl ProfileBuilder {
             }
         }
         self.restored_callers += u64::from(stack.restored_leaf_caller);
-        let mut prefix = None;
-        if stack.truncated.is_some() {
+        let marked = stack.truncated.is_some();
+        let mut last = self.last_stacks.remove(&s.tid).unwrap_or_default();
+        let shared = if last.pid == s.pid
+            && last.map_generation == self.map_generation
+            && last.marked == marked
+        {
+            last.frames
+                .iter()
+                .zip(stack.user.iter().rev())
+                .take_while(|(a, b)| a == b)
+                .count()
+        } else {
+            0
+        };
+        last.frames.truncate(shared);
+        last.stacks.truncate(shared);
+        let mut prefix = last.stacks.last().copied();
+        if marked && shared == 0 {
             let marker = AddressFrame {
                 lib: None,
                 address: 0,
@@ -530,13 +571,19 @@ impl ProfileBuilder {
                     .intern(RawStack { prefix, frame }, RawStackIndex::new),
             );
         }
-        for &addr in stack.user.iter().rev() {
+        for &addr in stack.user.iter().rev().skip(shared) {
             let frame = self.user_frame(s.pid, addr);
-            prefix = Some(
-                self.stacks
-                    .intern(RawStack { prefix, frame }, RawStackIndex::new),
-            );
+            let interned = self
+                .stacks
+                .intern(RawStack { prefix, frame }, RawStackIndex::new);
+            prefix = Some(interned);
+            last.frames.push(addr);
+            last.stacks.push(interned);
         }
+        last.pid = s.pid;
+        last.map_generation = self.map_generation;
+        last.marked = marked;
+        self.last_stacks.insert(s.tid, last);
         for &addr in stack.kernel.iter().rev() {
             let frame = self.kernel_frame(addr);
             prefix = Some(
