@@ -244,6 +244,11 @@ impl Client {
         }
     }
 
+    /// Where the cache keeps the debug file of build ID `id`, whether it is there or not.
+    pub fn cached_path(&self, id: &[u8]) -> Option<PathBuf> {
+        Some(self.config.cache.as_ref()?.join(hex(id)).join(CACHED_NAME))
+    }
+
     /// The debug file of build ID `id` (of the file `name`, for messages), from the cache
     /// or else from the first server that has it; or why there is none. Asked once per
     /// build ID: later calls get the answer of the first.

@@ -11,6 +11,7 @@
 //! its library is listed in [`Profile::symbol_gaps`] with the reason; nothing here fails
 //! the run.
 
+pub mod cache;
 mod cfi;
 mod dwarf;
 mod gcc_names;
@@ -18,6 +19,7 @@ mod plt;
 pub mod symbols;
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -35,7 +37,7 @@ pub use plt::{PLT_NAME, PLT_SUFFIX};
 pub use symbols::{demangle, Symbol, SymbolMap};
 
 /// Everything known about one address.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct AddressInfo {
     /// The symbol covering the address (lib-relative start).
     pub symbol: Option<Symbol>,
@@ -78,6 +80,8 @@ pub struct SymbolOptions {
     /// The JIT dump each process wrote, by the path of its perf map (the library its JIT
     /// code is in).
     pub jit_dumps: HashMap<String, PathBuf>,
+    /// Where what was learned about files is kept between runs, if anywhere.
+    pub cache: Option<Arc<cache::SymbolCache>>,
 }
 
 impl Default for SymbolOptions {
@@ -87,6 +91,7 @@ impl Default for SymbolOptions {
             debuginfod: None,
             kernel: None,
             jit_dumps: HashMap::new(),
+            cache: None,
         }
     }
 }
@@ -105,6 +110,16 @@ pub fn debug_roots(given: &[PathBuf]) -> Vec<PathBuf> {
         }
     }
     roots
+}
+
+/// What symbolication says about a library as a whole, for the list of libraries that
+/// lack names or debug information.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LibFacts {
+    /// It has no symbol table at all.
+    pub symbols_empty: bool,
+    /// Why it has no DWARF, when it has none.
+    pub no_debug_info: Option<String>,
 }
 
 /// The symbol sources of one library.
@@ -186,27 +201,12 @@ impl LibSymbols {
             Err(why) if binary.has_dwarf || debug.is_some() => (None, Some(why)),
             Err(_) => (
                 None,
-                Some(match rejected.first() {
-                    Some(path) => {
-                        format!("{} does not match the file (build ID)", path.display())
-                    }
-                    None => match &binary.build_id {
-                        Some(id) => {
-                            let paths: Vec<String> = opts
-                                .debug_roots
-                                .iter()
-                                .map(|root| build_id_path(root, id).display().to_string())
-                                .collect();
-                            let mut why =
-                                format!("no DWARF, and no debug file {}", paths.join(" or "));
-                            if let Some(fetch) = not_fetched {
-                                why = format!("{why}; {fetch}");
-                            }
-                            why
-                        }
-                        None => "no DWARF, and no build ID to find a debug file by".to_string(),
-                    },
-                }),
+                Some(no_debug_file(
+                    binary,
+                    &rejected,
+                    &opts.debug_roots,
+                    not_fetched,
+                )),
             ),
         };
         Some(LibSymbols {
@@ -225,6 +225,14 @@ impl LibSymbols {
             ),
             functions: OnceLock::new(),
         })
+    }
+
+    /// What the library says of itself as a whole.
+    pub fn facts(&self) -> LibFacts {
+        LibFacts {
+            symbols_empty: self.symbols.is_empty(),
+            no_debug_info: self.no_debug_info.clone(),
+        }
     }
 
     /// Looks up a lib-relative address.
@@ -293,6 +301,180 @@ impl LibSymbols {
     }
 }
 
+impl LibSymbols {
+    /// [`LibSymbols::lookup_many`], resolving the whole function of each address (see
+    /// [`Names::resolve`]): the answers, and every piece of the functions resolved, to be
+    /// kept in the cache. Split across the CPUs as `lookup_many` is.
+    pub fn resolve_many(
+        &self,
+        addresses: &[u64],
+    ) -> (Vec<AddressInfo>, Vec<(Range<u64>, AddressInfo)>) {
+        let workers = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(addresses.len() / ADDRESSES_PER_WORKER)
+            .max(1);
+        let mut order: Vec<usize> = (0..addresses.len()).collect();
+        order.sort_unstable_by_key(|&i| addresses[i]);
+        let forks: Vec<Option<DwarfInfo>> = match &self.dwarf {
+            Some(d) if workers > 1 => (0..workers).map(|_| d.fork()).collect(),
+            _ => Vec::new(),
+        };
+        let names = self.names();
+        // The addresses of one share, in address order, each function resolved once.
+        let share = |share: &[usize], dwarf: Option<&DwarfInfo>| {
+            let mut answers = Vec::with_capacity(share.len());
+            let mut pieces: Vec<(Range<u64>, AddressInfo)> = Vec::new();
+            let mut demangled = HashMap::new();
+            let mut current = 0..0;
+            for &i in share {
+                let address = addresses[i];
+                if piece_at(&pieces[current.clone()], address).is_none() {
+                    if let Some(new) = names.resolve(dwarf, address, &mut demangled) {
+                        current = pieces.len()..pieces.len() + new.len();
+                        pieces.extend(new);
+                    }
+                }
+                let info = piece_at(&pieces[current.clone()], address)
+                    .cloned()
+                    .unwrap_or_else(|| names.lookup(dwarf, address));
+                answers.push((i, info));
+            }
+            (answers, pieces)
+        };
+        let mut out = vec![AddressInfo::default(); addresses.len()];
+        let mut all_pieces = Vec::new();
+        if forks.len() < 2 || forks.iter().any(Option::is_none) {
+            let (answers, pieces) = share(&order, self.dwarf.as_ref());
+            for (i, info) in answers {
+                out[i] = info;
+            }
+            return (out, pieces);
+        }
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = order
+                .chunks(addresses.len().div_ceil(workers))
+                .zip(forks)
+                .map(|(part, dwarf)| {
+                    let share = &share;
+                    scope.spawn(move || share(part, dwarf.as_ref()))
+                })
+                .collect();
+            for handle in handles {
+                let (answers, pieces) = handle.join().unwrap_or_default();
+                for (i, info) in answers {
+                    out[i] = info;
+                }
+                all_pieces.extend(pieces);
+            }
+        });
+        (out, all_pieces)
+    }
+}
+
+/// Names `addresses` (lib-relative) of `binary`, mapped from `mapped_path`, and says what
+/// the file lacks: from the cache when it holds every address's function, else from the
+/// file and its debug information, whose functions are then added to the cache. `None`
+/// when the file is not ELF.
+pub fn name_file(
+    binary: &Binary,
+    mapped_path: &str,
+    addresses: &[u64],
+    opts: &SymbolOptions,
+) -> Option<(LibFacts, Vec<AddressInfo>)> {
+    let Some((store, key)) = opts
+        .cache
+        .as_ref()
+        .and_then(|c| Some((c, cache::Key::of(binary)?)))
+    else {
+        let syms = LibSymbols::load(binary, mapped_path, opts)?;
+        return Some((syms.facts(), syms.lookup_many(addresses)));
+    };
+    let source = cache::predict_source(binary, mapped_path, opts);
+    let entry = source
+        .as_ref()
+        .and_then(|source| store.load(&key).filter(|e| e.source() == *source));
+    let mut infos: Vec<Option<AddressInfo>> = addresses
+        .iter()
+        .map(|&a| entry.as_ref()?.lookup(a))
+        .collect();
+    let missing: Vec<usize> = (0..addresses.len())
+        .filter(|&i| infos[i].is_none())
+        .collect();
+    if let (true, Some(entry)) = (missing.is_empty(), &entry) {
+        let mut facts = entry.facts();
+        // That message names the debug roots, which may be others now.
+        if entry.source() == cache::DebugSource::Missing
+            && !binary.has_dwarf
+            && facts.no_debug_info.is_some()
+        {
+            facts.no_debug_info = Some(no_debug_file(binary, &[], &opts.debug_roots, None));
+        }
+        return Some((facts, infos.into_iter().flatten().collect()));
+    }
+    let syms = LibSymbols::load(binary, mapped_path, opts)?;
+    let wanted: Vec<u64> = missing.iter().map(|&i| addresses[i]).collect();
+    let (found, pieces) = syms.resolve_many(&wanted);
+    for (&i, info) in missing.iter().zip(found) {
+        infos[i] = Some(info);
+    }
+    let facts = syms.facts();
+    // Kept only when the debug information used is the one predicted, which is what a
+    // later run checks the entry against.
+    let used = match &source {
+        Some(cache::DebugSource::File { path, .. }) => syms.debug_file.as_ref() == Some(path),
+        Some(_) => syms.debug_file.is_none(),
+        None => false,
+    };
+    if let (true, Some(source)) = (used, &source) {
+        let make = |old: Option<&cache::Entry>| {
+            let mut builder = cache::EntryBuilder::default();
+            for (range, info) in old.into_iter().flat_map(cache::Entry::intervals) {
+                builder.add(range, &info);
+            }
+            for (range, info) in &pieces {
+                builder.add(range.clone(), info);
+            }
+            builder.finish(&key, &facts, source)
+        };
+        let mut bytes = make(entry.as_ref());
+        // Past the bound, the functions this run needed make a new entry.
+        if bytes.len() as u64 > cache::MAX_ENTRY_BYTES && entry.is_some() {
+            bytes = make(None);
+        }
+        store.put(&key, bytes);
+    }
+    Some((
+        facts,
+        infos.into_iter().map(Option::unwrap_or_default).collect(),
+    ))
+}
+
+/// Why a file has no DWARF when neither it nor a separate debug file has any:
+/// `rejected` debug files that did not match, else the paths where one was looked for
+/// (under `roots`), and why debuginfod had none (`not_fetched`).
+fn no_debug_file(
+    binary: &Binary,
+    rejected: &[PathBuf],
+    roots: &[PathBuf],
+    not_fetched: Option<String>,
+) -> String {
+    if let Some(path) = rejected.first() {
+        return format!("{} does not match the file (build ID)", path.display());
+    }
+    let Some(id) = &binary.build_id else {
+        return "no DWARF, and no build ID to find a debug file by".to_string();
+    };
+    let paths: Vec<String> = roots
+        .iter()
+        .map(|root| build_id_path(root, id).display().to_string())
+        .collect();
+    let mut why = format!("no DWARF, and no debug file {}", paths.join(" or "));
+    if let Some(fetch) = not_fetched {
+        why = format!("{why}; {fetch}");
+    }
+    why
+}
+
 /// Below this many addresses per CPU, a second thread costs more (its own DWARF context
 /// re-reads every unit's header and ranges) than it saves.
 const ADDRESSES_PER_WORKER: usize = 1000;
@@ -316,16 +498,27 @@ impl<'a> Names<'a> {
     /// names the address, the `.eh_frame` function ranges say about a lib-relative
     /// address.
     fn lookup(&self, dwarf: Option<&DwarfInfo>, address: u64) -> AddressInfo {
-        let (symbols, base) = (&self.symbols, self.base);
-        let probe = address.wrapping_add(base);
+        let probe = address.wrapping_add(self.base);
         let frames: Vec<SourceFrame> = dwarf.map(|d| d.frames(probe)).unwrap_or_default();
+        self.info(probe, frames, &mut |s| self.symbols.display_name(s))
+    }
+
+    /// What is known of `probe` (in the tables' addresses), given its DWARF `frames`;
+    /// `display` names a symbol as profiles show it.
+    fn info(
+        &self,
+        probe: u64,
+        frames: Vec<SourceFrame>,
+        display: &mut dyn FnMut(&Symbol) -> String,
+    ) -> AddressInfo {
+        let (symbols, base) = (&self.symbols, self.base);
         let mut symbol = symbols.lookup_stored(probe).map(|s| Symbol {
             address: s.address.wrapping_sub(base),
             // DWARF usually has the outer function under the same linkage name, already
             // demangled.
             name: match frames.first() {
                 Some(f) if f.linkage_name.as_deref() == Some(s.name.as_str()) => f.function.clone(),
-                _ => symbols.display_name(s),
+                _ => display(s),
             },
             size: s.size,
         });
@@ -352,6 +545,82 @@ impl<'a> Names<'a> {
             frame_symbols,
         }
     }
+
+    /// The whole function around a lib-relative `address`, as lib-relative pieces with
+    /// what is known of their addresses (each piece the same throughout, and the same as
+    /// [`Names::lookup`] gives for any of them): the addresses the symbol lookup gives
+    /// the same symbol for (for code without one, those of its `.eh_frame` function),
+    /// cut where DWARF's line rows and inlined calls change. `None` when that is too
+    /// much to keep: then only the address is looked up. `demangled` keeps names
+    /// demangled before (each function repeats the same few).
+    fn resolve(
+        &self,
+        dwarf: Option<&DwarfInfo>,
+        address: u64,
+        demangled: &mut HashMap<String, String>,
+    ) -> Option<Vec<(Range<u64>, AddressInfo)>> {
+        let probe = address.wrapping_add(self.base);
+        let mut extent = self.symbols.extent(probe);
+        let stored = self.symbols.lookup_stored(probe);
+        if stored.is_none() {
+            let function = self.functions().extent(probe);
+            extent = extent.start.max(function.start)..extent.end.min(function.end);
+        }
+        if extent.end - extent.start > MAX_FUNCTION_BYTES {
+            let window = probe & !(WINDOW_BYTES - 1);
+            extent = extent.start.max(window)..extent.end.min(window.saturating_add(WINDOW_BYTES));
+        }
+        // Pieces are cut in the tables' addresses and kept lib-relative: both must hold
+        // the whole extent.
+        extent.start.checked_sub(self.base)?;
+        extent.end.checked_sub(self.base)?;
+        let mut demangle = |name: &str| match demangled.get(name) {
+            Some(d) => d.clone(),
+            None => {
+                let d = symbols::demangle(name);
+                demangled.insert(name.to_string(), d.clone());
+                d
+            }
+        };
+        let pieces = match dwarf {
+            Some(d) => d.pieces(extent.clone(), MAX_PIECES, &mut demangle)?,
+            None => vec![(extent, Vec::new())],
+        };
+        // The symbol is the same throughout, so its name is made once.
+        let name = stored.map(|s| self.symbols.display_name(s));
+        let mut out: Vec<(Range<u64>, AddressInfo)> = Vec::new();
+        for (range, frames) in pieces {
+            let info = self.info(range.start, frames, &mut |s| {
+                name.clone().unwrap_or_else(|| self.symbols.display_name(s))
+            });
+            let range = range.start - self.base..range.end - self.base;
+            match out.last_mut() {
+                Some((last, same)) if *same == info && last.end == range.start => {
+                    last.end = range.end
+                }
+                _ => out.push((range, info)),
+            }
+        }
+        Some(out)
+    }
+}
+
+/// A function larger than this (1 MiB; the largest real ones, interpreters' dispatch
+/// loops, are a few hundred KiB) is a symbol that is not one function (a label in
+/// assembly code, the last symbol before a long unnamed stretch): it is resolved in
+/// windows of [`WINDOW_BYTES`] around the addresses that need it.
+const MAX_FUNCTION_BYTES: u64 = 1 << 20;
+/// 64 KiB: a few functions' worth of code, aligned, so that nearby addresses share one.
+const WINDOW_BYTES: u64 = 1 << 16;
+/// The most pieces one function is cut into: a line row every few bytes of a 1 MiB
+/// function is about this many; more would be a damaged or hostile file.
+const MAX_PIECES: usize = 1 << 18;
+
+/// The piece of `pieces` (sorted, disjoint) that holds `address`.
+fn piece_at(pieces: &[(Range<u64>, AddressInfo)], address: u64) -> Option<&AddressInfo> {
+    let i = pieces.partition_point(|(r, _)| r.start <= address);
+    let (range, info) = pieces.get(i.checked_sub(1)?)?;
+    range.contains(&address).then_some(info)
 }
 
 /// Identity of a func: the symbol it starts at, or (for inlined functions and addresses
@@ -472,28 +741,61 @@ impl Tables {
     }
 }
 
+/// The unique addresses of each library: for each library index, the indexes of its
+/// address frames in `raw`.
+fn frames_by_lib(raw: &RawProfile) -> Vec<Vec<usize>> {
+    let mut by_lib: Vec<Vec<usize>> = vec![Vec::new(); raw.libs.len()];
+    for (i, af) in raw.address_frames.iter().enumerate() {
+        if let Some(frames) = af.lib.and_then(|lib| by_lib.get_mut(lib.index())) {
+            frames.push(i);
+        }
+    }
+    by_lib
+}
+
+/// The lib-relative addresses of `frames` (indexes of address frames of `raw`).
+fn addresses_of(raw: &RawProfile, frames: &[usize]) -> Vec<u64> {
+    frames
+        .iter()
+        .map(|&i| raw.address_frames[i].address)
+        .collect()
+}
+
+/// What naming one library gave: what it says of itself, and what is known of each of
+/// its addresses (in the order of [`frames_by_lib`]); or why it has no names.
+type Named = Result<(LibFacts, Vec<AddressInfo>), String>;
+
 /// Turns a raw profile into the final one, given the symbols of each library (or why a
 /// library has none).
 pub fn apply(raw: RawProfile, lib_symbols: &[Result<LibSymbols, String>]) -> Profile {
-    // Each unique address is looked up once, a library's addresses together.
+    let by_lib = frames_by_lib(&raw);
+    let named: Vec<Option<Named>> = by_lib
+        .iter()
+        .enumerate()
+        .map(|(lib, frames)| {
+            let named = match lib_symbols.get(lib)? {
+                Ok(syms) => Ok((syms.facts(), syms.lookup_many(&addresses_of(&raw, frames)))),
+                Err(why) => Err(why.clone()),
+            };
+            Some(named)
+        })
+        .collect();
+    assemble(raw, &by_lib, named)
+}
+
+/// The final profile, given what naming each library gave (`None`: it was not loaded).
+fn assemble(raw: RawProfile, by_lib: &[Vec<usize>], named: Vec<Option<Named>>) -> Profile {
+    // Each unique address was looked up once, a library's addresses together.
     let mut infos: Vec<Option<AddressInfo>> = vec![None; raw.address_frames.len()];
-    let mut by_lib: HashMap<LibIndex, Vec<usize>> = HashMap::new();
-    for (i, af) in raw.address_frames.iter().enumerate() {
-        if let Some(lib) = af.lib {
-            by_lib.entry(lib).or_default().push(i);
-        }
-    }
-    for (lib, frames) in by_lib {
-        let Some(Ok(syms)) = lib_symbols.get(lib.index()) else {
-            continue;
-        };
-        let addresses: Vec<u64> = frames
-            .iter()
-            .map(|&i| raw.address_frames[i].address)
-            .collect();
-        for (i, info) in frames.into_iter().zip(syms.lookup_many(&addresses)) {
-            infos[i] = Some(info);
-        }
+    let mut lib_facts: Vec<Option<Result<LibFacts, String>>> = Vec::with_capacity(named.len());
+    for (frames, named) in by_lib.iter().zip(named) {
+        lib_facts.push(named.map(|named| {
+            let (facts, found) = named?;
+            for (&i, info) in frames.iter().zip(found) {
+                infos[i] = Some(info);
+            }
+            Ok(facts)
+        }));
     }
     let mut tables = Tables::default();
     let mut unnamed: Vec<LibIndex> = Vec::new();
@@ -521,12 +823,12 @@ pub fn apply(raw: RawProfile, lib_symbols: &[Result<LibSymbols, String>]) -> Pro
     let symbol_gaps = sampled
         .into_iter()
         .filter_map(|lib| {
-            let syms = lib_symbols.get(lib.index());
+            let syms = lib_facts.get(lib.index()).and_then(Option::as_ref);
             let (missing, why) = if unnamed.contains(&lib) {
                 let why = match syms {
                     Some(Err(why)) => why.clone(),
                     Some(Ok(s)) => {
-                        let what = if s.symbols.is_empty() {
+                        let what = if s.symbols_empty {
                             "no symbol table"
                         } else if s.no_debug_info.is_some() {
                             "only exported symbols"
@@ -542,7 +844,7 @@ pub fn apply(raw: RawProfile, lib_symbols: &[Result<LibSymbols, String>]) -> Pro
                 };
                 (Missing::Symbols, why)
             } else {
-                let Some(Ok(LibSymbols {
+                let Some(Ok(LibFacts {
                     no_debug_info: Some(why),
                     ..
                 })) = syms
@@ -604,33 +906,52 @@ pub fn read_kallsyms() -> Option<SymbolMap> {
 /// with `opts.kernel`. Libraries load in parallel, one worker per CPU.
 pub fn symbolicate(raw: RawProfile, lib_binaries: &[LibFile], opts: &SymbolOptions) -> Profile {
     let n = raw.libs.len();
+    let by_lib = frames_by_lib(&raw);
     let workers = std::thread::available_parallelism()
         .map_or(1, |w| w.get())
         .clamp(1, n.max(1));
-    let mut loaded: Vec<Option<Result<LibSymbols, String>>> = (0..n).map(|_| None).collect();
+    let mut named: Vec<Option<Named>> = (0..n).map(|_| None).collect();
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
-                let (libs, binaries) = (&raw.libs, lib_binaries);
+                let (raw, by_lib) = (&raw, &by_lib);
                 scope.spawn(move || {
                     (w..n)
                         .step_by(workers)
-                        .map(|i| (i, load_lib(&libs[i], &binaries[i], opts)))
+                        .map(|i| {
+                            let addresses = addresses_of(raw, &by_lib[i]);
+                            (
+                                i,
+                                name_lib(&raw.libs[i], &lib_binaries[i], &addresses, opts),
+                            )
+                        })
                         .collect::<Vec<_>>()
                 })
             })
             .collect();
         for handle in handles {
-            for (i, symbols) in handle.join().unwrap_or_default() {
-                loaded[i] = Some(symbols);
+            for (i, result) in handle.join().unwrap_or_default() {
+                named[i] = Some(result);
             }
         }
     });
-    let lib_symbols: Vec<Result<LibSymbols, String>> = loaded
+    let named = named
         .into_iter()
-        .map(|l| l.unwrap_or_else(|| Err("reading it failed".into())))
+        .map(|l| Some(l.unwrap_or_else(|| Err("reading it failed".into()))))
         .collect();
-    apply(raw, &lib_symbols)
+    assemble(raw, &by_lib, named)
+}
+
+/// Names the `addresses` of one library (through the cache for files), or says why it
+/// has no names.
+fn name_lib(lib: &Lib, binary: &LibFile, addresses: &[u64], opts: &SymbolOptions) -> Named {
+    if lib.kind == LibKind::File {
+        let binary = binary.as_ref().map_err(String::clone)?;
+        return name_file(binary, &lib.path, addresses, opts)
+            .ok_or_else(|| "not an ELF file".into());
+    }
+    let syms = load_lib(lib, binary, opts)?;
+    Ok((syms.facts(), syms.lookup_many(addresses)))
 }
 
 /// The most of a perf map that is read: a line of about a hundred bytes per piece of JIT

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Symbol {
     pub address: u64,
     /// Size in bytes, when the table gives one.
@@ -78,6 +78,22 @@ impl SymbolMap {
         match s.size {
             Some(size) if address >= s.address + size => None,
             _ => Some(s),
+        }
+    }
+
+    /// The addresses around `address` that [`SymbolMap::lookup_stored`] gives the same
+    /// answer for: from the start of its symbol (or the end of the one before) to the
+    /// start of the next symbol or the end of its own, whichever comes first.
+    pub fn extent(&self, address: u64) -> std::ops::Range<u64> {
+        let i = self.symbols.partition_point(|s| s.address <= address);
+        let next = self.symbols.get(i).map_or(u64::MAX, |s| s.address);
+        let Some(s) = i.checked_sub(1).map(|i| &self.symbols[i]) else {
+            return 0..next;
+        };
+        match s.size.map(|size| s.address.saturating_add(size)) {
+            Some(end) if address >= end => end..next,
+            Some(end) => s.address..end.min(next),
+            None => s.address..next,
         }
     }
 

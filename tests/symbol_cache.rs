@@ -1,0 +1,296 @@
+//! The symbol cache against real binaries: what it keeps of a function answers every
+//! address in it exactly as reading the file's debug information does (bench-targets'
+//! inline3, the sampler binary, libc with its separate debug file), a warm run answers
+//! without reading the debug file, and a changed debug file, other debug roots, or a
+//! damaged entry make the entry be rebuilt. Needs bench-targets built (make) and, for
+//! libc, Debian's libc6-dbg; no privileges.
+
+use std::path::{Path, PathBuf};
+
+use object::{Object, ObjectSection, ObjectSymbol};
+use sampler::binary::Binary;
+use sampler::symbolicate::cache::{self, EntryBuilder, Key, SymbolCache};
+use sampler::symbolicate::{self, AddressInfo, LibSymbols, SymbolOptions};
+
+const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join("test-tmp")
+        .join(format!("symbol-cache-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn bench_target(name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = root.join("target").join("bench-targets");
+    let status = std::process::Command::new("make")
+        .arg("-s")
+        .arg("-C")
+        .arg(root.join("bench-targets"))
+        .arg(format!("OUT={}", out.display()))
+        .status()
+        .expect("make runs");
+    assert!(status.success(), "building bench-targets failed");
+    out.join(name)
+}
+
+/// The sized function symbols of an ELF file (and of its debug file, when given).
+fn functions(files: &[&Path]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for path in files {
+        let data = std::fs::read(path).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        for s in file.symbols().chain(file.dynamic_symbols()) {
+            if s.kind() == object::SymbolKind::Text && s.size() > 0 && s.address() > 0 {
+                out.push((s.address(), s.size()));
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The addresses of `.text` of `path`, every `stride`th.
+fn text_addresses(path: &Path, stride: usize) -> Vec<u64> {
+    let data = std::fs::read(path).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let text = file.section_by_name(".text").unwrap();
+    (text.address()..text.address() + text.size())
+        .step_by(stride)
+        .collect()
+}
+
+/// Every address of every `nth` function, and every `stride`th of the whole text.
+fn addresses(path: &Path, debug: Option<&Path>, nth: usize, stride: usize) -> Vec<u64> {
+    let mut files = vec![path];
+    files.extend(debug);
+    let mut out: Vec<u64> = functions(&files)
+        .into_iter()
+        .step_by(nth)
+        .flat_map(|(start, size)| start..start + size.min(1 << 16))
+        .collect();
+    out.extend(text_addresses(path, stride));
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Resolving whole functions gives every address what a lookup of it gives; so does the
+/// entry made of those functions, written and read back.
+fn check_exact(path: &Path, debug_roots: Vec<PathBuf>, addresses: &[u64]) {
+    let binary = Binary::open(path).unwrap();
+    let opts = SymbolOptions {
+        debug_roots,
+        ..Default::default()
+    };
+    let syms = LibSymbols::load(&binary, path.to_str().unwrap(), &opts).unwrap();
+    let expected = syms.lookup_many(addresses);
+    let (resolved, pieces) = syms.resolve_many(addresses);
+    let mut differ = 0;
+    for ((address, want), got) in addresses.iter().zip(&expected).zip(&resolved) {
+        if want != got && differ < 5 {
+            eprintln!("{}: 0x{address:x}:\n  {want:?}\n  {got:?}", path.display());
+        }
+        differ += usize::from(want != got);
+    }
+    assert_eq!(differ, 0, "{}: resolved answers differ", path.display());
+    let key = Key::of(&binary).unwrap();
+    let mut builder = EntryBuilder::default();
+    for (range, info) in &pieces {
+        builder.add(range.clone(), info);
+    }
+    let bytes = builder.finish(&key, &syms.facts(), &cache::DebugSource::Own);
+    let entry = cache::Entry::parse(bytes, &key).unwrap();
+    for (address, want) in addresses.iter().zip(&expected) {
+        assert_eq!(
+            entry.lookup(*address).as_ref(),
+            Some(want),
+            "{}: 0x{address:x} from the entry",
+            path.display()
+        );
+    }
+    assert!(
+        !expected.iter().all(|i| i.frames.is_empty()),
+        "{} has DWARF",
+        path.display()
+    );
+}
+
+#[test]
+fn functions_of_inline3_answer_as_lookups_do() {
+    let path = bench_target("inline3");
+    let all = addresses(&path, None, 1, 1);
+    check_exact(&path, Vec::new(), &all);
+}
+
+#[test]
+fn functions_of_the_sampler_binary_answer_as_lookups_do() {
+    let path = PathBuf::from(env!("CARGO_BIN_EXE_sampler"));
+    let some = addresses(&path, None, 37, 101);
+    check_exact(&path, Vec::new(), &some);
+}
+
+/// libc's debug file, when Debian's libc6-dbg is installed.
+fn libc_debug_file() -> Option<PathBuf> {
+    let binary = Binary::open(Path::new(LIBC))?;
+    let path = sampler::locate::build_id_path(
+        Path::new(symbolicate::DEFAULT_DEBUG_ROOT),
+        binary.build_id.as_ref()?,
+    );
+    path.exists().then_some(path)
+}
+
+#[test]
+fn functions_of_libc_with_its_debug_file_answer_as_lookups_do() {
+    let Some(debug) = libc_debug_file() else {
+        eprintln!("SKIPPED: no debug file for {LIBC} (libc6-dbg)");
+        return;
+    };
+    let some = addresses(Path::new(LIBC), Some(&debug), 3, 7);
+    check_exact(Path::new(LIBC), symbolicate::debug_roots(&[]), &some);
+}
+
+/// Names `addresses` of `path` through a cache at `root`.
+fn name(
+    path: &Path,
+    addresses: &[u64],
+    roots: Vec<PathBuf>,
+    root: &Path,
+) -> (symbolicate::LibFacts, Vec<AddressInfo>) {
+    let opts = SymbolOptions {
+        debug_roots: symbolicate::debug_roots(&roots),
+        cache: Some(std::sync::Arc::new(SymbolCache::at(
+            root.to_path_buf(),
+            None,
+        ))),
+        ..Default::default()
+    };
+    let binary = Binary::open(path).unwrap();
+    let named = symbolicate::name_file(&binary, path.to_str().unwrap(), addresses, &opts).unwrap();
+    opts.cache.as_ref().unwrap().save().unwrap();
+    named
+}
+
+/// A copy of inline3 with its debug information in a separate debug file under a debug
+/// root of its own, found by build ID.
+fn stripped_inline3(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let original = bench_target("inline3");
+    let stripped = dir.join("inline3");
+    let root = dir.join("debug-root");
+    let binary = Binary::open(&original).unwrap();
+    let debug = sampler::locate::build_id_path(&root, binary.build_id.as_ref().unwrap());
+    std::fs::create_dir_all(debug.parent().unwrap()).unwrap();
+    let run = |args: &[&std::ffi::OsStr]| {
+        let status = std::process::Command::new("objcopy")
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    run(&[
+        "--only-keep-debug".as_ref(),
+        original.as_os_str(),
+        debug.as_os_str(),
+    ]);
+    run(&[
+        "--strip-debug".as_ref(),
+        "--strip-unneeded".as_ref(),
+        original.as_os_str(),
+        stripped.as_os_str(),
+    ]);
+    (stripped, root, debug)
+}
+
+#[test]
+fn a_warm_run_answers_without_reading_the_debug_file() {
+    let dir = scratch("warm");
+    let (path, root, debug) = stripped_inline3(&dir);
+    let cache_root = dir.join("cache");
+    let some = addresses(&bench_target("inline3"), None, 1, 3);
+    let (facts, cold) = name(&path, &some, vec![root.clone()], &cache_root);
+    assert!(facts.no_debug_info.is_none(), "{facts:?}");
+    assert!(cold.iter().any(|i| i.frames.len() > 1), "inline chains");
+    // The debug file's bytes are spoilt, its identity kept: a run that read it would
+    // find no DWARF (and another build ID).
+    let identity = std::fs::metadata(&debug).unwrap();
+    let len = identity.len() as usize;
+    std::fs::write(&debug, vec![0u8; len]).unwrap();
+    let file = std::fs::File::options().write(true).open(&debug).unwrap();
+    file.set_modified(identity.modified().unwrap()).unwrap();
+    drop(file);
+    let (warm_facts, warm) = name(&path, &some, vec![root.clone()], &cache_root);
+    assert_eq!(
+        (&warm_facts, &warm),
+        (&facts, &cold),
+        "answered from the cache"
+    );
+
+    // A changed debug file (another modification time) is read again.
+    let file = std::fs::File::options().write(true).open(&debug).unwrap();
+    file.set_modified(std::time::SystemTime::now()).unwrap();
+    drop(file);
+    let (facts, spoilt) = name(&path, &some, vec![root.clone()], &cache_root);
+    assert!(facts.no_debug_info.is_some(), "{facts:?}");
+    assert!(spoilt.iter().all(|i| i.frames.is_empty()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn another_debug_root_or_a_new_debug_file_makes_the_entry_stale() {
+    let dir = scratch("stale");
+    let (path, root, debug) = stripped_inline3(&dir);
+    let cache_root = dir.join("cache");
+    let some = addresses(&bench_target("inline3"), None, 1, 5);
+    // Without the debug root: no DWARF, and a reason naming where it was looked for.
+    let (facts, without) = name(&path, &some, vec![dir.join("elsewhere")], &cache_root);
+    let why = facts.no_debug_info.unwrap();
+    assert!(why.contains("elsewhere/.build-id"), "{why}");
+    assert!(without.iter().all(|i| i.frames.is_empty()));
+    // Answered from the cache, the reason still names the roots of this run.
+    let (facts, again) = name(&path, &some, vec![dir.join("other")], &cache_root);
+    assert_eq!(again, without);
+    let why = facts.no_debug_info.unwrap();
+    assert!(why.contains("other/.build-id"), "{why}");
+    // With the root that has the debug file, it is used at once.
+    let (facts, with) = name(&path, &some, vec![root.clone()], &cache_root);
+    assert!(facts.no_debug_info.is_none(), "{facts:?}");
+    assert!(with.iter().any(|i| i.frames.len() > 1));
+    // And when it is removed, no longer.
+    std::fs::remove_file(&debug).unwrap();
+    let (facts, gone) = name(&path, &some, vec![root], &cache_root);
+    assert!(facts.no_debug_info.is_some());
+    assert_eq!(gone, without);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_damaged_entry_is_rebuilt() {
+    let dir = scratch("damaged");
+    let path = bench_target("inline3");
+    let cache_root = dir.join("cache");
+    let some = addresses(&path, None, 1, 1);
+    let (_, first) = name(&path, &some, Vec::new(), &cache_root);
+    let entries: Vec<PathBuf> = std::fs::read_dir(cache_root.join("symbols"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let good = std::fs::read(&entries[0]).unwrap();
+    for damage in [good[..good.len() / 2].to_vec(), Vec::new(), {
+        let mut b = good.clone();
+        let i = b.len() - 3;
+        b[i] ^= 0x40;
+        b
+    }] {
+        std::fs::write(&entries[0], &damage).unwrap();
+        let (_, again) = name(&path, &some, Vec::new(), &cache_root);
+        assert_eq!(again, first);
+        assert_eq!(std::fs::read(&entries[0]).unwrap(), good, "rewritten whole");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
