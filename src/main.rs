@@ -65,15 +65,16 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     }
     let (info, ended) = record::record(&plan.options, &mut |events| builder.add_events(events))?;
     let exited = Instant::now();
-    // The kernel's symbols, read once, and only when a sample was in the kernel: its text
-    // start places kernel frames, its names name them.
-    let kernel = builder
-        .has_kernel_frames()
-        .then(symbolicate::read_kallsyms)
-        .flatten();
-    let built = builder.finish(&info, kernel.as_ref().map(|k| k.kernel_text_start()));
+    // Where the kernel's text starts, which places kernel frames, read only when a sample
+    // was in the kernel; its symbols are read when the cache does not name every frame.
+    let (kernel_base, kernel) = match builder.has_kernel_frames() {
+        true => symbolicate::kernel_base(),
+        false => (None, None),
+    };
+    let built = builder.finish(&info, kernel_base);
     let symbol_options = symbolicate::SymbolOptions {
         kernel,
+        read_kallsyms: kernel_base.is_some(),
         jit_dumps: built.jit_dumps.clone(),
         ..plan.debug.symbol_options()
     };

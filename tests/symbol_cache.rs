@@ -294,3 +294,64 @@ fn a_damaged_entry_is_rebuilt() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The kernel's entry (all its own functions, from the first run that needs one) answers
+/// every address of them as a lookup in `/proc/kallsyms` does, and none of a module's.
+#[test]
+fn the_kernel_entry_answers_as_kallsyms_lookups_do() {
+    let made_up = "\
+ffffffff81000000 T _stext
+ffffffff81000000 T _text
+ffffffff81000010 t helper
+ffffffff81000040 W weak_one
+ffffffff81000100 D some_data
+ffffffff81000200 T last
+ffffffffc0001000 t mod_fn\t[kvm]
+ffffffffc0002000 t bpf_prog_6deef7357e7b4530_sd_fw_egress\t[bpf]
+";
+    let real = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    for text in [made_up, real.as_str()] {
+        let Some(kallsyms) = symbolicate::Kallsyms::parse(text, symbolicate::KERNEL_PREFIX) else {
+            eprintln!("SKIPPED for /proc/kallsyms: its addresses are hidden (run as root)");
+            continue;
+        };
+        let own = kallsyms.own.clone().expect("modules lie apart");
+        let syms = LibSymbols {
+            base: kallsyms.text_start,
+            symbols: kallsyms.map,
+            ..LibSymbols::default()
+        };
+        let key = Key {
+            build_id: vec![7; 20],
+            size: 1,
+        };
+        let entry =
+            cache::Entry::parse(symbolicate::kernel_entry(&syms, &own, &key), &key).unwrap();
+        let starts: Vec<u64> = syms.symbols.symbols().iter().map(|s| s.address).collect();
+        let mut covered = 0;
+        for (i, &start) in starts.iter().enumerate() {
+            let end = starts.get(i + 1).copied().unwrap_or(start + 1);
+            for probe in [start, start + (end - start) / 2, end - 1] {
+                let relative = probe.wrapping_sub(syms.base);
+                match entry.lookup(relative) {
+                    Some(info) => {
+                        assert!(own.contains(&probe), "0x{probe:x} is a module's");
+                        assert_eq!(info, syms.lookup(relative), "0x{probe:x}");
+                        covered += 1;
+                    }
+                    None => assert!(
+                        !own.contains(&probe)
+                            || probe
+                                >= starts
+                                    .iter()
+                                    .rfind(|&&s| own.contains(&s))
+                                    .copied()
+                                    .unwrap(),
+                        "0x{probe:x} of the kernel's own is not in the entry"
+                    ),
+                }
+            }
+        }
+        assert!(covered > 0);
+    }
+}

@@ -87,6 +87,41 @@ impl Key {
     }
 }
 
+/// The key of the running kernel's own symbols (`/proc/kallsyms`), whose text starts at
+/// `text_start`: its build ID, and in place of a size a fingerprint of the boot and of
+/// the text start, since where the kernel's code lies is chosen at random at each boot.
+pub fn kernel_key(text_start: u64) -> Option<Key> {
+    let notes = std::fs::read("/sys/kernel/notes").ok()?;
+    let build_id = gnu_build_id(&notes)?;
+    let mut boot = std::fs::read("/proc/sys/kernel/random/boot_id").ok()?;
+    boot.extend_from_slice(&text_start.to_le_bytes());
+    (!build_id.is_empty() && build_id.len() <= MAX_BUILD_ID).then(|| Key {
+        build_id: build_id.to_vec(),
+        size: checksum(&boot),
+    })
+}
+
+/// The ELF note type of a build ID, as the ELF gABI's GNU extensions number it.
+const NT_GNU_BUILD_ID: u32 = 3;
+
+/// The build ID among ELF notes (`NT_GNU_BUILD_ID` of owner `GNU`).
+fn gnu_build_id(mut notes: &[u8]) -> Option<&[u8]> {
+    let padded = |n: usize| n.checked_next_multiple_of(4);
+    while notes.len() >= 12 {
+        let (name_size, desc_size) = (u32_at(notes, 0) as usize, u32_at(notes, 4) as usize);
+        let kind = u32_at(notes, 8);
+        let desc_at = 12usize.checked_add(padded(name_size)?)?;
+        let end = desc_at.checked_add(padded(desc_size)?)?;
+        let name = notes.get(12..12 + name_size)?;
+        let desc = notes.get(desc_at..desc_at + desc_size)?;
+        if kind == NT_GNU_BUILD_ID && name == b"GNU\0" {
+            return Some(desc);
+        }
+        notes = notes.get(end..)?;
+    }
+    None
+}
+
 /// Where a file's debug information came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DebugSource {
@@ -643,33 +678,94 @@ impl Entry {
 }
 
 /// Makes an entry: intervals with what is known of their addresses, each string, symbol
-/// and address description stored once.
+/// and address description stored once. Strings are told apart by a hash of them (and
+/// compared with what was stored for it: of two strings with one hash, the second is
+/// stored again), symbols and descriptions by the indexes they are made of, so that
+/// nothing is kept twice while an entry is made (the kernel's has 100,000 symbols).
 #[derive(Default)]
 pub struct EntryBuilder {
     intervals: Vec<(Range<u64>, u32)>,
     infos: Vec<u8>,
-    info_ids: HashMap<AddressInfo, u32>,
+    info_ids: FastMap<InfoKey, u32>,
     frames: Vec<u8>,
     frame_count: u32,
     symbols: Vec<u8>,
-    symbol_ids: HashMap<Symbol, u32>,
+    symbol_ids: FastMap<(u64, Option<u64>, u32), u32>,
     strings: Vec<u8>,
-    string_ids: HashMap<String, u32>,
+    string_ids: FastMap<u64, u32>,
     text: Vec<u8>,
 }
 
-impl EntryBuilder {
-    fn string(&mut self, s: &str) -> u32 {
-        if let Some(&id) = self.string_ids.get(s) {
-            return id;
+/// A hash map with a fast hash of keys that no one chooses to collide (indexes,
+/// addresses and the hashes of names, of the builder's own making): SipHash, the
+/// standard one, made up most of the time the kernel's entry took to make.
+type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FastHasher>>;
+
+/// A multiply-and-rotate hash of the words written to it.
+#[derive(Default)]
+struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in chunks.by_ref() {
+            self.write_u64(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
         }
-        let id = self.string_ids.len() as u32;
+        for &byte in chunks.remainder() {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        // The multiplier is 2^64 divided by the golden ratio, made odd: it spreads every
+        // bit of the word over the high bits, which the rotation brings down.
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn write_u32(&mut self, word: u32) {
+        self.write_u64(u64::from(word));
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.write_u64(word as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0.rotate_left(26)
+    }
+}
+
+/// A description as its parts' indexes: symbol, unnamed, and per frame its function,
+/// linkage name, file, line and symbol.
+type InfoKey = (u32, bool, Vec<(u32, u32, u32, Option<u32>, Option<u64>)>);
+
+impl EntryBuilder {
+    /// Stores `s` without looking for it first.
+    fn new_string(&mut self, s: &str) -> u32 {
+        let id = (self.strings.len() / RECORD_BYTES[STRINGS]) as u32;
         self.strings
             .extend_from_slice(&(self.text.len() as u32).to_le_bytes());
         self.strings
             .extend_from_slice(&(s.len() as u32).to_le_bytes());
         self.text.extend_from_slice(s.as_bytes());
-        self.string_ids.insert(s.to_string(), id);
+        id
+    }
+
+    fn string(&mut self, s: &str) -> u32 {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let hash = BuildHasherDefault::<FastHasher>::default().hash_one(s);
+        if let Some(&id) = self.string_ids.get(&hash) {
+            let at = id as usize * RECORD_BYTES[STRINGS];
+            let (offset, len) = (
+                u32_at(&self.strings, at) as usize,
+                u32_at(&self.strings, at + 4) as usize,
+            );
+            if self.text.get(offset..offset + len) == Some(s.as_bytes()) {
+                return id;
+            }
+        }
+        let id = self.new_string(s);
+        self.string_ids.entry(hash).or_insert(id);
         id
     }
 
@@ -678,52 +774,78 @@ impl EntryBuilder {
     }
 
     fn symbol(&mut self, s: &Symbol) -> u32 {
-        if let Some(&id) = self.symbol_ids.get(s) {
-            return id;
-        }
-        let id = self.symbol_ids.len() as u32;
         let name = self.string(&s.name);
+        let next = (self.symbols.len() / RECORD_BYTES[SYMBOLS]) as u32;
+        let id = *self
+            .symbol_ids
+            .entry((s.address, s.size, name))
+            .or_insert(next);
+        if id == next {
+            self.new_symbol(s, name);
+        }
+        id
+    }
+
+    /// Stores `s`, named by string `name`, without looking for it first.
+    fn new_symbol(&mut self, s: &Symbol, name: u32) -> u32 {
+        let id = (self.symbols.len() / RECORD_BYTES[SYMBOLS]) as u32;
         self.symbols.extend_from_slice(&s.address.to_le_bytes());
         self.symbols
             .extend_from_slice(&s.size.unwrap_or(0).to_le_bytes());
         self.symbols.extend_from_slice(&name.to_le_bytes());
         let flags = if s.size.is_some() { HAS_SIZE } else { 0 };
         self.symbols.extend_from_slice(&flags.to_le_bytes());
-        self.symbol_ids.insert(s.clone(), id);
         id
     }
 
     fn info(&mut self, info: &AddressInfo) -> u32 {
-        if let Some(&id) = self.info_ids.get(info) {
+        let symbol = info.symbol.as_ref().map_or(NONE, |s| self.symbol(s));
+        let frames: Vec<_> = info
+            .frames
+            .iter()
+            .enumerate()
+            .map(|(depth, frame)| {
+                (
+                    self.string(&frame.function),
+                    self.optional_string(frame.linkage_name.as_deref()),
+                    self.optional_string(frame.file.as_deref()),
+                    frame.line,
+                    info.frame_symbols.get(depth).copied().flatten(),
+                )
+            })
+            .collect();
+        let key = (symbol, info.unnamed, frames);
+        if let Some(&id) = self.info_ids.get(&key) {
             return id;
         }
-        let id = self.info_ids.len() as u32;
-        let symbol = info.symbol.as_ref().map_or(NONE, |s| self.symbol(s));
+        let id = self.new_info(&key);
+        self.info_ids.insert(key, id);
+        id
+    }
+
+    /// Stores the description `key` without looking for it first.
+    fn new_info(&mut self, key: &InfoKey) -> u32 {
+        let id = (self.infos.len() / RECORD_BYTES[INFOS]) as u32;
         let first = self.frame_count;
-        for (depth, frame) in info.frames.iter().enumerate() {
-            let function = self.string(&frame.function);
-            let linkage = self.optional_string(frame.linkage_name.as_deref());
-            let file = self.optional_string(frame.file.as_deref());
-            let frame_symbol = info.frame_symbols.get(depth).copied().flatten();
+        for &(function, linkage, file, line, frame_symbol) in &key.2 {
             let mut flags = 0;
-            if frame.line.is_some() {
+            if line.is_some() {
                 flags |= HAS_LINE;
             }
             if frame_symbol.is_some() {
                 flags |= HAS_FRAME_SYMBOL;
             }
-            for word in [function, linkage, file, frame.line.unwrap_or(0), flags, 0] {
+            for word in [function, linkage, file, line.unwrap_or(0), flags, 0] {
                 self.frames.extend_from_slice(&word.to_le_bytes());
             }
             self.frames
                 .extend_from_slice(&frame_symbol.unwrap_or(0).to_le_bytes());
             self.frame_count += 1;
         }
-        let flags = if info.unnamed { UNNAMED } else { 0 };
-        for word in [symbol, first, info.frames.len() as u32, flags] {
+        let flags = if key.1 { UNNAMED } else { 0 };
+        for word in [key.0, first, key.2.len() as u32, flags] {
             self.infos.extend_from_slice(&word.to_le_bytes());
         }
-        self.info_ids.insert(info.clone(), id);
         id
     }
 
@@ -734,6 +856,18 @@ impl EntryBuilder {
         // what `frame_symbols.get(depth)` gives for them as well.
         if range.start < range.end {
             let id = self.info(info);
+            self.intervals.push((range, id));
+        }
+    }
+
+    /// Adds the addresses `range`, which `info` describes, a symbol and nothing else
+    /// (no frames), which no other interval has: nothing is looked for, so that the
+    /// kernel's 100,000 symbols are stored quickly.
+    pub fn add_symbol(&mut self, range: Range<u64>, symbol: &Symbol) {
+        if range.start < range.end {
+            let name = self.new_string(&symbol.name);
+            let symbol = self.new_symbol(symbol, name);
+            let id = self.new_info(&(symbol, false, Vec::new()));
             self.intervals.push((range, id));
         }
     }
@@ -756,10 +890,21 @@ impl EntryBuilder {
         };
         let path = path.map(|p| self.string(&p.to_string_lossy()));
         let no_debug_info = self.optional_string(facts.no_debug_info.as_deref());
+        // What only served to store things once goes first, and each table once copied:
+        // the kernel's entry is some megabytes.
+        let EntryBuilder {
+            intervals: mut added,
+            infos,
+            frames,
+            symbols,
+            strings,
+            text,
+            ..
+        } = self;
         // Sorted, with overlaps dropped, and neighbours that say the same joined.
-        self.intervals.sort_by_key(|(r, _)| r.start);
-        let mut intervals: Vec<(Range<u64>, u32)> = Vec::with_capacity(self.intervals.len());
-        for (range, id) in std::mem::take(&mut self.intervals) {
+        added.sort_by_key(|(r, _)| r.start);
+        let mut intervals: Vec<(Range<u64>, u32)> = Vec::with_capacity(added.len());
+        for (range, id) in added {
             match intervals.last_mut() {
                 Some((last, _)) if range.start < last.end => {}
                 Some((last, last_id)) if range.start == last.end && *last_id == id => {
@@ -769,21 +914,20 @@ impl EntryBuilder {
             }
         }
         let mut interval_bytes = Vec::with_capacity(intervals.len() * RECORD_BYTES[INTERVALS]);
-        for (range, id) in &intervals {
+        for (range, id) in intervals {
             interval_bytes.extend_from_slice(&range.start.to_le_bytes());
             interval_bytes.extend_from_slice(&range.end.to_le_bytes());
             interval_bytes.extend_from_slice(&id.to_le_bytes());
             interval_bytes.extend_from_slice(&0u32.to_le_bytes());
         }
-        let tables: [&[u8]; 6] = [
-            &interval_bytes,
-            &self.infos,
-            &self.frames,
-            &self.symbols,
-            &self.strings,
-            &self.text,
-        ];
-        let mut out = vec![0u8; HEADER_BYTES];
+        let tables: [Vec<u8>; 6] = [interval_bytes, infos, frames, symbols, strings, text];
+        let length = HEADER_BYTES
+            + tables
+                .iter()
+                .map(|t| t.len().next_multiple_of(8))
+                .sum::<usize>();
+        let mut out = Vec::with_capacity(length);
+        out.resize(HEADER_BYTES, 0);
         out[..8].copy_from_slice(&MAGIC);
         out[8..12].copy_from_slice(&VERSION.to_le_bytes());
         let mut flags = kind << SOURCE_SHIFT;
@@ -799,13 +943,13 @@ impl EntryBuilder {
         out[72..76].copy_from_slice(&identity.mtime_nsec.to_le_bytes());
         out[76..80].copy_from_slice(&(key.build_id.len() as u32).to_le_bytes());
         out[80..80 + key.build_id.len()].copy_from_slice(&key.build_id);
-        for (t, table) in tables.iter().enumerate() {
+        for (t, table) in tables.into_iter().enumerate() {
             let offset = out.len() as u64;
             let count = (table.len() / RECORD_BYTES[t]) as u64;
             out[TABLES_AT + 16 * t..TABLES_AT + 16 * t + 8].copy_from_slice(&offset.to_le_bytes());
             out[TABLES_AT + 16 * t + 8..TABLES_AT + 16 * t + 16]
                 .copy_from_slice(&count.to_le_bytes());
-            out.extend_from_slice(table);
+            out.extend_from_slice(&table);
             out.resize(out.len().next_multiple_of(8), 0);
         }
         out[STRINGS_AT..STRINGS_AT + 4].copy_from_slice(&path.unwrap_or(NONE).to_le_bytes());
@@ -1027,6 +1171,32 @@ mod tests {
         }
         // Changes to names, lines and addresses keep an entry sound.
         assert!(accepted > 0, "some damage leaves a sound entry");
+    }
+
+    #[test]
+    fn the_kernel_build_id_is_read_from_its_notes() {
+        let mut notes = Vec::new();
+        for (name, kind, desc) in [
+            (&b"Xen\0"[..], 6u32, &[1u8, 2, 3][..]),
+            (b"GNU\0", 3, &[0xaa; 20]),
+        ] {
+            notes.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            notes.extend_from_slice(&(desc.len() as u32).to_le_bytes());
+            notes.extend_from_slice(&kind.to_le_bytes());
+            notes.extend_from_slice(name);
+            notes.extend_from_slice(desc);
+            notes.resize(notes.len().next_multiple_of(4), 0);
+        }
+        assert_eq!(gnu_build_id(&notes), Some(&[0xaa; 20][..]));
+        for len in 0..notes.len() {
+            let _ = gnu_build_id(&notes[..len]);
+        }
+        assert_eq!(gnu_build_id(&notes[..notes.len() - 4]), None);
+        // This machine's kernel, when it says.
+        if let Some(key) = kernel_key(0xffff_ffff_8100_0000) {
+            assert_eq!(kernel_key(0xffff_ffff_8100_0000), Some(key.clone()));
+            assert_ne!(kernel_key(0xffff_ffff_8200_0000), Some(key));
+        }
     }
 
     #[test]

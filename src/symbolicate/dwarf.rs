@@ -10,7 +10,7 @@ use gimli::{EndianArcSlice, RunTimeEndian};
 use object::Object;
 
 /// One function level at an address.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourceFrame {
     /// Demangled function name (`"??"` when DWARF has none).
     pub function: String,

@@ -34,10 +34,10 @@ use cfi::EhFrameSource;
 pub use cfi::{FunctionRanges, UNNAMED_PREFIX};
 pub use dwarf::{DwarfInfo, SourceFrame};
 pub use plt::{PLT_NAME, PLT_SUFFIX};
-pub use symbols::{demangle, Symbol, SymbolMap};
+pub use symbols::{demangle, Kallsyms, Symbol, SymbolMap};
 
 /// Everything known about one address.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AddressInfo {
     /// The symbol covering the address (lib-relative start).
     pub symbol: Option<Symbol>,
@@ -76,7 +76,10 @@ pub struct SymbolOptions {
     /// Where debug files found under no root are fetched from, if anywhere.
     pub debuginfod: Option<Arc<debuginfod::Client>>,
     /// The kernel's symbols ([`read_kallsyms`], read once), for kernel frames.
-    pub kernel: Option<SymbolMap>,
+    pub kernel: Option<Kallsyms>,
+    /// Without `kernel`: read them from `/proc/kallsyms` when kernel frames need them
+    /// (not when the cache names every one).
+    pub read_kallsyms: bool,
     /// The JIT dump each process wrote, by the path of its perf map (the library its JIT
     /// code is in).
     pub jit_dumps: HashMap<String, PathBuf>,
@@ -90,6 +93,7 @@ impl Default for SymbolOptions {
             debug_roots: debug_roots(&[]),
             debuginfod: None,
             kernel: None,
+            read_kallsyms: false,
             jit_dumps: HashMap::new(),
             cache: None,
         }
@@ -381,18 +385,43 @@ pub fn name_file(
     addresses: &[u64],
     opts: &SymbolOptions,
 ) -> Option<(LibFacts, Vec<AddressInfo>)> {
+    let load = || LibSymbols::load(binary, mapped_path, opts).ok_or_else(String::new);
     let Some((store, key)) = opts
         .cache
         .as_ref()
         .and_then(|c| Some((c, cache::Key::of(binary)?)))
     else {
-        let syms = LibSymbols::load(binary, mapped_path, opts)?;
+        let syms = load().ok()?;
         return Some((syms.facts(), syms.lookup_many(addresses)));
     };
     let source = cache::predict_source(binary, mapped_path, opts);
+    let missing = source == Some(cache::DebugSource::Missing);
+    name_cached(store, &key, source, addresses, load, |mut facts| {
+        // That message names the debug roots, which may be others now.
+        if missing && !binary.has_dwarf && facts.no_debug_info.is_some() {
+            facts.no_debug_info = Some(no_debug_file(binary, &[], &opts.debug_roots, None));
+        }
+        facts
+    })
+    .ok()
+}
+
+/// Names `addresses` through the cache's entry of `key`, made from the debug
+/// information `source` (`None`: which is not known without reading it, so the entry is
+/// neither used nor written): from the entry when it holds every address's function
+/// (its facts about the library adjusted by `cached_facts`), else from the symbols
+/// `load` reads, whose functions are then added to the entry.
+fn name_cached(
+    store: &cache::SymbolCache,
+    key: &cache::Key,
+    source: Option<cache::DebugSource>,
+    addresses: &[u64],
+    load: impl FnOnce() -> Result<LibSymbols, String>,
+    cached_facts: impl FnOnce(LibFacts) -> LibFacts,
+) -> Named {
     let entry = source
         .as_ref()
-        .and_then(|source| store.load(&key).filter(|e| e.source() == *source));
+        .and_then(|source| store.load(key).filter(|e| e.source() == *source));
     let mut infos: Vec<Option<AddressInfo>> = addresses
         .iter()
         .map(|&a| entry.as_ref()?.lookup(a))
@@ -401,17 +430,10 @@ pub fn name_file(
         .filter(|&i| infos[i].is_none())
         .collect();
     if let (true, Some(entry)) = (missing.is_empty(), &entry) {
-        let mut facts = entry.facts();
-        // That message names the debug roots, which may be others now.
-        if entry.source() == cache::DebugSource::Missing
-            && !binary.has_dwarf
-            && facts.no_debug_info.is_some()
-        {
-            facts.no_debug_info = Some(no_debug_file(binary, &[], &opts.debug_roots, None));
-        }
-        return Some((facts, infos.into_iter().flatten().collect()));
+        let facts = cached_facts(entry.facts());
+        return Ok((facts, infos.into_iter().flatten().collect()));
     }
-    let syms = LibSymbols::load(binary, mapped_path, opts)?;
+    let syms = load()?;
     let wanted: Vec<u64> = missing.iter().map(|&i| addresses[i]).collect();
     let (found, pieces) = syms.resolve_many(&wanted);
     for (&i, info) in missing.iter().zip(found) {
@@ -434,16 +456,16 @@ pub fn name_file(
             for (range, info) in &pieces {
                 builder.add(range.clone(), info);
             }
-            builder.finish(&key, &facts, source)
+            builder.finish(key, &facts, source)
         };
         let mut bytes = make(entry.as_ref());
         // Past the bound, the functions this run needed make a new entry.
         if bytes.len() as u64 > cache::MAX_ENTRY_BYTES && entry.is_some() {
             bytes = make(None);
         }
-        store.put(&key, bytes);
+        store.put(key, bytes);
     }
-    Some((
+    Ok((
         facts,
         infos.into_iter().map(Option::unwrap_or_default).collect(),
     ))
@@ -894,11 +916,41 @@ fn assemble(raw: RawProfile, by_lib: &[Vec<usize>], named: Vec<Option<Named>>) -
 /// shown without their library (terminal, folded stacks).
 pub const KERNEL_PREFIX: &str = "[kernel] ";
 
+/// Where the kernel's text starts (`_text`), which places kernel frames, without
+/// reading all of `/proc/kallsyms` when its first lines say (they do: the kernel lists
+/// its own symbols first, in address order); else read whole, and then its symbols
+/// come too. `(None, None)` when the addresses are hidden.
+pub fn kernel_base() -> (Option<u64>, Option<Kallsyms>) {
+    use std::io::BufRead;
+    let head = std::fs::File::open("/proc/kallsyms").ok().and_then(|file| {
+        std::io::BufReader::new(file)
+            .lines()
+            .take(KALLSYMS_HEAD_LINES)
+            .map_while(Result::ok)
+            .find_map(|line| match symbols::kallsyms_line(&line) {
+                Some((address, "T" | "t", "_text")) => Some(address),
+                _ => None,
+            })
+            .filter(|&address| address != 0)
+    });
+    if head.is_some() {
+        return (head, None);
+    }
+    let kallsyms = read_kallsyms();
+    (kallsyms.as_ref().map(|k| k.text_start), kallsyms)
+}
+
+/// How many lines of `/proc/kallsyms` are looked through for `_text`: it is within the
+/// first few (after the per-CPU variables, a few hundred, on kernels that list them).
+const KALLSYMS_HEAD_LINES: usize = 4096;
+
 /// Reads the kernel's symbols from `/proc/kallsyms`, named `[kernel] name`; `None` when
 /// they are hidden.
-pub fn read_kallsyms() -> Option<SymbolMap> {
-    let map = SymbolMap::from_kallsyms(&std::fs::read_to_string("/proc/kallsyms").ok()?)?;
-    Some(map.renamed(|name| format!("{KERNEL_PREFIX}{name}")))
+pub fn read_kallsyms() -> Option<Kallsyms> {
+    Kallsyms::parse(
+        &std::fs::read_to_string("/proc/kallsyms").ok()?,
+        KERNEL_PREFIX,
+    )
 }
 
 /// Loads the symbols of every library of `raw` from the files the profile builder
@@ -942,16 +994,85 @@ pub fn symbolicate(raw: RawProfile, lib_binaries: &[LibFile], opts: &SymbolOptio
     assemble(raw, &by_lib, named)
 }
 
-/// Names the `addresses` of one library (through the cache for files), or says why it
-/// has no names.
+/// Names the `addresses` of one library (through the cache for files and the kernel), or
+/// says why it has no names.
 fn name_lib(lib: &Lib, binary: &LibFile, addresses: &[u64], opts: &SymbolOptions) -> Named {
-    if lib.kind == LibKind::File {
-        let binary = binary.as_ref().map_err(String::clone)?;
-        return name_file(binary, &lib.path, addresses, opts)
-            .ok_or_else(|| "not an ELF file".into());
+    // A library mapped but never sampled is named nowhere, and what it lacks is not
+    // reported: nothing of it is read.
+    if addresses.is_empty() {
+        return Ok((LibFacts::default(), Vec::new()));
     }
-    let syms = load_lib(lib, binary, opts)?;
+    match lib.kind {
+        LibKind::File => {
+            let binary = binary.as_ref().map_err(String::clone)?;
+            name_file(binary, &lib.path, addresses, opts).ok_or_else(|| "not an ELF file".into())
+        }
+        LibKind::Kernel => name_kernel(lib.base, addresses, opts),
+        _ => {
+            let syms = load_lib(lib, binary, opts)?;
+            Ok((syms.facts(), syms.lookup_many(addresses)))
+        }
+    }
+}
+
+/// Names the `addresses` of the kernel, whose text starts at `base` (they are relative
+/// to it). Its own functions are the same for every run of one boot, and reading
+/// `/proc/kallsyms` takes longer than anything else sampler does after a short
+/// recording, so the cache holds every one of them, from the first run that needed it;
+/// the code of modules, BPF programs and trampolines, which come and go, is looked up
+/// anew.
+fn name_kernel(base: u64, addresses: &[u64], opts: &SymbolOptions) -> Named {
+    // Only where the kernel's addresses can be read, which the cache must not reveal
+    // where they cannot.
+    let store = opts.cache.as_ref().filter(|_| opts.read_kallsyms);
+    let cached = store.and_then(|store| Some((store, cache::kernel_key(base)?)));
+    let entry = cached.as_ref().and_then(|(store, key)| {
+        store
+            .load(key)
+            .filter(|e| e.source() == cache::DebugSource::Own)
+    });
+    if let Some(entry) = &entry {
+        let infos: Option<Vec<AddressInfo>> = addresses.iter().map(|&a| entry.lookup(a)).collect();
+        if let Some(infos) = infos {
+            return Ok((entry.facts(), infos));
+        }
+    }
+    let kallsyms = match &opts.kernel {
+        Some(kernel) => Some(kernel.clone()),
+        None if opts.read_kallsyms => read_kallsyms(),
+        None => None,
+    }
+    .ok_or("/proc/kallsyms hides addresses (kernel.kptr_restrict; run as root)")?;
+    let syms = LibSymbols {
+        symbols: kallsyms.map,
+        base,
+        ..LibSymbols::default()
+    };
+    if let (Some((store, key)), None, Some(own)) = (&cached, &entry, &kallsyms.own) {
+        store.put(key, kernel_entry(&syms, own, key));
+    }
     Ok((syms.facts(), syms.lookup_many(addresses)))
+}
+
+/// The cache entry of the kernel's own functions (`own`, in its addresses), whose
+/// symbols `syms` holds: each symbol's extent within them, with what a lookup gives
+/// there (the symbol, no frames: the kernel has no DWARF here).
+pub fn kernel_entry(syms: &LibSymbols, own: &Range<u64>, key: &cache::Key) -> Vec<u8> {
+    let mut builder = cache::EntryBuilder::default();
+    for symbol in syms.symbols.symbols() {
+        let extent = syms.symbols.extent(symbol.address);
+        if !(own.contains(&extent.start) && extent.end <= own.end && extent.start >= syms.base) {
+            continue;
+        }
+        let start = extent.start - syms.base;
+        let symbol = Symbol {
+            address: start,
+            size: symbol.size,
+            name: syms.symbols.display_name(symbol),
+        };
+        builder.add_symbol(start..extent.end - syms.base, &symbol);
+    }
+    builder.finish(key, &syms.facts(), &cache::DebugSource::Own)
 }
 
 /// The most of a perf map that is read: a line of about a hundred bytes per piece of JIT
@@ -966,10 +1087,12 @@ fn load_lib(lib: &Lib, binary: &LibFile, opts: &SymbolOptions) -> Result<LibSymb
             LibSymbols::load(binary, &lib.path, opts).ok_or_else(|| "not an ELF file".into())
         }
         LibKind::Kernel => Ok(LibSymbols {
-            symbols: opts
-                .kernel
-                .clone()
-                .ok_or("/proc/kallsyms hides addresses (kernel.kptr_restrict; run as root)")?,
+            symbols: match &opts.kernel {
+                Some(kernel) => Some(kernel.map.clone()),
+                None if opts.read_kallsyms => read_kallsyms().map(|k| k.map),
+                None => None,
+            }
+            .ok_or("/proc/kallsyms hides addresses (kernel.kptr_restrict; run as root)")?,
             base: lib.base,
             ..LibSymbols::default()
         }),

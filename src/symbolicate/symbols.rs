@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Symbol {
     pub address: u64,
     /// Size in bytes, when the table gives one.
@@ -22,8 +22,9 @@ pub struct Symbol {
 #[derive(Clone, Debug, Default)]
 pub struct SymbolMap {
     symbols: Vec<Symbol>,
-    /// By the name as stored (mangled, for ELF symbols).
-    by_name: HashMap<String, usize>,
+    /// By the name as stored (mangled, for ELF symbols); made when first asked for
+    /// (only DWARF's linkage names are looked up by name, and the kernel has none).
+    by_name: std::sync::OnceLock<HashMap<String, usize>>,
     /// Whether stored names are mangled and demangled on lookup.
     mangled: bool,
 }
@@ -35,13 +36,9 @@ impl SymbolMap {
         // A stable sort keeps the caller's preference order among equal addresses.
         symbols.sort_by_key(|s| s.address);
         symbols.dedup_by_key(|s| s.address);
-        let mut by_name = HashMap::with_capacity(symbols.len());
-        for (i, s) in symbols.iter().enumerate() {
-            by_name.entry(s.name.clone()).or_insert(i);
-        }
         SymbolMap {
             symbols,
-            by_name,
+            by_name: std::sync::OnceLock::new(),
             mangled: false,
         }
     }
@@ -49,7 +46,14 @@ impl SymbolMap {
     /// The symbol whose name, as the file stores it (mangled: a DWARF linkage name), is
     /// `name`.
     pub fn by_name(&self, name: &str) -> Option<&Symbol> {
-        self.by_name.get(name).map(|&i| &self.symbols[i])
+        let by_name = self.by_name.get_or_init(|| {
+            let mut by_name = HashMap::with_capacity(self.symbols.len());
+            for (i, s) in self.symbols.iter().enumerate() {
+                by_name.entry(s.name.clone()).or_insert(i);
+            }
+            by_name
+        });
+        by_name.get(name).map(|&i| &self.symbols[i])
     }
 
     pub fn is_empty(&self) -> bool {
@@ -267,17 +271,7 @@ fn elf_symbols(file: &object::File<'_>) -> Vec<(bool, Symbol)> {
 impl SymbolMap {
     /// Parses `/proc/kallsyms` text; `None` when the addresses are hidden (all zero).
     pub fn from_kallsyms(text: &str) -> Option<SymbolMap> {
-        let symbols: Vec<Symbol> = text
-            .lines()
-            .filter_map(kallsyms_line)
-            .filter(|&(address, kind, _)| address != 0 && matches!(kind, "T" | "t" | "W" | "w"))
-            .map(|(address, _, name)| Symbol {
-                address,
-                size: None,
-                name: name.to_string(),
-            })
-            .collect();
-        (!symbols.is_empty()).then(|| SymbolMap::new(symbols))
+        Some(Kallsyms::parse(text, "")?.map)
     }
 
     /// The kernel's text start (`_text`, else `_stext`, else the lowest symbol).
@@ -287,6 +281,67 @@ impl SymbolMap {
             .find_map(|want| self.symbols.iter().find(|s| s.name == *want))
             .or(self.symbols.first())
             .map_or(0, |s| s.address)
+    }
+
+    /// The symbols, by address.
+    pub fn symbols(&self) -> &[Symbol] {
+        &self.symbols
+    }
+}
+
+/// The kernel's code symbols, as `/proc/kallsyms` lists them.
+#[derive(Clone, Debug, Default)]
+pub struct Kallsyms {
+    pub map: SymbolMap,
+    /// Where the kernel's text starts: `_text`, else `_stext`, else its lowest symbol.
+    pub text_start: u64,
+    /// The addresses of the kernel's own functions (the lines that name no module: not
+    /// a module's, a BPF program's or a trampoline's), which one build of the kernel
+    /// always has alike; `None` when another symbol lies among them.
+    pub own: Option<std::ops::Range<u64>>,
+}
+
+impl Kallsyms {
+    /// Parses `/proc/kallsyms` text, naming each symbol `prefix` + its name; `None` when
+    /// the addresses are hidden (all zero).
+    pub fn parse(text: &str, prefix: &str) -> Option<Kallsyms> {
+        let mut symbols: Vec<Symbol> = Vec::new();
+        let (mut text_start, mut stext) = (None, None);
+        let mut own: Option<std::ops::Range<u64>> = None;
+        let mut others: Vec<u64> = Vec::new();
+        for line in text.lines() {
+            let Some((address, kind, name)) = kallsyms_line(line) else {
+                continue;
+            };
+            if address == 0 || !matches!(kind, "T" | "t" | "W" | "w") {
+                continue;
+            }
+            match name {
+                "_text" => text_start = text_start.or(Some(address)),
+                "_stext" => stext = stext.or(Some(address)),
+                _ => {}
+            }
+            // A module's name follows the symbol's, in brackets.
+            if line.split_whitespace().nth(3).is_some() {
+                others.push(address);
+            } else {
+                let range = own.get_or_insert(address..address);
+                range.start = range.start.min(address);
+                range.end = range.end.max(address);
+            }
+            symbols.push(Symbol {
+                address,
+                size: None,
+                name: format!("{prefix}{name}"),
+            });
+        }
+        let lowest = symbols.iter().map(|s| s.address).min()?;
+        let own = own.filter(|own| !others.iter().any(|a| own.start <= *a && *a <= own.end));
+        Some(Kallsyms {
+            map: SymbolMap::new(symbols),
+            text_start: text_start.or(stext).unwrap_or(lowest),
+            own,
+        })
     }
 }
 
@@ -389,6 +444,18 @@ mod tests {
         let text = "ffffffff81000000 T _text\nffffffff81001000 t helper\nffffffff82000000 D some_data\nffffffffc0001000 t mod_fn\t[kvm]\n";
         let map = SymbolMap::from_kallsyms(text).unwrap();
         assert_eq!(map.len(), 3);
+        let kallsyms = Kallsyms::parse(text, "k ").unwrap();
+        assert_eq!(kallsyms.text_start, 0xffff_ffff_8100_0000);
+        assert_eq!(
+            kallsyms.own,
+            Some(0xffff_ffff_8100_0000..0xffff_ffff_8100_1000)
+        );
+        assert_eq!(
+            kallsyms.map.lookup(0xffff_ffff_8100_0004).unwrap().name,
+            "k _text"
+        );
+        let inside = format!("{text}ffffffff81000800 t bpf_prog_1\t[bpf]\n");
+        assert_eq!(Kallsyms::parse(&inside, "").unwrap().own, None);
         assert_eq!(map.kernel_text_start(), 0xffff_ffff_8100_0000);
         assert_eq!(map.lookup(0xffff_ffff_8100_1234).unwrap().name, "helper");
         assert!(SymbolMap::from_kallsyms("0000000000000000 T _text\n").is_none());
