@@ -1,11 +1,18 @@
 //! The symbol cache against real binaries: what it keeps of a function answers every
 //! address in it exactly as reading the file's debug information does (bench-targets'
-//! inline3, the sampler binary, libc with its separate debug file), a warm run answers
-//! without reading the debug file, and a changed debug file, other debug roots, or a
-//! damaged entry make the entry be rebuilt. Needs bench-targets built (make) and, for
-//! libc, Debian's libc6-dbg; no privileges.
+//! inline3, the sampler binary, libc with its separate debug file, the kernel's
+//! symbols), a warm run answers without reading the debug file, and a changed debug
+//! file, other debug roots, or a damaged entry make the entry be rebuilt; `symbolize`
+//! and `record` through it say what they say without it, and under sudo the cache is
+//! the invoking user's. Needs bench-targets built (make), Debian's libc6-dbg for libc,
+//! root for sudo, perf for recording.
+
+mod common;
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
 
 use object::{Object, ObjectSection, ObjectSymbol};
 use sampler::binary::Binary;
@@ -25,17 +32,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn bench_target(name: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = root.join("target").join("bench-targets");
-    let status = std::process::Command::new("make")
-        .arg("-s")
-        .arg("-C")
-        .arg(root.join("bench-targets"))
-        .arg(format!("OUT={}", out.display()))
-        .status()
-        .expect("make runs");
-    assert!(status.success(), "building bench-targets failed");
-    out.join(name)
+    PathBuf::from(target(name))
 }
 
 /// The sized function symbols of an ELF file (and of its debug file, when given).
@@ -121,14 +118,12 @@ fn check_exact(path: &Path, debug_roots: Vec<PathBuf>, addresses: &[u64]) {
     );
 }
 
-#[test]
 fn functions_of_inline3_answer_as_lookups_do() {
     let path = bench_target("inline3");
     let all = addresses(&path, None, 1, 1);
     check_exact(&path, Vec::new(), &all);
 }
 
-#[test]
 fn functions_of_the_sampler_binary_answer_as_lookups_do() {
     let path = PathBuf::from(env!("CARGO_BIN_EXE_sampler"));
     let some = addresses(&path, None, 37, 101);
@@ -136,21 +131,17 @@ fn functions_of_the_sampler_binary_answer_as_lookups_do() {
 }
 
 /// libc's debug file, when Debian's libc6-dbg is installed.
-fn libc_debug_file() -> Option<PathBuf> {
+fn libc_debug_file() -> Option<String> {
     let binary = Binary::open(Path::new(LIBC))?;
     let path = sampler::locate::build_id_path(
         Path::new(symbolicate::DEFAULT_DEBUG_ROOT),
         binary.build_id.as_ref()?,
     );
-    path.exists().then_some(path)
+    path.exists().then(|| path.display().to_string())
 }
 
-#[test]
 fn functions_of_libc_with_its_debug_file_answer_as_lookups_do() {
-    let Some(debug) = libc_debug_file() else {
-        eprintln!("SKIPPED: no debug file for {LIBC} (libc6-dbg)");
-        return;
-    };
+    let debug = PathBuf::from(libc_debug_file().expect("the test's need"));
     let some = addresses(Path::new(LIBC), Some(&debug), 3, 7);
     check_exact(Path::new(LIBC), symbolicate::debug_roots(&[]), &some);
 }
@@ -186,10 +177,7 @@ fn stripped_inline3(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let debug = sampler::locate::build_id_path(&root, binary.build_id.as_ref().unwrap());
     std::fs::create_dir_all(debug.parent().unwrap()).unwrap();
     let run = |args: &[&std::ffi::OsStr]| {
-        let status = std::process::Command::new("objcopy")
-            .args(args)
-            .status()
-            .unwrap();
+        let status = Command::new("objcopy").args(args).status().unwrap();
         assert!(status.success());
     };
     run(&[
@@ -206,7 +194,6 @@ fn stripped_inline3(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     (stripped, root, debug)
 }
 
-#[test]
 fn a_warm_run_answers_without_reading_the_debug_file() {
     let dir = scratch("warm");
     let (path, root, debug) = stripped_inline3(&dir);
@@ -240,7 +227,6 @@ fn a_warm_run_answers_without_reading_the_debug_file() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
 fn another_debug_root_or_a_new_debug_file_makes_the_entry_stale() {
     let dir = scratch("stale");
     let (path, root, debug) = stripped_inline3(&dir);
@@ -268,14 +254,13 @@ fn another_debug_root_or_a_new_debug_file_makes_the_entry_stale() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
 fn a_damaged_entry_is_rebuilt() {
     let dir = scratch("damaged");
     let path = bench_target("inline3");
     let cache_root = dir.join("cache");
     let some = addresses(&path, None, 1, 1);
     let (_, first) = name(&path, &some, Vec::new(), &cache_root);
-    let entries: Vec<PathBuf> = std::fs::read_dir(cache_root.join("symbols"))
+    let entries: Vec<PathBuf> = std::fs::read_dir(cache_root.join("sampler/symbols"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
@@ -297,7 +282,6 @@ fn a_damaged_entry_is_rebuilt() {
 
 /// The kernel's entry (all its own functions, from the first run that needs one) answers
 /// every address of them as a lookup in `/proc/kallsyms` does, and none of a module's.
-#[test]
 fn the_kernel_entry_answers_as_kallsyms_lookups_do() {
     let made_up = "\
 ffffffff81000000 T _stext
@@ -354,4 +338,209 @@ ffffffffc0002000 t bpf_prog_6deef7357e7b4530_sd_fw_egress\t[bpf]
         }
         assert!(covered > 0);
     }
+}
+
+/// `sampler symbolize -e PROGRAM ADDRESS...` with `options` and the environment `env`;
+/// its standard output and error.
+fn symbolize(
+    program: &Path,
+    addresses: &[u64],
+    options: &[&str],
+    env: &[(&str, &Path)],
+) -> (String, String) {
+    let mut cmd = Command::new(sampler_bin());
+    cmd.args(["symbolize", "-e"]).arg(program).args(options);
+    cmd.args(addresses.iter().map(|a| format!("{a:x}")));
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
+    let o = cmd.output().expect("sampler runs");
+    assert!(o.status.success(), "sampler failed: {}", stderr(&o));
+    (String::from_utf8_lossy(&o.stdout).into_owned(), stderr(&o))
+}
+
+/// `symbolize` prints the same, cold (filling the cache), warm and with `--no-cache`,
+/// which neither reads nor writes it.
+fn symbolize_says_the_same_through_the_cache() {
+    let dir = scratch("symbolize");
+    let (path, root, _) = stripped_inline3(&dir);
+    let some = addresses(&bench_target("inline3"), None, 1, 7);
+    let cache = dir.join("cache");
+    let env = [("XDG_CACHE_HOME", cache.as_path())];
+    let root = root.display().to_string();
+    let with_root = ["--debug-root", root.as_str()];
+    let off = [&with_root[..], &["--no-cache"]].concat();
+    let (uncached, _) = symbolize(&path, &some, &off, &env);
+    assert!(!cache.exists(), "--no-cache writes nothing");
+    assert!(uncached.contains("inline3.c:"), "{uncached}");
+    let (cold, _) = symbolize(&path, &some, &with_root, &env);
+    let entries = std::fs::read_dir(cache.join("sampler/symbols"))
+        .unwrap()
+        .count();
+    assert_eq!(entries, 1, "one entry, the program's");
+    let (warm, _) = symbolize(&path, &some, &with_root, &env);
+    assert_eq!(cold, uncached);
+    assert_eq!(warm, uncached);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A recording fills the cache; the next one, named from it, names the same functions,
+/// inlined calls included.
+fn a_recording_fills_the_cache_and_the_next_names_from_it() {
+    let dir = scratch("record");
+    let cache = dir.join("cache");
+    let names = |run: &str| {
+        let out = dir.join(format!("{run}.json"));
+        let o = Command::new(sampler_bin())
+            .args(["record", "-o"])
+            .arg(&out)
+            .args(["--", &target("split7030"), "1"])
+            .env("XDG_CACHE_HOME", &cache)
+            .output()
+            .expect("sampler runs");
+        assert!(o.status.success(), "sampler failed: {}", stderr(&o));
+        let p = load_checked(&out);
+        let mut names: Vec<(String, u64)> = thread_frames(&p)
+            .into_iter()
+            .flat_map(|(_, stacks)| stacks)
+            .flatten()
+            .filter(|f| ["main", "outer", "hot_a", "hot_b", "sum_to"].contains(&f.name.as_str()))
+            .map(|f| (f.name, f.inline_depth))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    };
+    let cold = names("cold");
+    assert!(cold.contains(&("sum_to".to_string(), 1)), "{cold:?}");
+    let entries: Vec<_> = std::fs::read_dir(cache.join("sampler/symbols"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let split7030 = Binary::open(&bench_target("split7030")).unwrap();
+    let hex: String = split7030
+        .build_id
+        .unwrap()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert!(
+        entries
+            .iter()
+            .any(|e| e.to_string_lossy().starts_with(&hex)),
+        "{entries:?}"
+    );
+    assert_eq!(names("warm"), cold);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The user nobody, in whose name `sudo` would have been run.
+const NOBODY: u32 = 65534;
+
+/// Under sudo the cache is the invoking user's: created in their cache directory and
+/// given to them; a link planted in it, or a directory of someone else's, is not written
+/// through, and naming goes on without the cache.
+fn under_sudo_the_cache_is_the_users_and_links_are_not_followed() {
+    use std::os::unix::fs::{chown, symlink, MetadataExt};
+    let dir = scratch("sudo");
+    let program = bench_target("inline3");
+    let some = addresses(&program, None, 1, 13);
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    chown(&home, Some(NOBODY), Some(NOBODY)).unwrap();
+    let as_sudo = |cache: &Path| {
+        let mut cmd = Command::new(sampler_bin());
+        cmd.args(["symbolize", "-e"]).arg(&program);
+        cmd.args(some.iter().map(|a| format!("{a:x}")));
+        let o = cmd
+            .env("SUDO_UID", NOBODY.to_string())
+            .env("SUDO_GID", NOBODY.to_string())
+            .env("XDG_CACHE_HOME", cache)
+            .output()
+            .expect("sampler runs");
+        assert!(o.status.success(), "sampler failed: {}", stderr(&o));
+        (String::from_utf8_lossy(&o.stdout).into_owned(), stderr(&o))
+    };
+    let (expected, _) = symbolize(&program, &some, &["--no-cache"], &[]);
+
+    // The cache does not exist yet: sampler creates it, and everything in it is nobody's.
+    let cache = home.join(".cache");
+    let (out, _) = as_sudo(&cache);
+    assert_eq!(out, expected);
+    let symbols = cache.join("sampler/symbols");
+    let entry = std::fs::read_dir(&symbols)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    for path in [cache.clone(), cache.join("sampler"), symbols.clone(), entry] {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (NOBODY, NOBODY),
+            "{} belongs to the user who ran sudo",
+            path.display()
+        );
+    }
+    let (warm, _) = as_sudo(&cache);
+    assert_eq!(warm, expected);
+
+    // `sampler` or `sampler/symbols` in the user's cache is a link to a directory of
+    // root's, or `sampler` is root's own directory: nothing is written there, the run goes
+    // on and says why.
+    let roots_dir = dir.join("roots");
+    std::fs::create_dir_all(&roots_dir).unwrap();
+    let users = |name: &str, dirs: &[&str]| {
+        let mut path = home.join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        chown(&path, Some(NOBODY), Some(NOBODY)).unwrap();
+        for dir in dirs {
+            path = path.join(dir);
+            std::fs::create_dir_all(&path).unwrap();
+            chown(&path, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        path
+    };
+    symlink(&roots_dir, users("linked", &[]).join("sampler")).unwrap();
+    symlink(
+        &roots_dir,
+        users("linked-below", &["sampler"]).join("symbols"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(users("others", &[]).join("sampler")).unwrap();
+    for (name, why) in [
+        ("linked", "is a symbolic link"),
+        ("linked-below", "is a symbolic link"),
+        ("others", "belongs to user 0"),
+    ] {
+        let cache = home.join(name);
+        let (out, err) = as_sudo(&cache);
+        assert_eq!(out, expected);
+        assert!(err.contains("symbol cache: cannot write into"), "{err}");
+        assert!(err.contains(why), "{err}");
+        eprintln!("{}: {}", cache.display(), err.trim());
+        assert_eq!(
+            std::fs::read_dir(&roots_dir).unwrap().count(),
+            0,
+            "nothing written through the link into root's directory"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn main() {
+    run_tests(tests![
+        functions_of_inline3_answer_as_lookups_do;
+        functions_of_the_sampler_binary_answer_as_lookups_do;
+        functions_of_libc_with_its_debug_file_answer_as_lookups_do:
+            Need::Located("libc's debug file (libc6-dbg)", libc_debug_file);
+        a_warm_run_answers_without_reading_the_debug_file;
+        another_debug_root_or_a_new_debug_file_makes_the_entry_stale;
+        a_damaged_entry_is_rebuilt;
+        the_kernel_entry_answers_as_kallsyms_lookups_do;
+        symbolize_says_the_same_through_the_cache;
+        a_recording_fills_the_cache_and_the_next_names_from_it: Need::Perf;
+        under_sudo_the_cache_is_the_users_and_links_are_not_followed: Need::Root;
+    ]);
 }

@@ -36,10 +36,9 @@ use crate::binary::Binary;
 use crate::emit::output::SudoUser;
 use crate::usercache::{self, TempFile};
 
-/// The cache's directory under the user's cache directory.
-const DIR_NAME: &str = "sampler";
-/// The directory of symbol entries within it (other caches may come beside it).
-const SYMBOLS_DIR: &str = "symbols";
+/// The cache's directory under the user's cache directory, and the directory of symbol
+/// entries within it (other caches may come beside it).
+const DIRS: [&str; 2] = ["sampler", "symbols"];
 
 /// The largest entry written or read: 32 MiB. An entry holds only the functions
 /// profiles needed, about 1 KB each with their inline chains (libc's, after a dozen
@@ -192,7 +191,7 @@ pub fn predict_source(
 /// The symbol cache of one run: where it is, whose it is, and the entries to write.
 #[derive(Debug)]
 pub struct SymbolCache {
-    /// `…/sampler`, under the user's cache directory.
+    /// The user's cache directory, which holds [`DIRS`].
     root: PathBuf,
     owner: Option<SudoUser>,
     pending: Mutex<Vec<(String, Vec<u8>)>>,
@@ -205,12 +204,13 @@ impl SymbolCache {
         let owner = SudoUser::from_env();
         let home = usercache::user_home(owner);
         let xdg = std::env::var("XDG_CACHE_HOME").ok();
-        let root = usercache::cache_home(xdg.as_deref(), home.as_deref())?.join(DIR_NAME);
+        let root = usercache::cache_home(xdg.as_deref(), home.as_deref())?;
         Some(SymbolCache::at(root, owner))
     }
 
-    /// The cache under `root` (entries in `root/symbols`), owned by `owner` (else by
-    /// whoever runs sampler).
+    /// The cache in the cache directory `root` (entries in `root/sampler/symbols`),
+    /// owned by `owner` (else by whoever runs sampler). `root` is opened by path (a link
+    /// there is the user's choice); no link below it is followed.
     pub fn at(root: PathBuf, owner: Option<SudoUser>) -> SymbolCache {
         SymbolCache {
             root,
@@ -221,13 +221,14 @@ impl SymbolCache {
 
     /// Where the entries are.
     pub fn dir(&self) -> PathBuf {
-        self.root.join(SYMBOLS_DIR)
+        DIRS.iter()
+            .fold(self.root.clone(), |dir, name| dir.join(name))
     }
 
     /// The entry of `key`, when there is one and it is sound; its use is recorded (its
     /// modification time), which keeps it from eviction.
     pub fn load(&self, key: &Key) -> Option<Entry> {
-        let dir = usercache::open_dir(&self.root, &[SYMBOLS_DIR], self.owner, false).ok()?;
+        let dir = usercache::open_dir(&self.root, &DIRS, self.owner, false).ok()?;
         let file = usercache::open_file(&dir, &key.file_name(), self.owner).ok()?;
         if file.metadata().ok()?.len() > MAX_ENTRY_BYTES {
             return None;
@@ -262,8 +263,7 @@ impl SymbolCache {
             return Ok(0);
         }
         let cannot = |e: std::io::Error| format!("cannot write into {}: {e}", self.dir().display());
-        let dir =
-            usercache::open_dir(&self.root, &[SYMBOLS_DIR], self.owner, true).map_err(cannot)?;
+        let dir = usercache::open_dir(&self.root, &DIRS, self.owner, true).map_err(cannot)?;
         let mut written = Vec::new();
         for (name, bytes) in &pending {
             let dir = dir.try_clone().map_err(cannot)?;
@@ -1209,7 +1209,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sampler-evict-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let cache = SymbolCache::at(dir.clone(), None);
-        let fd = usercache::open_dir(&dir, &[SYMBOLS_DIR], None, true).unwrap();
+        let fd = usercache::open_dir(&dir, &DIRS, None, true).unwrap();
         let entries = cache.dir();
         let old = SystemTime::now() - Duration::from_secs(2 * STALE_TEMP.as_secs());
         for (i, name) in ["a", "b", "c", "d"].iter().enumerate() {
