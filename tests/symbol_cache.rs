@@ -87,7 +87,11 @@ fn check_exact(path: &Path, debug_roots: Vec<PathBuf>, addresses: &[u64]) {
     };
     let syms = LibSymbols::load(&binary, path.to_str().unwrap(), &opts).unwrap();
     let expected = syms.lookup_many(addresses);
-    let (resolved, pieces) = syms.resolve_many(addresses);
+    let pieces = std::sync::Mutex::new(Vec::new());
+    let resolved = syms.resolve_many(addresses, &|function| {
+        pieces.lock().unwrap().extend_from_slice(function)
+    });
+    let pieces = pieces.into_inner().unwrap();
     let mut differ = 0;
     for ((address, want), got) in addresses.iter().zip(&expected).zip(&resolved) {
         if want != got && differ < 5 {

@@ -607,6 +607,11 @@ impl Entry {
         }
     }
 
+    /// The entry's size in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.bytes.len()
+    }
+
     /// The number of intervals (pieces of functions) the entry holds.
     pub fn len(&self) -> usize {
         self.count(INTERVALS)
@@ -699,11 +704,11 @@ pub struct EntryBuilder {
 /// A hash map with a fast hash of keys that no one chooses to collide (indexes,
 /// addresses and the hashes of names, of the builder's own making): SipHash, the
 /// standard one, made up most of the time the kernel's entry took to make.
-type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FastHasher>>;
+pub(crate) type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FastHasher>>;
 
 /// A multiply-and-rotate hash of the words written to it.
 #[derive(Default)]
-struct FastHasher(u64);
+pub(crate) struct FastHasher(u64);
 
 impl std::hash::Hasher for FastHasher {
     fn write(&mut self, bytes: &[u8]) {
@@ -740,6 +745,62 @@ impl std::hash::Hasher for FastHasher {
 type InfoKey = (u32, bool, Vec<(u32, u32, u32, Option<u32>, Option<u64>)>);
 
 impl EntryBuilder {
+    /// A builder that holds what `entry` holds, its tables copied as they are (which a
+    /// checked entry allows), so that functions are added to it without reading back
+    /// what it knew.
+    pub fn from_entry(entry: &Entry) -> EntryBuilder {
+        let table = |t: usize| {
+            let (offset, count) = entry.tables[t];
+            entry.bytes[offset..offset + count * RECORD_BYTES[t]].to_vec()
+        };
+        let mut builder = EntryBuilder {
+            infos: table(INFOS),
+            frames: table(FRAMES),
+            frame_count: entry.count(FRAMES) as u32,
+            symbols: table(SYMBOLS),
+            strings: table(STRINGS),
+            text: table(TEXT),
+            ..EntryBuilder::default()
+        };
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let hasher = BuildHasherDefault::<FastHasher>::default();
+        for id in 0..entry.count(STRINGS) as u32 {
+            let hash = hasher.hash_one(entry.string(id).unwrap_or_default().as_str());
+            builder.string_ids.entry(hash).or_insert(id);
+        }
+        for id in 0..entry.count(SYMBOLS) {
+            let at = entry.record(SYMBOLS, id);
+            let size = (entry.u32(at + 20) & HAS_SIZE != 0).then(|| entry.u64(at + 8));
+            let key = (entry.u64(at), size, entry.u32(at + 16));
+            builder.symbol_ids.entry(key).or_insert(id as u32);
+        }
+        for id in 0..entry.count(INFOS) {
+            let at = entry.record(INFOS, id);
+            let (first, count) = (entry.u32(at + 4) as usize, entry.u32(at + 8) as usize);
+            let frames = (first..first + count)
+                .map(|f| {
+                    let at = entry.record(FRAMES, f);
+                    let flags = entry.u32(at + 16);
+                    (
+                        entry.u32(at),
+                        entry.u32(at + 4),
+                        entry.u32(at + 8),
+                        (flags & HAS_LINE != 0).then(|| entry.u32(at + 12)),
+                        (flags & HAS_FRAME_SYMBOL != 0).then(|| entry.u64(at + 24)),
+                    )
+                })
+                .collect();
+            let key = (entry.u32(at), entry.u32(at + 12) & UNNAMED != 0, frames);
+            builder.info_ids.entry(key).or_insert(id as u32);
+        }
+        for i in 0..entry.count(INTERVALS) {
+            let at = entry.record(INTERVALS, i);
+            let range = entry.u64(at)..entry.u64(at + 8);
+            builder.intervals.push((range, entry.u32(at + 16)));
+        }
+        builder
+    }
+
     /// Stores `s` without looking for it first.
     fn new_string(&mut self, s: &str) -> u32 {
         let id = (self.strings.len() / RECORD_BYTES[STRINGS]) as u32;
@@ -1067,6 +1128,35 @@ mod tests {
             Entry::parse(entry.bytes.clone(), &other).is_err(),
             "another file's"
         );
+    }
+
+    #[test]
+    fn an_entry_grows_from_what_it_held() {
+        let (intervals, bytes) = sample();
+        let entry = Entry::parse(bytes.clone(), &key()).unwrap();
+        let facts = entry.facts();
+        let source = entry.source();
+        let same = EntryBuilder::from_entry(&entry).finish(&key(), &facts, &source);
+        assert_eq!(same, bytes, "nothing added, nothing changed");
+        let mut builder = EntryBuilder::from_entry(&entry);
+        // Known strings, symbols and descriptions are found, not stored again.
+        builder.add(0x3000..0x3010, &intervals[1].1);
+        let more = AddressInfo {
+            frames: vec![frame("new", Some("a.c"), Some(99))],
+            frame_symbols: vec![None],
+            ..intervals[0].1.clone()
+        };
+        builder.add(0x3010..0x3020, &more);
+        let grown = Entry::parse(builder.finish(&key(), &facts, &source), &key()).unwrap();
+        assert_eq!(grown.count(INFOS), entry.count(INFOS) + 1);
+        assert_eq!(grown.count(SYMBOLS), entry.count(SYMBOLS));
+        assert_eq!(grown.count(STRINGS), entry.count(STRINGS) + 2, "new, _Znew");
+        for (range, info) in intervals.iter().chain([
+            &(0x3000..0x3010, intervals[1].1.clone()),
+            &(0x3010..0x3020, more),
+        ]) {
+            assert_eq!(grown.lookup(range.start).as_ref(), Some(info));
+        }
     }
 
     #[test]

@@ -307,12 +307,9 @@ impl LibSymbols {
 
 impl LibSymbols {
     /// [`LibSymbols::lookup_many`], resolving the whole function of each address (see
-    /// [`Names::resolve`]): the answers, and every piece of the functions resolved, to be
-    /// kept in the cache. Split across the CPUs as `lookup_many` is.
-    pub fn resolve_many(
-        &self,
-        addresses: &[u64],
-    ) -> (Vec<AddressInfo>, Vec<(Range<u64>, AddressInfo)>) {
+    /// [`Names::resolve`]) and handing each function's pieces to `keep` (for the cache)
+    /// as it is resolved. Split across the CPUs as `lookup_many` is.
+    pub fn resolve_many(&self, addresses: &[u64], keep: &Keep<'_>) -> Vec<AddressInfo> {
         let workers = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .min(addresses.len() / ADDRESSES_PER_WORKER)
@@ -327,32 +324,29 @@ impl LibSymbols {
         // The addresses of one share, in address order, each function resolved once.
         let share = |share: &[usize], dwarf: Option<&DwarfInfo>| {
             let mut answers = Vec::with_capacity(share.len());
-            let mut pieces: Vec<(Range<u64>, AddressInfo)> = Vec::new();
-            let mut demangled = HashMap::new();
-            let mut current = 0..0;
+            let mut function: Vec<(Range<u64>, AddressInfo)> = Vec::new();
+            let mut demangled = cache::FastMap::default();
             for &i in share {
                 let address = addresses[i];
-                if piece_at(&pieces[current.clone()], address).is_none() {
-                    if let Some(new) = names.resolve(dwarf, address, &mut demangled) {
-                        current = pieces.len()..pieces.len() + new.len();
-                        pieces.extend(new);
+                if piece_at(&function, address).is_none() {
+                    if let Some(pieces) = names.resolve(dwarf, address, &mut demangled) {
+                        keep(&pieces);
+                        function = pieces;
                     }
                 }
-                let info = piece_at(&pieces[current.clone()], address)
+                let info = piece_at(&function, address)
                     .cloned()
                     .unwrap_or_else(|| names.lookup(dwarf, address));
                 answers.push((i, info));
             }
-            (answers, pieces)
+            answers
         };
         let mut out = vec![AddressInfo::default(); addresses.len()];
-        let mut all_pieces = Vec::new();
         if forks.len() < 2 || forks.iter().any(Option::is_none) {
-            let (answers, pieces) = share(&order, self.dwarf.as_ref());
-            for (i, info) in answers {
+            for (i, info) in share(&order, self.dwarf.as_ref()) {
                 out[i] = info;
             }
-            return (out, pieces);
+            return out;
         }
         std::thread::scope(|scope| {
             let handles: Vec<_> = order
@@ -364,16 +358,17 @@ impl LibSymbols {
                 })
                 .collect();
             for handle in handles {
-                let (answers, pieces) = handle.join().unwrap_or_default();
-                for (i, info) in answers {
+                for (i, info) in handle.join().unwrap_or_default() {
                     out[i] = info;
                 }
-                all_pieces.extend(pieces);
             }
         });
-        (out, all_pieces)
+        out
     }
 }
+
+/// What receives the pieces of each function [`LibSymbols::resolve_many`] resolves.
+pub type Keep<'a> = dyn Fn(&[(Range<u64>, AddressInfo)]) + Sync + 'a;
 
 /// Names `addresses` (lib-relative) of `binary`, mapped from `mapped_path`, and says what
 /// the file lacks: from the cache when it holds every address's function, else from the
@@ -435,7 +430,21 @@ fn name_cached(
     }
     let syms = load()?;
     let wanted: Vec<u64> = missing.iter().map(|&i| addresses[i]).collect();
-    let (found, pieces) = syms.resolve_many(&wanted);
+    // The functions resolved go into the entry as they come, after those it held, unless
+    // that is already half the bound: then this run's functions make a new one.
+    let builder = std::sync::Mutex::new(match &entry {
+        Some(old) if (old.byte_len() as u64) <= cache::MAX_ENTRY_BYTES / 2 => {
+            cache::EntryBuilder::from_entry(old)
+        }
+        _ => cache::EntryBuilder::default(),
+    });
+    let keep = |pieces: &[(Range<u64>, AddressInfo)]| {
+        let mut builder = builder.lock().unwrap_or_else(|e| e.into_inner());
+        for (range, info) in pieces {
+            builder.add(range.clone(), info);
+        }
+    };
+    let found = syms.resolve_many(&wanted, &keep);
     for (&i, info) in missing.iter().zip(found) {
         infos[i] = Some(info);
     }
@@ -448,22 +457,8 @@ fn name_cached(
         None => false,
     };
     if let (true, Some(source)) = (used, &source) {
-        let make = |old: Option<&cache::Entry>| {
-            let mut builder = cache::EntryBuilder::default();
-            for (range, info) in old.into_iter().flat_map(cache::Entry::intervals) {
-                builder.add(range, &info);
-            }
-            for (range, info) in &pieces {
-                builder.add(range.clone(), info);
-            }
-            builder.finish(key, &facts, source)
-        };
-        let mut bytes = make(entry.as_ref());
-        // Past the bound, the functions this run needed make a new entry.
-        if bytes.len() as u64 > cache::MAX_ENTRY_BYTES && entry.is_some() {
-            bytes = make(None);
-        }
-        store.put(key, bytes);
+        let builder = builder.into_inner().unwrap_or_else(|e| e.into_inner());
+        store.put(key, builder.finish(key, &facts, source));
     }
     Ok((
         facts,
@@ -579,7 +574,7 @@ impl<'a> Names<'a> {
         &self,
         dwarf: Option<&DwarfInfo>,
         address: u64,
-        demangled: &mut HashMap<String, String>,
+        demangled: &mut cache::FastMap<String, String>,
     ) -> Option<Vec<(Range<u64>, AddressInfo)>> {
         let probe = address.wrapping_add(self.base);
         let mut extent = self.symbols.extent(probe);
