@@ -291,6 +291,14 @@ impl Binary {
         object::ReadCache::new(At::new(self.image.clone()))
     }
 
+    /// The file's size in bytes.
+    pub fn size(&self) -> std::io::Result<u64> {
+        match &self.image {
+            Image::Bytes(data) => Ok(data.len() as u64),
+            Image::File(file) => Ok(file.metadata()?.len()),
+        }
+    }
+
     /// The whole file's bytes: shared when they are in memory, else read from the open
     /// file (for the symbolicator, which drops them when it is done with the file).
     pub fn bytes(&self) -> std::io::Result<Arc<[u8]>> {

@@ -189,11 +189,16 @@ pub struct DebugArgs {
     /// Do not fetch missing debug files from the debuginfod servers in $DEBUGINFOD_URLS.
     #[arg(long = "no-debuginfod")]
     pub no_debuginfod: bool,
+    /// Neither read nor write the symbol cache ($XDG_CACHE_HOME/sampler, else
+    /// ~/.cache/sampler): read every file's symbols and debug information anew.
+    #[arg(long = "no-cache")]
+    pub no_cache: bool,
 }
 
 impl DebugArgs {
-    /// The symbol options these give: the debug roots, and the debuginfod client unless
-    /// it is switched off or no server is listed.
+    /// The symbol options these give: the debug roots, the debuginfod client unless it
+    /// is switched off or no server is listed, and the symbol cache unless it is
+    /// switched off.
     pub fn symbol_options(&self) -> crate::symbolicate::SymbolOptions {
         use crate::debuginfod;
         crate::symbolicate::SymbolOptions {
@@ -202,6 +207,10 @@ impl DebugArgs {
                 .then(debuginfod::Config::from_env)
                 .flatten()
                 .map(|c| std::sync::Arc::new(debuginfod::Client::new(c))),
+            cache: (!self.no_cache)
+                .then(crate::symbolicate::cache::SymbolCache::from_env)
+                .flatten()
+                .map(std::sync::Arc::new),
             ..Default::default()
         }
     }

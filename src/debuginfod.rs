@@ -15,25 +15,19 @@
 //!   renamed to `CACHE/HEX/debuginfo`. A failed or refused download leaves no file.
 //! - Under sudo the cache is the invoking user's (their home, their files): every
 //!   directory is opened relative to one already opened and checked to be theirs, new
-//!   ones are created and given to them through their descriptors, never by path.
+//!   ones are created and given to them through their descriptors, never by path
+//!   ([`crate::usercache`], which the symbol cache shares).
 //! - Nothing here fails the run: what went wrong is said in [`Client::summary`].
 
 use std::collections::HashMap;
 use std::fmt;
-use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
-use nix::fcntl::{openat, renameat, OFlag, AT_FDCWD};
-use nix::sys::stat::{fstat, mkdirat, Mode};
-use nix::unistd::{fchown, unlinkat, Gid, Uid, UnlinkatFlags};
-
 use crate::emit::output::SudoUser;
+use crate::usercache::{self, TempFile};
 
 /// How long a server may take to accept the connection, to start answering, and, once
 /// it sends the file, to send the next bytes, when `DEBUGINFOD_TIMEOUT` does not say.
@@ -63,8 +57,6 @@ const CACHE_DIR_NAME: &str = "debuginfod_client";
 /// Permission bits of a cached file: the user's, readable by others as files under the
 /// usual umask are (debug files are not secret).
 const FILE_MODE: u32 = 0o644;
-/// Permission bits of a new cache directory, for the same reason.
-const DIR_MODE: u32 = 0o755;
 
 /// The server URLs of a `DEBUGINFOD_URLS` value: separated by white space, without a
 /// trailing `/`. elfutils' `ima:` policy tags are not URLs and are left out.
@@ -90,10 +82,10 @@ pub fn cache_dir(
     xdg_cache_home: Option<&str>,
     home: Option<&Path>,
 ) -> Option<PathBuf> {
-    let set = |v: Option<&str>| v.filter(|v| !v.is_empty()).map(PathBuf::from);
-    set(cache_path)
-        .or_else(|| set(xdg_cache_home).map(|d| d.join(CACHE_DIR_NAME)))
-        .or_else(|| Some(home?.join(".cache").join(CACHE_DIR_NAME)))
+    match cache_path.filter(|v| !v.is_empty()) {
+        Some(path) => Some(PathBuf::from(path)),
+        None => Some(usercache::cache_home(xdg_cache_home, home)?.join(CACHE_DIR_NAME)),
+    }
 }
 
 /// A time-out in seconds as `DEBUGINFOD_TIMEOUT` gives it: zero or negative is none;
@@ -148,13 +140,7 @@ impl Config {
         let owner = SudoUser::from_env();
         // Under sudo HOME may still be the user's or already root's; the cache is the
         // user's either way.
-        let home = match owner {
-            Some(user) => nix::unistd::User::from_uid(Uid::from_raw(user.uid))
-                .ok()
-                .flatten()
-                .map(|u| u.dir),
-            None => std::env::var_os("HOME").map(PathBuf::from),
-        };
+        let home = usercache::user_home(owner);
         let seconds = |name: &str| {
             var(name)
                 .and_then(|v| v.trim().parse::<u64>().ok())
@@ -256,6 +242,11 @@ impl Client {
             down: Mutex::default(),
             report: Mutex::default(),
         }
+    }
+
+    /// Where the cache keeps the debug file of build ID `id`, whether it is there or not.
+    pub fn cached_path(&self, id: &[u8]) -> Option<PathBuf> {
+        Some(self.config.cache.as_ref()?.join(hex(id)).join(CACHED_NAME))
     }
 
     /// The debug file of build ID `id` (of the file `name`, for messages), from the cache
@@ -378,13 +369,13 @@ impl Client {
             }
             _ => {}
         }
-        let dir = match open_cache_dir(cache, hex, self.config.owner) {
+        let dir = match usercache::open_dir(cache, &[hex], self.config.owner, true) {
             Ok(dir) => dir,
             Err(e) => {
                 return Answer::NoCache(format!("cannot use the cache {}: {e}", cache.display()))
             }
         };
-        let mut temp = match TempFile::create(dir) {
+        let mut temp = match TempFile::create(dir, CACHED_NAME, FILE_MODE) {
             Ok(t) => t,
             Err(e) => {
                 return Answer::Refused(format!("cannot write into {}: {e}", cache.display()))
@@ -396,12 +387,12 @@ impl Client {
             Ok(n) => n,
             Err(e) => return Answer::Down(format!("the download broke off: {}", io_reason(&e))),
         };
-        if let Err(why) = temp.verify(id) {
+        if let Err(why) = verify_written(&mut temp, id) {
             return Answer::Refused(format!(
                 "sent a file for {hex} that is not its debug file: {why}"
             ));
         }
-        match temp.commit(self.config.owner) {
+        match temp.commit(self.config.owner, true) {
             Ok(()) => Answer::Fetched(cache.join(hex).join(CACHED_NAME), bytes),
             Err(e) => Answer::Refused(format!("cannot write into {}: {e}", cache.display())),
         }
@@ -494,150 +485,18 @@ fn io_reason(e: &io::Error) -> String {
     }
 }
 
-/// Opens `CACHE/HEX` for writing, creating what is missing of it. The nearest directory
-/// that exists is opened by path; everything below it is opened relative to it without
-/// following links, and every one of them must belong to the cache's user (the sudo
-/// user, else whoever runs sampler) before anything is written into it.
-fn open_cache_dir(cache: &Path, hex: &str, owner: Option<SudoUser>) -> io::Result<OwnedFd> {
-    let user = owner.map_or_else(|| Uid::effective().as_raw(), |u| u.uid);
-    let mut missing: Vec<std::ffi::OsString> = vec![hex.into()];
-    let mut existing = cache.to_path_buf();
-    let directory = OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC;
-    let mut dir = loop {
-        match openat(AT_FDCWD, &existing, directory, Mode::empty()) {
-            Ok(fd) => break fd,
-            Err(Errno::ENOENT) => {
-                let name = existing.file_name().map(|n| n.to_os_string());
-                match (name, existing.parent()) {
-                    (Some(name), Some(parent)) if !parent.as_os_str().is_empty() => {
-                        missing.push(name);
-                        existing = parent.to_path_buf();
-                    }
-                    _ => return Err(Errno::ENOENT.into()),
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
-    };
-    check_owner(&dir, user, &existing)?;
-    while let Some(name) = missing.pop() {
-        let created = match mkdirat(&dir, name.as_os_str(), Mode::from_bits_truncate(DIR_MODE)) {
-            Ok(()) => true,
-            Err(Errno::EEXIST) => false,
-            Err(e) => return Err(e.into()),
-        };
-        existing.push(&name);
-        let sub = match openat(
-            &dir,
-            name.as_os_str(),
-            directory | OFlag::O_NOFOLLOW,
-            Mode::empty(),
-        ) {
-            Ok(sub) => sub,
-            Err(Errno::ELOOP | Errno::ENOTDIR) => {
-                return Err(io::Error::other(format!(
-                    "{} is a symbolic link or not a directory",
-                    existing.display()
-                )))
-            }
-            Err(e) => return Err(e.into()),
-        };
-        if created {
-            if let Some(u) = owner {
-                fchown(&sub, Some(Uid::from_raw(u.uid)), Some(Gid::from_raw(u.gid)))?;
-            }
-        }
-        check_owner(&sub, user, &existing)?;
-        dir = sub;
-    }
-    Ok(dir)
-}
-
-/// Refuses a directory of another user than `user`: someone else could have put it, or
-/// a link to it, where the cache is.
-fn check_owner(dir: &OwnedFd, user: u32, path: &Path) -> io::Result<()> {
-    let owner = fstat(dir.as_fd())?.st_uid;
-    if owner != user {
-        return Err(io::Error::other(format!(
-            "{} belongs to user {owner}, not to user {user}",
-            path.display()
-        )));
-    }
-    Ok(())
-}
-
-/// A download on its way into the cache: a new file beside `debuginfo` in the build ID's
-/// directory, removed unless committed.
-struct TempFile {
-    dir: OwnedFd,
-    name: String,
-    file: File,
-    committed: bool,
-}
-
-impl TempFile {
-    fn create(dir: OwnedFd) -> io::Result<TempFile> {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let name = format!(
-            ".{CACHED_NAME}.sampler-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        let fd = openat(
-            &dir,
-            name.as_str(),
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::from_bits_truncate(FILE_MODE),
-        )?;
-        Ok(TempFile {
-            dir,
-            name,
-            file: File::from(fd),
-            committed: false,
-        })
-    }
-
-    /// Whether what was written has build ID `id`, read back through a second descriptor
-    /// of the same file (only its headers and notes are read).
-    fn verify(&mut self, id: &[u8]) -> Result<(), String> {
-        self.file.flush().map_err(|e| e.to_string())?;
-        let fd = openat(
-            &self.dir,
-            self.name.as_str(),
-            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| e.to_string())?;
-        verify(&object::ReadCache::new(File::from(fd)), id)
-    }
-
-    /// Flushes the file to disk, gives it to `owner`, and renames it to `debuginfo`.
-    fn commit(mut self, owner: Option<SudoUser>) -> io::Result<()> {
-        self.file.sync_all()?;
-        if let Some(u) = owner {
-            fchown(
-                &self.file,
-                Some(Uid::from_raw(u.uid)),
-                Some(Gid::from_raw(u.gid)),
-            )?;
-        }
-        renameat(&self.dir, self.name.as_str(), &self.dir, CACHED_NAME)?;
-        self.committed = true;
-        Ok(())
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if !self.committed {
-            let _ = unlinkat(&self.dir, self.name.as_str(), UnlinkatFlags::NoRemoveDir);
-        }
-    }
+/// Whether what was written into `temp` has build ID `id`, read back through a second
+/// descriptor of the same file (only its headers and notes are read).
+fn verify_written(temp: &mut TempFile, id: &[u8]) -> Result<(), String> {
+    temp.file.flush().map_err(|e| e.to_string())?;
+    let file = temp.reopen().map_err(|e| e.to_string())?;
+    verify(&object::ReadCache::new(file), id)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     #[test]
     fn urls_are_split_on_white_space_without_tags_or_trailing_slashes() {

@@ -44,3 +44,4 @@ pub mod replay;
 pub mod summary;
 pub mod symbolicate;
 pub mod unwind;
+pub mod usercache;

@@ -212,6 +212,23 @@ pub fn find_debug_file(
     roots: &[PathBuf],
 ) -> (Option<DebugFile>, Vec<PathBuf>) {
     let mut rejected = Vec::new();
+    for (path, crc) in debug_candidates(binary, mapped_path, roots) {
+        match debug_file_at(&path, binary, crc) {
+            Candidate::Matches(found) => return (Some(*found), rejected),
+            Candidate::Missing => {}
+            Candidate::Mismatched => rejected.push(path),
+        }
+    }
+    (None, rejected)
+}
+
+/// The paths [`find_debug_file`] tries, in order, each with the CRC-32 the debug file
+/// must have when it is found through the file's debuglink.
+pub fn debug_candidates(
+    binary: &Binary,
+    mapped_path: &str,
+    roots: &[PathBuf],
+) -> Vec<(PathBuf, Option<u32>)> {
     let mut candidates: Vec<(PathBuf, Option<u32>)> = Vec::new();
     if let Some(id) = &binary.build_id {
         candidates.extend(roots.iter().map(|root| (build_id_path(root, id), None)));
@@ -234,14 +251,7 @@ pub fn find_debug_file(
             }
         }
     }
-    for (path, crc) in candidates {
-        match debug_file_at(&path, binary, crc) {
-            Candidate::Matches(found) => return (Some(*found), rejected),
-            Candidate::Missing => {}
-            Candidate::Mismatched => rejected.push(path),
-        }
-    }
-    (None, rejected)
+    candidates
 }
 
 /// What is at a candidate path for a debug file.

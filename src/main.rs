@@ -65,20 +65,25 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     }
     let (info, ended) = record::record(&plan.options, &mut |events| builder.add_events(events))?;
     let exited = Instant::now();
-    // The kernel's symbols, read once, and only when a sample was in the kernel: its text
-    // start places kernel frames, its names name them.
-    let kernel = builder
-        .has_kernel_frames()
-        .then(symbolicate::read_kallsyms)
-        .flatten();
-    let built = builder.finish(&info, kernel.as_ref().map(|k| k.kernel_text_start()));
+    // Where the kernel's text starts, which places kernel frames, read only when a sample
+    // was in the kernel; its symbols are read when the cache does not name every frame.
+    let (kernel_base, kernel) = match builder.has_kernel_frames() {
+        true => symbolicate::kernel_base(),
+        false => (None, None),
+    };
+    let built = builder.finish(&info, kernel_base);
     let symbol_options = symbolicate::SymbolOptions {
         kernel,
+        read_kallsyms: kernel_base.is_some(),
         jit_dumps: built.jit_dumps.clone(),
         ..plan.debug.symbol_options()
     };
     let profile = symbolicate::symbolicate(built.profile, &built.lib_binaries, &symbol_options);
     emit::write(&profile, plan.format, &plan.export, &plan.output, sudo)?;
+    let write_ms = exited.elapsed().as_secs_f64() * 1000.0;
+    // After the profile, which it must not delay; a cache that cannot be written only
+    // means that the next run reads the debug information again.
+    save_cache(&symbol_options);
     Summary {
         info: &info,
         profile: &profile,
@@ -86,7 +91,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         mode: plan.mode,
         format: plan.format,
         output: &plan.output,
-        write_ms: exited.elapsed().as_secs_f64() * 1000.0,
+        write_ms,
         root,
         stack_bytes: plan.options.stack_bytes,
         truncated: built.truncated,
@@ -123,23 +128,19 @@ fn demangle_main(names: &[String]) -> Result<()> {
     }
 }
 
+/// Writes what symbolication added to the symbol cache; says why when it could not.
+fn save_cache(opts: &symbolicate::SymbolOptions) {
+    if let Some(Err(why)) = opts.cache.as_ref().map(|c| c.save()) {
+        sampler::say!("sampler: symbol cache: {why}");
+    }
+}
+
 fn symbolize_main(args: SymbolizeArgs) -> Result<()> {
     use std::io::{Read, Write};
     let binary = sampler::binary::Binary::open(&args.exe)
         .with_context(|| format!("cannot read {} as an ELF file", args.exe.display()))?;
     let opts = args.debug.symbol_options();
     let path = args.exe.canonicalize().unwrap_or(args.exe.clone());
-    let syms = symbolicate::LibSymbols::load(&binary, &path.to_string_lossy(), &opts)
-        .context("not an ELF file")?;
-    if let Some(line) = opts.debuginfod.as_ref().and_then(|d| d.summary()) {
-        sampler::say!("sampler: {line}");
-    }
-    if let Some(why) = &syms.no_debug_info {
-        sampler::say!(
-            "sampler: {}: no source lines or inlined calls: {why}",
-            args.exe.display()
-        );
-    }
     let mut input = String::new();
     let words: Vec<&str> = if args.addresses.is_empty() {
         std::io::stdin().read_to_string(&mut input)?;
@@ -154,8 +155,20 @@ fn symbolize_main(args: SymbolizeArgs) -> Result<()> {
             u64::from_str_radix(hex, 16).with_context(|| format!("{word} is not a hex address"))
         })
         .collect::<Result<Vec<u64>>>()?;
+    let (facts, infos) =
+        symbolicate::name_file(&binary, &path.to_string_lossy(), &addresses, &opts)
+            .context("not an ELF file")?;
+    if let Some(line) = opts.debuginfod.as_ref().and_then(|d| d.summary()) {
+        sampler::say!("sampler: {line}");
+    }
+    if let Some(why) = &facts.no_debug_info {
+        sampler::say!(
+            "sampler: {}: no source lines or inlined calls: {why}",
+            args.exe.display()
+        );
+    }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    for (address, info) in addresses.iter().zip(syms.lookup_many(&addresses)) {
+    for (address, info) in addresses.iter().zip(infos) {
         writeln!(out, "0x{address:x}")?;
         let names = info.function_names();
         if names.is_empty() {
@@ -169,6 +182,8 @@ fn symbolize_main(args: SymbolizeArgs) -> Result<()> {
         }
     }
     out.flush()?;
+    drop(out);
+    save_cache(&opts);
     Ok(())
 }
 

@@ -108,6 +108,24 @@ impl FunctionRanges {
             .cloned()
     }
 
+    /// The addresses around `address` that [`FunctionRanges::containing`] gives the same
+    /// answer for: between the nearest start or end, at or below it, of the ranges it
+    /// looks at, and the nearest one above it (or the next range's start).
+    pub fn extent(&self, address: u64) -> Range<u64> {
+        let i = self.ranges.partition_point(|r| r.start <= address);
+        let mut extent = 0..self.ranges.get(i).map_or(u64::MAX, |r| r.start);
+        for r in self.ranges[..i].iter().rev().take(MAX_OVERLAP) {
+            for bound in [r.start, r.end] {
+                if bound <= address {
+                    extent.start = extent.start.max(bound);
+                } else {
+                    extent.end = extent.end.min(bound);
+                }
+            }
+        }
+        extent
+    }
+
     pub fn len(&self) -> usize {
         self.ranges.len()
     }

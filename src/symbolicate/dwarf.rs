@@ -2,6 +2,8 @@
 //! functions the compiler inlined there, each with its file and line.
 
 use std::borrow::Cow;
+use std::collections::{BTreeSet, HashSet};
+use std::ops::Range;
 use std::sync::Arc;
 
 use gimli::{EndianArcSlice, RunTimeEndian};
@@ -100,11 +102,25 @@ impl DwarfInfo {
     /// The functions at `address` (in the file's address space), outer first. Empty when
     /// DWARF does not cover the address.
     pub fn frames(&self, address: u64) -> Vec<SourceFrame> {
+        self.frames_with(address, &mut |name| super::symbols::demangle(name))
+            .0
+    }
+
+    /// [`DwarfInfo::frames`], with names demangled by `demangle`; and the unit offset of
+    /// the DIE of the outer (not inlined) function, when DWARF has one.
+    fn frames_with(
+        &self,
+        address: u64,
+        demangle: &mut dyn FnMut(&str) -> String,
+    ) -> (Vec<SourceFrame>, Option<gimli::UnitOffset<usize>>) {
         let mut out = Vec::new();
+        let mut function = None;
         let Ok(mut iter) = self.context.find_frames(address).skip_all_loads() else {
-            return out;
+            return (out, function);
         };
         while let Ok(Some(frame)) = iter.next() {
+            // The last frame is the outer function.
+            function = frame.dw_die_offset;
             let linkage_name = frame
                 .function
                 .as_ref()
@@ -112,7 +128,7 @@ impl DwarfInfo {
             // sampler's demangling, as for symbols (GCC's older C++ forms included).
             let function = linkage_name
                 .as_deref()
-                .map_or_else(|| "??".to_string(), super::symbols::demangle);
+                .map_or_else(|| "??".to_string(), &mut *demangle);
             let (file, line) = frame
                 .location
                 .as_ref()
@@ -125,6 +141,86 @@ impl DwarfInfo {
             });
         }
         out.reverse();
-        out
+        (out, function)
+    }
+
+    /// The frames of every address of `range`, as pieces in which they are the same:
+    /// each starts where a line-table row starts or ends, or where the range of a
+    /// function or of a call inlined into it starts or ends, and holds the frames of its
+    /// first address (see [`DwarfInfo::frames`]). `None` when that takes more than
+    /// `max_pieces` pieces.
+    pub fn pieces(
+        &self,
+        range: Range<u64>,
+        max_pieces: usize,
+        demangle: &mut dyn FnMut(&str) -> String,
+    ) -> Option<Vec<(Range<u64>, Vec<SourceFrame>)>> {
+        let mut cuts: BTreeSet<u64> = BTreeSet::from([range.end]);
+        let cut = |cuts: &mut BTreeSet<u64>, at: u64| {
+            if range.start < at && at < range.end {
+                cuts.insert(at);
+            }
+        };
+        if let Ok(rows) = self.context.find_location_range(range.start, range.end) {
+            for (start, len, _) in rows {
+                cut(&mut cuts, start);
+                cut(&mut cuts, start.saturating_add(len));
+                if cuts.len() > max_pieces {
+                    return None;
+                }
+            }
+        }
+        // Functions whose ranges were cut at, by the offset of their DIE.
+        let mut seen: HashSet<gimli::UnitOffset<usize>> = HashSet::new();
+        let mut pieces = Vec::new();
+        let mut at = range.start;
+        while at < range.end {
+            let (frames, function) = self.frames_with(at, demangle);
+            if let Some(offset) = function.filter(|&f| seen.insert(f)) {
+                for bound in self.function_bounds(at, offset) {
+                    cut(&mut cuts, bound);
+                }
+            }
+            if cuts.len() > max_pieces {
+                return None;
+            }
+            let next = cuts.range(at + 1..).next().copied().unwrap_or(range.end);
+            pieces.push((at..next, frames));
+            at = next;
+        }
+        Some(pieces)
+    }
+
+    /// Where the ranges of the function whose DIE is at `offset` (in the unit that holds
+    /// `address`), of the calls inlined into it and of the functions nested in it start
+    /// and end: where the inline chain within it can change.
+    fn function_bounds(&self, address: u64, offset: gimli::UnitOffset<usize>) -> Vec<u64> {
+        let mut bounds = Vec::new();
+        let Some(unit) = self.context.find_dwarf_and_unit(address).skip_all_loads() else {
+            return bounds;
+        };
+        let Ok(mut cursor) = unit.entries_at_offset(offset) else {
+            return bounds;
+        };
+        let mut first = true;
+        while let Ok(Some(entry)) = cursor.next_dfs() {
+            // The function's subtree ends at its next sibling.
+            if !std::mem::take(&mut first) && entry.depth() <= 0 {
+                break;
+            }
+            if !matches!(
+                entry.tag(),
+                gimli::DW_TAG_subprogram | gimli::DW_TAG_inlined_subroutine
+            ) {
+                continue;
+            }
+            let Ok(mut ranges) = unit.die_ranges(entry) else {
+                continue;
+            };
+            while let Ok(Some(r)) = ranges.next() {
+                bounds.extend([r.begin, r.end]);
+            }
+        }
+        bounds
     }
 }

@@ -11,6 +11,7 @@
 //! its library is listed in [`Profile::symbol_gaps`] with the reason; nothing here fails
 //! the run.
 
+pub mod cache;
 mod cfi;
 mod dwarf;
 mod gcc_names;
@@ -18,6 +19,7 @@ mod plt;
 pub mod symbols;
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -32,7 +34,7 @@ use cfi::EhFrameSource;
 pub use cfi::{FunctionRanges, UNNAMED_PREFIX};
 pub use dwarf::{DwarfInfo, SourceFrame};
 pub use plt::{PLT_NAME, PLT_SUFFIX};
-pub use symbols::{demangle, Symbol, SymbolMap};
+pub use symbols::{demangle, Kallsyms, Symbol, SymbolMap};
 
 /// Everything known about one address.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -74,10 +76,15 @@ pub struct SymbolOptions {
     /// Where debug files found under no root are fetched from, if anywhere.
     pub debuginfod: Option<Arc<debuginfod::Client>>,
     /// The kernel's symbols ([`read_kallsyms`], read once), for kernel frames.
-    pub kernel: Option<SymbolMap>,
+    pub kernel: Option<Kallsyms>,
+    /// Without `kernel`: read them from `/proc/kallsyms` when kernel frames need them
+    /// (not when the cache names every one).
+    pub read_kallsyms: bool,
     /// The JIT dump each process wrote, by the path of its perf map (the library its JIT
     /// code is in).
     pub jit_dumps: HashMap<String, PathBuf>,
+    /// Where what was learned about files is kept between runs, if anywhere.
+    pub cache: Option<Arc<cache::SymbolCache>>,
 }
 
 impl Default for SymbolOptions {
@@ -86,7 +93,9 @@ impl Default for SymbolOptions {
             debug_roots: debug_roots(&[]),
             debuginfod: None,
             kernel: None,
+            read_kallsyms: false,
             jit_dumps: HashMap::new(),
+            cache: None,
         }
     }
 }
@@ -105,6 +114,16 @@ pub fn debug_roots(given: &[PathBuf]) -> Vec<PathBuf> {
         }
     }
     roots
+}
+
+/// What symbolication says about a library as a whole, for the list of libraries that
+/// lack names or debug information.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LibFacts {
+    /// It has no symbol table at all.
+    pub symbols_empty: bool,
+    /// Why it has no DWARF, when it has none.
+    pub no_debug_info: Option<String>,
 }
 
 /// The symbol sources of one library.
@@ -191,27 +210,12 @@ impl LibSymbols {
             Err(why) if binary.has_dwarf || debug.is_some() => (None, Some(why)),
             Err(_) => (
                 None,
-                Some(match rejected.first() {
-                    Some(path) => {
-                        format!("{} does not match the file (build ID)", path.display())
-                    }
-                    None => match &binary.build_id {
-                        Some(id) => {
-                            let paths: Vec<String> = opts
-                                .debug_roots
-                                .iter()
-                                .map(|root| build_id_path(root, id).display().to_string())
-                                .collect();
-                            let mut why =
-                                format!("no DWARF, and no debug file {}", paths.join(" or "));
-                            if let Some(fetch) = not_fetched {
-                                why = format!("{why}; {fetch}");
-                            }
-                            why
-                        }
-                        None => "no DWARF, and no build ID to find a debug file by".to_string(),
-                    },
-                }),
+                Some(no_debug_file(
+                    binary,
+                    &rejected,
+                    &opts.debug_roots,
+                    not_fetched,
+                )),
             ),
         };
         Some(LibSymbols {
@@ -230,6 +234,14 @@ impl LibSymbols {
             ),
             functions: OnceLock::new(),
         })
+    }
+
+    /// What the library says of itself as a whole.
+    pub fn facts(&self) -> LibFacts {
+        LibFacts {
+            symbols_empty: self.symbols.is_empty(),
+            no_debug_info: self.no_debug_info.clone(),
+        }
     }
 
     /// Looks up a lib-relative address.
@@ -298,6 +310,193 @@ impl LibSymbols {
     }
 }
 
+impl LibSymbols {
+    /// [`LibSymbols::lookup_many`], resolving the whole function of each address (see
+    /// [`Names::resolve`]) and handing each function's pieces to `keep` (for the cache)
+    /// as it is resolved. Split across the CPUs as `lookup_many` is.
+    pub fn resolve_many(&self, addresses: &[u64], keep: &Keep<'_>) -> Vec<AddressInfo> {
+        let workers = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(addresses.len() / ADDRESSES_PER_WORKER)
+            .max(1);
+        let mut order: Vec<usize> = (0..addresses.len()).collect();
+        order.sort_unstable_by_key(|&i| addresses[i]);
+        let forks: Vec<Option<DwarfInfo>> = match &self.dwarf {
+            Some(d) if workers > 1 => (0..workers).map(|_| d.fork()).collect(),
+            _ => Vec::new(),
+        };
+        let names = self.names();
+        // The addresses of one share, in address order, each function resolved once.
+        let share = |share: &[usize], dwarf: Option<&DwarfInfo>| {
+            let mut answers = Vec::with_capacity(share.len());
+            let mut function: Vec<(Range<u64>, AddressInfo)> = Vec::new();
+            let mut demangled = cache::FastMap::default();
+            for &i in share {
+                let address = addresses[i];
+                if piece_at(&function, address).is_none() {
+                    if let Some(pieces) = names.resolve(dwarf, address, &mut demangled) {
+                        keep(&pieces);
+                        function = pieces;
+                    }
+                }
+                let info = piece_at(&function, address)
+                    .cloned()
+                    .unwrap_or_else(|| names.lookup(dwarf, address));
+                answers.push((i, info));
+            }
+            answers
+        };
+        let mut out = vec![AddressInfo::default(); addresses.len()];
+        if forks.len() < 2 || forks.iter().any(Option::is_none) {
+            for (i, info) in share(&order, self.dwarf.as_ref()) {
+                out[i] = info;
+            }
+            return out;
+        }
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = order
+                .chunks(addresses.len().div_ceil(workers))
+                .zip(forks)
+                .map(|(part, dwarf)| {
+                    let share = &share;
+                    scope.spawn(move || share(part, dwarf.as_ref()))
+                })
+                .collect();
+            for handle in handles {
+                for (i, info) in handle.join().unwrap_or_default() {
+                    out[i] = info;
+                }
+            }
+        });
+        out
+    }
+}
+
+/// What receives the pieces of each function [`LibSymbols::resolve_many`] resolves.
+pub type Keep<'a> = dyn Fn(&[(Range<u64>, AddressInfo)]) + Sync + 'a;
+
+/// Names `addresses` (lib-relative) of `binary`, mapped from `mapped_path`, and says what
+/// the file lacks: from the cache when it holds every address's function, else from the
+/// file and its debug information, whose functions are then added to the cache. `None`
+/// when the file is not ELF.
+pub fn name_file(
+    binary: &Binary,
+    mapped_path: &str,
+    addresses: &[u64],
+    opts: &SymbolOptions,
+) -> Option<(LibFacts, Vec<AddressInfo>)> {
+    let load = || LibSymbols::load(binary, mapped_path, opts).ok_or_else(String::new);
+    let Some((store, key)) = opts
+        .cache
+        .as_ref()
+        .and_then(|c| Some((c, cache::Key::of(binary)?)))
+    else {
+        let syms = load().ok()?;
+        return Some((syms.facts(), syms.lookup_many(addresses)));
+    };
+    let source = cache::predict_source(binary, mapped_path, opts);
+    let missing = source == Some(cache::DebugSource::Missing);
+    name_cached(store, &key, source, addresses, load, |mut facts| {
+        // That message names the debug roots, which may be others now.
+        if missing && !binary.has_dwarf && facts.no_debug_info.is_some() {
+            facts.no_debug_info = Some(no_debug_file(binary, &[], &opts.debug_roots, None));
+        }
+        facts
+    })
+    .ok()
+}
+
+/// Names `addresses` through the cache's entry of `key`, made from the debug
+/// information `source` (`None`: which is not known without reading it, so the entry is
+/// neither used nor written): from the entry when it holds every address's function
+/// (its facts about the library adjusted by `cached_facts`), else from the symbols
+/// `load` reads, whose functions are then added to the entry.
+fn name_cached(
+    store: &cache::SymbolCache,
+    key: &cache::Key,
+    source: Option<cache::DebugSource>,
+    addresses: &[u64],
+    load: impl FnOnce() -> Result<LibSymbols, String>,
+    cached_facts: impl FnOnce(LibFacts) -> LibFacts,
+) -> Named {
+    let entry = source
+        .as_ref()
+        .and_then(|source| store.load(key).filter(|e| e.source() == *source));
+    let mut infos: Vec<Option<AddressInfo>> = addresses
+        .iter()
+        .map(|&a| entry.as_ref()?.lookup(a))
+        .collect();
+    let missing: Vec<usize> = (0..addresses.len())
+        .filter(|&i| infos[i].is_none())
+        .collect();
+    if let (true, Some(entry)) = (missing.is_empty(), &entry) {
+        let facts = cached_facts(entry.facts());
+        return Ok((facts, infos.into_iter().flatten().collect()));
+    }
+    let syms = load()?;
+    let wanted: Vec<u64> = missing.iter().map(|&i| addresses[i]).collect();
+    // The functions resolved go into the entry as they come, after those it held, unless
+    // that is already half the bound: then this run's functions make a new one.
+    let builder = std::sync::Mutex::new(match &entry {
+        Some(old) if (old.byte_len() as u64) <= cache::MAX_ENTRY_BYTES / 2 => {
+            cache::EntryBuilder::from_entry(old)
+        }
+        _ => cache::EntryBuilder::default(),
+    });
+    let keep = |pieces: &[(Range<u64>, AddressInfo)]| {
+        let mut builder = builder.lock().unwrap_or_else(|e| e.into_inner());
+        for (range, info) in pieces {
+            builder.add(range.clone(), info);
+        }
+    };
+    let found = syms.resolve_many(&wanted, &keep);
+    for (&i, info) in missing.iter().zip(found) {
+        infos[i] = Some(info);
+    }
+    let facts = syms.facts();
+    // Kept only when the debug information used is the one predicted, which is what a
+    // later run checks the entry against.
+    let used = match &source {
+        Some(cache::DebugSource::File { path, .. }) => syms.debug_file.as_ref() == Some(path),
+        Some(_) => syms.debug_file.is_none(),
+        None => false,
+    };
+    if let (true, Some(source)) = (used, &source) {
+        let builder = builder.into_inner().unwrap_or_else(|e| e.into_inner());
+        store.put(key, builder.finish(key, &facts, source));
+    }
+    Ok((
+        facts,
+        infos.into_iter().map(Option::unwrap_or_default).collect(),
+    ))
+}
+
+/// Why a file has no DWARF when neither it nor a separate debug file has any:
+/// `rejected` debug files that did not match, else the paths where one was looked for
+/// (under `roots`), and why debuginfod had none (`not_fetched`).
+fn no_debug_file(
+    binary: &Binary,
+    rejected: &[PathBuf],
+    roots: &[PathBuf],
+    not_fetched: Option<String>,
+) -> String {
+    if let Some(path) = rejected.first() {
+        return format!("{} does not match the file (build ID)", path.display());
+    }
+    let Some(id) = &binary.build_id else {
+        return "no DWARF, and no build ID to find a debug file by".to_string();
+    };
+    let paths: Vec<String> = roots
+        .iter()
+        .map(|root| build_id_path(root, id).display().to_string())
+        .collect();
+    let mut why = format!("no DWARF, and no debug file {}", paths.join(" or "));
+    if let Some(fetch) = not_fetched {
+        why = format!("{why}; {fetch}");
+    }
+    why
+}
+
 /// Below this many addresses per CPU, a second thread costs more (its own DWARF context
 /// re-reads every unit's header and ranges) than it saves.
 const ADDRESSES_PER_WORKER: usize = 1000;
@@ -321,16 +520,27 @@ impl<'a> Names<'a> {
     /// names the address, the `.eh_frame` function ranges say about a lib-relative
     /// address.
     fn lookup(&self, dwarf: Option<&DwarfInfo>, address: u64) -> AddressInfo {
-        let (symbols, base) = (&self.symbols, self.base);
-        let probe = address.wrapping_add(base);
+        let probe = address.wrapping_add(self.base);
         let frames: Vec<SourceFrame> = dwarf.map(|d| d.frames(probe)).unwrap_or_default();
+        self.info(probe, frames, &mut |s| self.symbols.display_name(s))
+    }
+
+    /// What is known of `probe` (in the tables' addresses), given its DWARF `frames`;
+    /// `display` names a symbol as profiles show it.
+    fn info(
+        &self,
+        probe: u64,
+        frames: Vec<SourceFrame>,
+        display: &mut dyn FnMut(&Symbol) -> String,
+    ) -> AddressInfo {
+        let (symbols, base) = (&self.symbols, self.base);
         let mut symbol = symbols.lookup_stored(probe).map(|s| Symbol {
             address: s.address.wrapping_sub(base),
             // DWARF usually has the outer function under the same linkage name, already
             // demangled.
             name: match frames.first() {
                 Some(f) if f.linkage_name.as_deref() == Some(s.name.as_str()) => f.function.clone(),
-                _ => symbols.display_name(s),
+                _ => display(s),
             },
             size: s.size,
         });
@@ -357,6 +567,82 @@ impl<'a> Names<'a> {
             frame_symbols,
         }
     }
+
+    /// The whole function around a lib-relative `address`, as lib-relative pieces with
+    /// what is known of their addresses (each piece the same throughout, and the same as
+    /// [`Names::lookup`] gives for any of them): the addresses the symbol lookup gives
+    /// the same symbol for (for code without one, those of its `.eh_frame` function),
+    /// cut where DWARF's line rows and inlined calls change. `None` when that is too
+    /// much to keep: then only the address is looked up. `demangled` keeps names
+    /// demangled before (each function repeats the same few).
+    fn resolve(
+        &self,
+        dwarf: Option<&DwarfInfo>,
+        address: u64,
+        demangled: &mut cache::FastMap<String, String>,
+    ) -> Option<Vec<(Range<u64>, AddressInfo)>> {
+        let probe = address.wrapping_add(self.base);
+        let mut extent = self.symbols.extent(probe);
+        let stored = self.symbols.lookup_stored(probe);
+        if stored.is_none() {
+            let function = self.functions().extent(probe);
+            extent = extent.start.max(function.start)..extent.end.min(function.end);
+        }
+        if extent.end - extent.start > MAX_FUNCTION_BYTES {
+            let window = probe & !(WINDOW_BYTES - 1);
+            extent = extent.start.max(window)..extent.end.min(window.saturating_add(WINDOW_BYTES));
+        }
+        // Pieces are cut in the tables' addresses and kept lib-relative: both must hold
+        // the whole extent.
+        extent.start.checked_sub(self.base)?;
+        extent.end.checked_sub(self.base)?;
+        let mut demangle = |name: &str| match demangled.get(name) {
+            Some(d) => d.clone(),
+            None => {
+                let d = symbols::demangle(name);
+                demangled.insert(name.to_string(), d.clone());
+                d
+            }
+        };
+        let pieces = match dwarf {
+            Some(d) => d.pieces(extent.clone(), MAX_PIECES, &mut demangle)?,
+            None => vec![(extent, Vec::new())],
+        };
+        // The symbol is the same throughout, so its name is made once.
+        let name = stored.map(|s| self.symbols.display_name(s));
+        let mut out: Vec<(Range<u64>, AddressInfo)> = Vec::new();
+        for (range, frames) in pieces {
+            let info = self.info(range.start, frames, &mut |s| {
+                name.clone().unwrap_or_else(|| self.symbols.display_name(s))
+            });
+            let range = range.start - self.base..range.end - self.base;
+            match out.last_mut() {
+                Some((last, same)) if *same == info && last.end == range.start => {
+                    last.end = range.end
+                }
+                _ => out.push((range, info)),
+            }
+        }
+        Some(out)
+    }
+}
+
+/// A function larger than this (1 MiB; the largest real ones, interpreters' dispatch
+/// loops, are a few hundred KiB) is a symbol that is not one function (a label in
+/// assembly code, the last symbol before a long unnamed stretch): it is resolved in
+/// windows of [`WINDOW_BYTES`] around the addresses that need it.
+const MAX_FUNCTION_BYTES: u64 = 1 << 20;
+/// 64 KiB: a few functions' worth of code, aligned, so that nearby addresses share one.
+const WINDOW_BYTES: u64 = 1 << 16;
+/// The most pieces one function is cut into: a line row every few bytes of a 1 MiB
+/// function is about this many; more would be a damaged or hostile file.
+const MAX_PIECES: usize = 1 << 18;
+
+/// The piece of `pieces` (sorted, disjoint) that holds `address`.
+fn piece_at(pieces: &[(Range<u64>, AddressInfo)], address: u64) -> Option<&AddressInfo> {
+    let i = pieces.partition_point(|(r, _)| r.start <= address);
+    let (range, info) = pieces.get(i.checked_sub(1)?)?;
+    range.contains(&address).then_some(info)
 }
 
 /// Identity of a func: the symbol it starts at, or (for inlined functions and addresses
@@ -477,90 +763,62 @@ impl Tables {
     }
 }
 
-/// What the summary needs to know of a library's symbols once its addresses are named
-/// and the symbols themselves are gone.
-pub struct LibOutcome {
-    /// Why it has no symbols at all (it could not be read), else `None`.
-    pub unreadable: Option<String>,
-    pub has_symbols: bool,
-    /// Why it has no DWARF, when it has none.
-    pub no_debug_info: Option<String>,
-}
-
-impl LibOutcome {
-    fn of(symbols: &Result<LibSymbols, String>) -> LibOutcome {
-        match symbols {
-            Ok(s) => LibOutcome {
-                unreadable: None,
-                has_symbols: !s.symbols.is_empty(),
-                no_debug_info: s.no_debug_info.clone(),
-            },
-            Err(why) => LibOutcome {
-                unreadable: Some(why.clone()),
-                has_symbols: false,
-                no_debug_info: None,
-            },
-        }
-    }
-}
-
-/// The address frames of each library: indexes into `raw.address_frames`.
-fn frames_by_lib(raw: &RawProfile) -> HashMap<LibIndex, Vec<usize>> {
-    let mut by_lib: HashMap<LibIndex, Vec<usize>> = HashMap::new();
+/// The unique addresses of each library: for each library index, the indexes of its
+/// address frames in `raw`.
+fn frames_by_lib(raw: &RawProfile) -> Vec<Vec<usize>> {
+    let mut by_lib: Vec<Vec<usize>> = vec![Vec::new(); raw.libs.len()];
     for (i, af) in raw.address_frames.iter().enumerate() {
-        if let Some(lib) = af.lib {
-            by_lib.entry(lib).or_default().push(i);
+        if let Some(frames) = af.lib.and_then(|lib| by_lib.get_mut(lib.index())) {
+            frames.push(i);
         }
     }
     by_lib
 }
 
-/// Looks up the addresses of `frames` (one library's) in `symbols`.
-fn name_frames(
-    raw: &RawProfile,
-    frames: &[usize],
-    symbols: &Result<LibSymbols, String>,
-) -> Vec<(usize, AddressInfo)> {
-    let Ok(symbols) = symbols else {
-        return Vec::new();
-    };
-    let addresses: Vec<u64> = frames
-        .iter()
-        .map(|&i| raw.address_frames[i].address)
-        .collect();
+/// The lib-relative addresses of `frames` (indexes of address frames of `raw`).
+fn addresses_of(raw: &RawProfile, frames: &[usize]) -> Vec<u64> {
     frames
         .iter()
-        .copied()
-        .zip(symbols.lookup_many(&addresses))
+        .map(|&i| raw.address_frames[i].address)
         .collect()
 }
+
+/// What naming one library gave: what it says of itself, and what is known of each of
+/// its addresses (in the order of [`frames_by_lib`]); or why it has no names.
+type Named = Result<(LibFacts, Vec<AddressInfo>), String>;
 
 /// Turns a raw profile into the final one, given the symbols of each library (or why a
 /// library has none).
 pub fn apply(raw: RawProfile, lib_symbols: &[Result<LibSymbols, String>]) -> Profile {
-    // Each unique address is looked up once, a library's addresses together.
-    let mut infos: Vec<Option<AddressInfo>> = vec![None; raw.address_frames.len()];
-    for (lib, frames) in frames_by_lib(&raw) {
-        if let Some(symbols) = lib_symbols.get(lib.index()) {
-            for (i, info) in name_frames(&raw, &frames, symbols) {
-                infos[i] = Some(info);
-            }
-        }
-    }
-    let outcomes: Vec<Option<LibOutcome>> = lib_symbols
+    let by_lib = frames_by_lib(&raw);
+    let named: Vec<Option<Named>> = by_lib
         .iter()
-        .map(|s| Some(LibOutcome::of(s)))
+        .enumerate()
+        .map(|(lib, frames)| {
+            let named = match lib_symbols.get(lib)? {
+                Ok(syms) => Ok((syms.facts(), syms.lookup_many(&addresses_of(&raw, frames)))),
+                Err(why) => Err(why.clone()),
+            };
+            Some(named)
+        })
         .collect();
-    build(raw, infos, &outcomes)
+    assemble(raw, &by_lib, named)
 }
 
-/// The final profile from the raw one, each address frame's information (`None` where
-/// nothing names it), and what became of each library's symbols (`None`: not loaded).
-fn build(
-    raw: RawProfile,
-    infos: Vec<Option<AddressInfo>>,
-    outcomes: &[Option<LibOutcome>],
-) -> Profile {
+/// The final profile, given what naming each library gave (`None`: it was not loaded).
+fn assemble(raw: RawProfile, by_lib: &[Vec<usize>], named: Vec<Option<Named>>) -> Profile {
+    // Each unique address was looked up once, a library's addresses together.
+    let mut infos: Vec<Option<AddressInfo>> = vec![None; raw.address_frames.len()];
+    let mut lib_facts: Vec<Option<Result<LibFacts, String>>> = Vec::with_capacity(named.len());
+    for (frames, named) in by_lib.iter().zip(named) {
+        lib_facts.push(named.map(|named| {
+            let (facts, found) = named?;
+            for (&i, info) in frames.iter().zip(found) {
+                infos[i] = Some(info);
+            }
+            Ok(facts)
+        }));
+    }
     let mut tables = Tables::default();
     let mut unnamed: Vec<LibIndex> = Vec::new();
     let mut sampled: Vec<LibIndex> = Vec::new();
@@ -587,22 +845,19 @@ fn build(
     let symbol_gaps = sampled
         .into_iter()
         .filter_map(|lib| {
-            let outcome = outcomes.get(lib.index()).and_then(Option::as_ref);
+            let syms = lib_facts.get(lib.index()).and_then(Option::as_ref);
             let (missing, why) = if unnamed.contains(&lib) {
-                let why = match outcome {
-                    Some(LibOutcome {
-                        unreadable: Some(why),
-                        ..
-                    }) => why.clone(),
-                    Some(o) => {
-                        let what = if !o.has_symbols {
+                let why = match syms {
+                    Some(Err(why)) => why.clone(),
+                    Some(Ok(s)) => {
+                        let what = if s.symbols_empty {
                             "no symbol table"
-                        } else if o.no_debug_info.is_some() {
+                        } else if s.no_debug_info.is_some() {
                             "only exported symbols"
                         } else {
                             "addresses outside every symbol"
                         };
-                        match &o.no_debug_info {
+                        match &s.no_debug_info {
                             Some(why) => format!("{what}; {why}"),
                             None => what.to_string(),
                         }
@@ -611,10 +866,10 @@ fn build(
                 };
                 (Missing::Symbols, why)
             } else {
-                let Some(LibOutcome {
+                let Some(Ok(LibFacts {
                     no_debug_info: Some(why),
                     ..
-                }) = outcome
+                })) = syms
                 else {
                     return None;
                 };
@@ -661,59 +916,163 @@ fn build(
 /// shown without their library (terminal, folded stacks).
 pub const KERNEL_PREFIX: &str = "[kernel] ";
 
+/// Where the kernel's text starts (`_text`), which places kernel frames, without
+/// reading all of `/proc/kallsyms` when its first lines say (they do: the kernel lists
+/// its own symbols first, in address order); else read whole, and then its symbols
+/// come too. `(None, None)` when the addresses are hidden.
+pub fn kernel_base() -> (Option<u64>, Option<Kallsyms>) {
+    use std::io::BufRead;
+    let head = std::fs::File::open("/proc/kallsyms").ok().and_then(|file| {
+        std::io::BufReader::new(file)
+            .lines()
+            .take(KALLSYMS_HEAD_LINES)
+            .map_while(Result::ok)
+            .find_map(|line| match symbols::kallsyms_line(&line) {
+                Some((address, "T" | "t", "_text")) => Some(address),
+                _ => None,
+            })
+            .filter(|&address| address != 0)
+    });
+    if head.is_some() {
+        return (head, None);
+    }
+    let kallsyms = read_kallsyms();
+    (kallsyms.as_ref().map(|k| k.text_start), kallsyms)
+}
+
+/// How many lines of `/proc/kallsyms` are looked through for `_text`: it is within the
+/// first few (after the per-CPU variables, a few hundred, on kernels that list them).
+const KALLSYMS_HEAD_LINES: usize = 4096;
+
 /// Reads the kernel's symbols from `/proc/kallsyms`, named `[kernel] name`; `None` when
 /// they are hidden.
-pub fn read_kallsyms() -> Option<SymbolMap> {
-    let file = std::fs::File::open("/proc/kallsyms").ok()?;
-    let map = SymbolMap::read_kallsyms(std::io::BufReader::new(file)).ok()??;
-    Some(map.prefixed(KERNEL_PREFIX))
+pub fn read_kallsyms() -> Option<Kallsyms> {
+    Kallsyms::parse(
+        &std::fs::read_to_string("/proc/kallsyms").ok()?,
+        KERNEL_PREFIX,
+    )
 }
 
 /// Loads the symbols of every library of `raw` from the files the profile builder
 /// verified (`lib_binaries`, parallel to `raw.libs`), and symbolicates; kernel frames
 /// with `opts.kernel`. Libraries load in parallel, one worker per CPU.
 pub fn symbolicate(raw: RawProfile, lib_binaries: &[LibFile], opts: &SymbolOptions) -> Profile {
-    // Only libraries with sampled addresses are read; each one's symbols are dropped as
-    // soon as its addresses are named, so at most one library per worker is in memory.
-    let mut todo: Vec<(LibIndex, Vec<usize>)> = frames_by_lib(&raw).into_iter().collect();
-    // The largest first: the workers finish together.
-    todo.sort_by_key(|(lib, frames)| (std::cmp::Reverse(frames.len()), lib.index()));
+    let n = raw.libs.len();
+    let by_lib = frames_by_lib(&raw);
     let workers = std::thread::available_parallelism()
         .map_or(1, |w| w.get())
-        .clamp(1, todo.len().max(1));
-    let mut infos: Vec<Option<AddressInfo>> = vec![None; raw.address_frames.len()];
-    let mut outcomes: Vec<Option<LibOutcome>> = (0..raw.libs.len()).map(|_| None).collect();
+        .clamp(1, n.max(1));
+    let mut named: Vec<Option<Named>> = (0..n).map(|_| None).collect();
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
-                let (raw, todo) = (&raw, &todo);
+                let (raw, by_lib) = (&raw, &by_lib);
                 scope.spawn(move || {
-                    todo.iter()
-                        .skip(w)
+                    (w..n)
                         .step_by(workers)
-                        .map(|(lib, frames)| {
-                            let i = lib.index();
-                            let symbols = match lib_binaries.get(i) {
-                                Some(binary) => load_lib(&raw.libs[i], binary, opts),
-                                None => Err("reading it failed".into()),
-                            };
-                            let named = name_frames(raw, frames, &symbols);
-                            (*lib, LibOutcome::of(&symbols), named)
+                        .map(|i| {
+                            let addresses = addresses_of(raw, &by_lib[i]);
+                            (
+                                i,
+                                name_lib(&raw.libs[i], &lib_binaries[i], &addresses, opts),
+                            )
                         })
                         .collect::<Vec<_>>()
                 })
             })
             .collect();
         for handle in handles {
-            for (lib, outcome, named) in handle.join().unwrap_or_default() {
-                outcomes[lib.index()] = Some(outcome);
-                for (i, info) in named {
-                    infos[i] = Some(info);
-                }
+            for (i, result) in handle.join().unwrap_or_default() {
+                named[i] = Some(result);
             }
         }
     });
-    build(raw, infos, &outcomes)
+    let named = named
+        .into_iter()
+        .map(|l| Some(l.unwrap_or_else(|| Err("reading it failed".into()))))
+        .collect();
+    assemble(raw, &by_lib, named)
+}
+
+/// Names the `addresses` of one library (through the cache for files and the kernel), or
+/// says why it has no names.
+fn name_lib(lib: &Lib, binary: &LibFile, addresses: &[u64], opts: &SymbolOptions) -> Named {
+    // A library mapped but never sampled is named nowhere, and what it lacks is not
+    // reported: nothing of it is read.
+    if addresses.is_empty() {
+        return Ok((LibFacts::default(), Vec::new()));
+    }
+    match lib.kind {
+        LibKind::File => {
+            let binary = binary.as_ref().map_err(String::clone)?;
+            name_file(binary, &lib.path, addresses, opts).ok_or_else(|| "not an ELF file".into())
+        }
+        LibKind::Kernel => name_kernel(lib.base, addresses, opts),
+        _ => {
+            let syms = load_lib(lib, binary, opts)?;
+            Ok((syms.facts(), syms.lookup_many(addresses)))
+        }
+    }
+}
+
+/// Names the `addresses` of the kernel, whose text starts at `base` (they are relative
+/// to it). Its own functions are the same for every run of one boot, and reading
+/// `/proc/kallsyms` takes longer than anything else sampler does after a short
+/// recording, so the cache holds every one of them, from the first run that needed it;
+/// the code of modules, BPF programs and trampolines, which come and go, is looked up
+/// anew.
+fn name_kernel(base: u64, addresses: &[u64], opts: &SymbolOptions) -> Named {
+    // Only where the kernel's addresses can be read, which the cache must not reveal
+    // where they cannot.
+    let store = opts.cache.as_ref().filter(|_| opts.read_kallsyms);
+    let cached = store.and_then(|store| Some((store, cache::kernel_key(base)?)));
+    let entry = cached.as_ref().and_then(|(store, key)| {
+        store
+            .load(key)
+            .filter(|e| e.source() == cache::DebugSource::Own)
+    });
+    if let Some(entry) = &entry {
+        let infos: Option<Vec<AddressInfo>> = addresses.iter().map(|&a| entry.lookup(a)).collect();
+        if let Some(infos) = infos {
+            return Ok((entry.facts(), infos));
+        }
+    }
+    let kallsyms = match &opts.kernel {
+        Some(kernel) => Some(kernel.clone()),
+        None if opts.read_kallsyms => read_kallsyms(),
+        None => None,
+    }
+    .ok_or("/proc/kallsyms hides addresses (kernel.kptr_restrict; run as root)")?;
+    let syms = LibSymbols {
+        symbols: kallsyms.map,
+        base,
+        ..LibSymbols::default()
+    };
+    if let (Some((store, key)), None, Some(own)) = (&cached, &entry, &kallsyms.own) {
+        store.put(key, kernel_entry(&syms, own, key));
+    }
+    Ok((syms.facts(), syms.lookup_many(addresses)))
+}
+
+/// The cache entry of the kernel's own functions (`own`, in its addresses), whose
+/// symbols `syms` holds: each symbol's extent within them, with what a lookup gives
+/// there (the symbol, no frames: the kernel has no DWARF here).
+pub fn kernel_entry(syms: &LibSymbols, own: &Range<u64>, key: &cache::Key) -> Vec<u8> {
+    let mut builder = cache::EntryBuilder::default();
+    for symbol in syms.symbols.symbols() {
+        let extent = syms.symbols.extent(symbol.address);
+        if !(own.contains(&extent.start) && extent.end <= own.end && extent.start >= syms.base) {
+            continue;
+        }
+        let start = extent.start - syms.base;
+        let symbol = Symbol {
+            address: start,
+            size: symbol.size,
+            name: syms.symbols.display_name(symbol),
+        };
+        builder.add_symbol(start..extent.end - syms.base, &symbol);
+    }
+    builder.finish(key, &syms.facts(), &cache::DebugSource::Own)
 }
 
 /// The most of a perf map that is read: a line of about a hundred bytes per piece of JIT
@@ -728,10 +1087,12 @@ fn load_lib(lib: &Lib, binary: &LibFile, opts: &SymbolOptions) -> Result<LibSymb
             LibSymbols::load(binary, &lib.path, opts).ok_or_else(|| "not an ELF file".into())
         }
         LibKind::Kernel => Ok(LibSymbols {
-            symbols: opts
-                .kernel
-                .clone()
-                .ok_or("/proc/kallsyms hides addresses (kernel.kptr_restrict; run as root)")?,
+            symbols: match &opts.kernel {
+                Some(kernel) => Some(kernel.map.clone()),
+                None if opts.read_kallsyms => read_kallsyms().map(|k| k.map),
+                None => None,
+            }
+            .ok_or("/proc/kallsyms hides addresses (kernel.kptr_restrict; run as root)")?,
             base: lib.base,
             ..LibSymbols::default()
         }),

@@ -3,7 +3,6 @@
 //! demangling of Rust and C++ names.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
 
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
@@ -20,18 +19,14 @@ pub struct Symbol {
 ///
 /// ELF names are kept as the file has them (mangled) and demangled only when looked up:
 /// a profile names a few hundred functions, a large binary has hundreds of thousands.
-/// The table is shared by clones (the kernel's, some hundred thousand symbols, serves
-/// every process), and its index by name is built the first time a name is looked up
-/// (the kernel's never is).
 #[derive(Clone, Debug, Default)]
 pub struct SymbolMap {
-    symbols: Arc<[Symbol]>,
-    /// By the name as stored (mangled, for ELF symbols).
-    by_name: Arc<OnceLock<HashMap<String, usize>>>,
+    symbols: Vec<Symbol>,
+    /// By the name as stored (mangled, for ELF symbols); made when first asked for
+    /// (only DWARF's linkage names are looked up by name, and the kernel has none).
+    by_name: std::sync::OnceLock<HashMap<String, usize>>,
     /// Whether stored names are mangled and demangled on lookup.
     mangled: bool,
-    /// Put before every name shown (`[kernel] `).
-    prefix: &'static str,
 }
 
 impl SymbolMap {
@@ -42,27 +37,23 @@ impl SymbolMap {
         symbols.sort_by_key(|s| s.address);
         symbols.dedup_by_key(|s| s.address);
         SymbolMap {
-            symbols: symbols.into(),
-            ..SymbolMap::default()
+            symbols,
+            by_name: std::sync::OnceLock::new(),
+            mangled: false,
         }
-    }
-
-    /// The same symbols, each name shown after `prefix`.
-    pub fn prefixed(self, prefix: &'static str) -> SymbolMap {
-        SymbolMap { prefix, ..self }
     }
 
     /// The symbol whose name, as the file stores it (mangled: a DWARF linkage name), is
     /// `name`.
     pub fn by_name(&self, name: &str) -> Option<&Symbol> {
-        let index = self.by_name.get_or_init(|| {
-            let mut index = HashMap::with_capacity(self.symbols.len());
+        let by_name = self.by_name.get_or_init(|| {
+            let mut by_name = HashMap::with_capacity(self.symbols.len());
             for (i, s) in self.symbols.iter().enumerate() {
-                index.entry(s.name.clone()).or_insert(i);
+                by_name.entry(s.name.clone()).or_insert(i);
             }
-            index
+            by_name
         });
-        index.get(name).map(|&i| &self.symbols[i])
+        by_name.get(name).map(|&i| &self.symbols[i])
     }
 
     pub fn is_empty(&self) -> bool {
@@ -94,18 +85,43 @@ impl SymbolMap {
         }
     }
 
+    /// The addresses around `address` that [`SymbolMap::lookup_stored`] gives the same
+    /// answer for: from the start of its symbol (or the end of the one before) to the
+    /// start of the next symbol or the end of its own, whichever comes first.
+    pub fn extent(&self, address: u64) -> std::ops::Range<u64> {
+        let i = self.symbols.partition_point(|s| s.address <= address);
+        let next = self.symbols.get(i).map_or(u64::MAX, |s| s.address);
+        let Some(s) = i.checked_sub(1).map(|i| &self.symbols[i]) else {
+            return 0..next;
+        };
+        match s.size.map(|size| s.address.saturating_add(size)) {
+            Some(end) if address >= end => end..next,
+            Some(end) => s.address..end.min(next),
+            None => s.address..next,
+        }
+    }
+
     /// The name to show for a symbol of this map.
     pub fn display_name(&self, s: &Symbol) -> String {
-        let name = if self.mangled {
+        if self.mangled {
             demangle(&s.name)
         } else {
             s.name.clone()
-        };
-        if self.prefix.is_empty() {
-            name
-        } else {
-            format!("{}{name}", self.prefix)
         }
+    }
+
+    /// The same symbols under new names (given the demangled ones).
+    pub fn renamed(self, rename: impl Fn(&str) -> String) -> SymbolMap {
+        let mangled = self.mangled;
+        SymbolMap::new(
+            self.symbols
+                .into_iter()
+                .map(|s| Symbol {
+                    name: rename(&if mangled { demangle(&s.name) } else { s.name }),
+                    ..s
+                })
+                .collect(),
+        )
     }
 
     /// The function symbols of ELF files that describe one address space (a file and
@@ -142,7 +158,7 @@ impl SymbolMap {
             return self;
         }
         let mangled = self.mangled;
-        let mut symbols = self.symbols.to_vec();
+        let mut symbols = self.symbols;
         symbols.push(Symbol {
             address: range.start,
             size: Some(range.end - range.start),
@@ -259,26 +275,7 @@ pub fn elf_symbols<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Ve
 impl SymbolMap {
     /// Parses `/proc/kallsyms` text; `None` when the addresses are hidden (all zero).
     pub fn from_kallsyms(text: &str) -> Option<SymbolMap> {
-        SymbolMap::read_kallsyms(text.as_bytes()).ok().flatten()
-    }
-
-    /// Reads `/proc/kallsyms` text a line at a time (the whole text is some megabytes
-    /// more than the code symbols kept); `None` when the addresses are hidden.
-    pub fn read_kallsyms(reader: impl std::io::BufRead) -> std::io::Result<Option<SymbolMap>> {
-        let mut symbols = Vec::new();
-        for line in reader.lines() {
-            let line = line?;
-            if let Some((address, "T" | "t" | "W" | "w", name)) = kallsyms_line(&line) {
-                if address != 0 {
-                    symbols.push(Symbol {
-                        address,
-                        size: None,
-                        name: name.to_string(),
-                    });
-                }
-            }
-        }
-        Ok((!symbols.is_empty()).then(|| SymbolMap::new(symbols)))
+        Some(Kallsyms::parse(text, "")?.map)
     }
 
     /// The kernel's text start (`_text`, else `_stext`, else the lowest symbol).
@@ -288,6 +285,67 @@ impl SymbolMap {
             .find_map(|want| self.symbols.iter().find(|s| s.name == *want))
             .or(self.symbols.first())
             .map_or(0, |s| s.address)
+    }
+
+    /// The symbols, by address.
+    pub fn symbols(&self) -> &[Symbol] {
+        &self.symbols
+    }
+}
+
+/// The kernel's code symbols, as `/proc/kallsyms` lists them.
+#[derive(Clone, Debug, Default)]
+pub struct Kallsyms {
+    pub map: SymbolMap,
+    /// Where the kernel's text starts: `_text`, else `_stext`, else its lowest symbol.
+    pub text_start: u64,
+    /// The addresses of the kernel's own functions (the lines that name no module: not
+    /// a module's, a BPF program's or a trampoline's), which one build of the kernel
+    /// always has alike; `None` when another symbol lies among them.
+    pub own: Option<std::ops::Range<u64>>,
+}
+
+impl Kallsyms {
+    /// Parses `/proc/kallsyms` text, naming each symbol `prefix` + its name; `None` when
+    /// the addresses are hidden (all zero).
+    pub fn parse(text: &str, prefix: &str) -> Option<Kallsyms> {
+        let mut symbols: Vec<Symbol> = Vec::new();
+        let (mut text_start, mut stext) = (None, None);
+        let mut own: Option<std::ops::Range<u64>> = None;
+        let mut others: Vec<u64> = Vec::new();
+        for line in text.lines() {
+            let Some((address, kind, name)) = kallsyms_line(line) else {
+                continue;
+            };
+            if address == 0 || !matches!(kind, "T" | "t" | "W" | "w") {
+                continue;
+            }
+            match name {
+                "_text" => text_start = text_start.or(Some(address)),
+                "_stext" => stext = stext.or(Some(address)),
+                _ => {}
+            }
+            // A module's name follows the symbol's, in brackets.
+            if line.split_whitespace().nth(3).is_some() {
+                others.push(address);
+            } else {
+                let range = own.get_or_insert(address..address);
+                range.start = range.start.min(address);
+                range.end = range.end.max(address);
+            }
+            symbols.push(Symbol {
+                address,
+                size: None,
+                name: format!("{prefix}{name}"),
+            });
+        }
+        let lowest = symbols.iter().map(|s| s.address).min()?;
+        let own = own.filter(|own| !others.iter().any(|a| own.start <= *a && *a <= own.end));
+        Some(Kallsyms {
+            map: SymbolMap::new(symbols),
+            text_start: text_start.or(stext).unwrap_or(lowest),
+            own,
+        })
     }
 }
 
@@ -390,6 +448,18 @@ mod tests {
         let text = "ffffffff81000000 T _text\nffffffff81001000 t helper\nffffffff82000000 D some_data\nffffffffc0001000 t mod_fn\t[kvm]\n";
         let map = SymbolMap::from_kallsyms(text).unwrap();
         assert_eq!(map.len(), 3);
+        let kallsyms = Kallsyms::parse(text, "k ").unwrap();
+        assert_eq!(kallsyms.text_start, 0xffff_ffff_8100_0000);
+        assert_eq!(
+            kallsyms.own,
+            Some(0xffff_ffff_8100_0000..0xffff_ffff_8100_1000)
+        );
+        assert_eq!(
+            kallsyms.map.lookup(0xffff_ffff_8100_0004).unwrap().name,
+            "k _text"
+        );
+        let inside = format!("{text}ffffffff81000800 t bpf_prog_1\t[bpf]\n");
+        assert_eq!(Kallsyms::parse(&inside, "").unwrap().own, None);
         assert_eq!(map.kernel_text_start(), 0xffff_ffff_8100_0000);
         assert_eq!(map.lookup(0xffff_ffff_8100_1234).unwrap().name, "helper");
         assert!(SymbolMap::from_kallsyms("0000000000000000 T _text\n").is_none());

@@ -1,0 +1,315 @@
+//! The invoking user's cache directory, and how sampler reads and writes files in it
+//! when it may be running as root: the debuginfod client's downloads
+//! ([`crate::debuginfod`]) and the symbol cache ([`crate::symbolicate::cache`]).
+//!
+//! Under sudo the cache is the user's who ran sudo (their home, their files), never
+//! root's: every directory is opened relative to one already opened and checked to be
+//! theirs, without following a symbolic link; new directories and files are created
+//! exclusively and given to them through their descriptors, never by path. A file is
+//! written atomically: a new file beside its final name, renamed over it when complete,
+//! and removed when it is not.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat, OFlag, AT_FDCWD};
+use nix::sys::stat::{fstat, mkdirat, Mode};
+use nix::unistd::{fchown, unlinkat, Gid, Uid, UnlinkatFlags};
+
+use crate::emit::output::SudoUser;
+
+/// Permission bits of a new cache directory: the user's, readable by others as
+/// directories under the usual umask are (nothing cached is secret).
+const DIR_MODE: u32 = 0o755;
+
+/// The home directory of the cache's user: under sudo the invoking user's, from the
+/// password database (HOME may still be theirs or already root's), else `$HOME`.
+pub fn user_home(owner: Option<SudoUser>) -> Option<PathBuf> {
+    match owner {
+        Some(user) => nix::unistd::User::from_uid(Uid::from_raw(user.uid))
+            .ok()
+            .flatten()
+            .map(|u| u.dir),
+        None => std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(PathBuf::from),
+    }
+}
+
+/// The user's cache directory as the XDG base directory specification places it:
+/// `$XDG_CACHE_HOME`, else `HOME/.cache`. An empty value counts as unset.
+pub fn cache_home(xdg_cache_home: Option<&str>, home: Option<&Path>) -> Option<PathBuf> {
+    match xdg_cache_home.filter(|v| !v.is_empty()) {
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => Some(home?.join(".cache")),
+    }
+}
+
+/// The uid that owns the cache: the sudo user, else whoever runs sampler.
+fn cache_user(owner: Option<SudoUser>) -> u32 {
+    owner.map_or_else(|| Uid::effective().as_raw(), |u| u.uid)
+}
+
+/// Opens the directory `root/below[0]/below[1]/…`. `root` is opened by path (a link
+/// there is the user's own choice); each name of `below` is opened relative to its
+/// parent without following a link. Every directory opened must belong to the cache's
+/// user (the sudo user, else whoever runs sampler). With `create`, what is missing is
+/// created, `root` included (from the nearest directory that exists), and given to the
+/// user; without it, a missing directory is an error.
+pub fn open_dir(
+    root: &Path,
+    below: &[&str],
+    owner: Option<SudoUser>,
+    create: bool,
+) -> io::Result<OwnedFd> {
+    let user = cache_user(owner);
+    // Names still to open, the next one last; those of `root` may be created too.
+    let mut missing: Vec<std::ffi::OsString> = below.iter().rev().map(|n| n.into()).collect();
+    let mut existing = root.to_path_buf();
+    let directory = OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC;
+    let mut dir = loop {
+        match openat(AT_FDCWD, &existing, directory, Mode::empty()) {
+            Ok(fd) => break fd,
+            Err(Errno::ENOENT) if create => {
+                let name = existing.file_name().map(|n| n.to_os_string());
+                match (name, existing.parent()) {
+                    (Some(name), Some(parent)) if !parent.as_os_str().is_empty() => {
+                        missing.push(name);
+                        existing = parent.to_path_buf();
+                    }
+                    _ => return Err(Errno::ENOENT.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    check_owner(&dir, user, &existing)?;
+    while let Some(name) = missing.pop() {
+        let created = create
+            && match mkdirat(&dir, name.as_os_str(), Mode::from_bits_truncate(DIR_MODE)) {
+                Ok(()) => true,
+                Err(Errno::EEXIST) => false,
+                Err(e) => return Err(e.into()),
+            };
+        existing.push(&name);
+        let sub = match openat(
+            &dir,
+            name.as_os_str(),
+            directory | OFlag::O_NOFOLLOW,
+            Mode::empty(),
+        ) {
+            Ok(sub) => sub,
+            Err(Errno::ELOOP | Errno::ENOTDIR) => {
+                return Err(io::Error::other(format!(
+                    "{} is a symbolic link or not a directory",
+                    existing.display()
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if created {
+            if let Some(u) = owner {
+                fchown(&sub, Some(Uid::from_raw(u.uid)), Some(Gid::from_raw(u.gid)))?;
+            }
+        }
+        check_owner(&sub, user, &existing)?;
+        dir = sub;
+    }
+    Ok(dir)
+}
+
+/// Refuses a directory or file of another user than `user`: someone else could have put
+/// it, or a link to it, where the cache is.
+fn check_owner(fd: &impl AsFd, user: u32, path: &Path) -> io::Result<()> {
+    let owner = fstat(fd.as_fd())?.st_uid;
+    if owner != user {
+        return Err(io::Error::other(format!(
+            "{} belongs to user {owner}, not to user {user}",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Opens the file `name` in `dir` for reading: not through a link, only a regular file
+/// (never a fifo or device, which could block or never end), and only one of the cache's
+/// user.
+pub fn open_file(dir: &OwnedFd, name: &str, owner: Option<SudoUser>) -> io::Result<File> {
+    let fd = openat(
+        dir,
+        name,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let file = File::from(fd);
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::other(format!("{name} is not a regular file")));
+    }
+    check_owner(&file, cache_user(owner), Path::new(name))?;
+    Ok(file)
+}
+
+/// Removes the file `name` from `dir` (a link is removed, never followed).
+pub fn remove_file(dir: &impl AsFd, name: &OsStr) -> io::Result<()> {
+    Ok(unlinkat(dir, name, UnlinkatFlags::NoRemoveDir)?)
+}
+
+/// The prefix of the name of a file on its way into a cache directory: hidden, and
+/// named after sampler, so that one left behind by a killed process can be recognised.
+pub const TEMP_PREFIX: &str = ".sampler-";
+
+/// A file on its way into a cache directory: a new file beside its final name, removed
+/// unless committed.
+pub struct TempFile {
+    dir: OwnedFd,
+    name: String,
+    final_name: String,
+    pub file: File,
+    committed: bool,
+}
+
+impl TempFile {
+    /// Creates the new file (exclusively, never through a link) in `dir`, to be renamed
+    /// to `final_name`, with permission bits `mode`.
+    pub fn create(dir: OwnedFd, final_name: &str, mode: u32) -> io::Result<TempFile> {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "{TEMP_PREFIX}{}-{}.{final_name}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let fd = openat(
+            &dir,
+            name.as_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(mode),
+        )?;
+        Ok(TempFile {
+            dir,
+            name,
+            final_name: final_name.to_string(),
+            file: File::from(fd),
+            committed: false,
+        })
+    }
+
+    /// A second descriptor of the file, for reading back what was written.
+    pub fn reopen(&self) -> io::Result<File> {
+        let fd = openat(
+            &self.dir,
+            self.name.as_str(),
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(File::from(fd))
+    }
+
+    /// The directory the file is in.
+    pub fn dir(&self) -> &OwnedFd {
+        &self.dir
+    }
+
+    /// Flushes the file to disk when `sync` asks for it, gives it to `owner`, and renames
+    /// it to its final name.
+    pub fn commit(mut self, owner: Option<SudoUser>, sync: bool) -> io::Result<()> {
+        if sync {
+            self.file.sync_all()?;
+        }
+        if let Some(u) = owner {
+            fchown(
+                &self.file,
+                Some(Uid::from_raw(u.uid)),
+                Some(Gid::from_raw(u.gid)),
+            )?;
+        }
+        renameat(
+            &self.dir,
+            self.name.as_str(),
+            &self.dir,
+            self.final_name.as_str(),
+        )?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = remove_file(&self.dir, OsStr::new(&self.name));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("sampler-usercache-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn the_cache_home_is_where_xdg_puts_it() {
+        let home = Some(Path::new("/home/u"));
+        assert_eq!(cache_home(Some("/x"), home), Some(PathBuf::from("/x")));
+        assert_eq!(
+            cache_home(Some(""), home),
+            Some(PathBuf::from("/home/u/.cache"))
+        );
+        assert_eq!(cache_home(None, None), None);
+    }
+
+    #[test]
+    fn directories_are_created_and_a_file_lands_atomically() {
+        let root = scratch("create").join("a");
+        assert!(open_dir(&root, &["b"], None, false).is_err(), "not created");
+        let dir = open_dir(&root, &["b", "c"], None, true).unwrap();
+        let mut temp = TempFile::create(dir, "entry", 0o644).unwrap();
+        use std::io::Write;
+        temp.file.write_all(b"bytes").unwrap();
+        let final_path = root.join("b/c/entry");
+        assert!(!final_path.exists(), "only once committed");
+        temp.commit(None, false).unwrap();
+        assert_eq!(std::fs::read(&final_path).unwrap(), b"bytes");
+        let dir = open_dir(&root, &["b", "c"], None, false).unwrap();
+        let mut read = String::new();
+        use std::io::Read;
+        open_file(&dir, "entry", None)
+            .unwrap()
+            .read_to_string(&mut read)
+            .unwrap();
+        assert_eq!(read, "bytes");
+        // A file dropped uncommitted leaves nothing.
+        drop(TempFile::create(dir, "other", 0o644).unwrap());
+        let names: Vec<_> = std::fs::read_dir(root.join("b/c"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["entry"]);
+        let _ = std::fs::remove_dir_all(root.parent().unwrap());
+    }
+
+    #[test]
+    fn links_inside_the_cache_are_not_followed() {
+        let root = scratch("links");
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::fs::write(root.join("real/file"), b"x").unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
+        std::os::unix::fs::symlink(root.join("real/file"), root.join("real/alias")).unwrap();
+        let err = open_dir(&root, &["link"], None, true).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        let dir = open_dir(&root, &["real"], None, false).unwrap();
+        assert!(open_file(&dir, "file", None).is_ok());
+        assert!(open_file(&dir, "alias", None).is_err());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
