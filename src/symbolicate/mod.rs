@@ -269,65 +269,22 @@ impl LibSymbols {
     /// there are enough of them: each thread gets a contiguous share of the addresses (so
     /// it parses only the compile units that cover them) and its own DWARF context.
     pub fn lookup_many(&self, addresses: &[u64]) -> Vec<AddressInfo> {
-        let workers = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(addresses.len() / ADDRESSES_PER_WORKER)
-            .max(1);
-        let mut order: Vec<usize> = (0..addresses.len()).collect();
-        order.sort_unstable_by_key(|&i| addresses[i]);
-        let mut out = vec![AddressInfo::default(); addresses.len()];
-        let forks: Option<Vec<Option<DwarfInfo>>> = match &self.dwarf {
-            Some(d) if workers > 1 => (0..workers).map(|_| d.fork().map(Some)).collect(),
-            _ => None,
-        };
-        let Some(forks) = forks else {
-            for i in order {
-                out[i] = self.lookup(addresses[i]);
-            }
-            return out;
-        };
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = order
-                .chunks(addresses.len().div_ceil(workers))
-                .zip(forks)
-                .map(|(share, dwarf)| {
-                    let names = self.names();
-                    scope.spawn(move || {
-                        share
-                            .iter()
-                            .map(|&i| (i, names.lookup(dwarf.as_ref(), addresses[i])))
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            for handle in handles {
-                for (i, info) in handle.join().unwrap_or_default() {
-                    out[i] = info;
-                }
-            }
-        });
-        out
+        let names = self.names();
+        self.across_cpus(addresses, |share, dwarf| {
+            share
+                .iter()
+                .map(|&i| (i, names.lookup(dwarf, addresses[i])))
+                .collect()
+        })
     }
-}
 
-impl LibSymbols {
     /// [`LibSymbols::lookup_many`], resolving the whole function of each address (see
     /// [`Names::resolve`]) and handing each function's pieces to `keep` (for the cache)
     /// as it is resolved. Split across the CPUs as `lookup_many` is.
     pub fn resolve_many(&self, addresses: &[u64], keep: &Keep<'_>) -> Vec<AddressInfo> {
-        let workers = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(addresses.len() / ADDRESSES_PER_WORKER)
-            .max(1);
-        let mut order: Vec<usize> = (0..addresses.len()).collect();
-        order.sort_unstable_by_key(|&i| addresses[i]);
-        let forks: Vec<Option<DwarfInfo>> = match &self.dwarf {
-            Some(d) if workers > 1 => (0..workers).map(|_| d.fork()).collect(),
-            _ => Vec::new(),
-        };
         let names = self.names();
         // The addresses of one share, in address order, each function resolved once.
-        let share = |share: &[usize], dwarf: Option<&DwarfInfo>| {
+        self.across_cpus(addresses, |share, dwarf| {
             let mut answers = Vec::with_capacity(share.len());
             let mut function: Vec<(Range<u64>, AddressInfo)> = Vec::new();
             let mut demangled = cache::FastMap::default();
@@ -345,21 +302,41 @@ impl LibSymbols {
                 answers.push((i, info));
             }
             answers
+        })
+    }
+
+    /// The answers `per_share` gives for `addresses`, given shares of them (indexes, in
+    /// address order) and a DWARF context: one share per CPU when there are enough
+    /// addresses and every CPU gets its own context, else one share.
+    fn across_cpus(
+        &self,
+        addresses: &[u64],
+        per_share: impl Fn(&[usize], Option<&DwarfInfo>) -> Vec<(usize, AddressInfo)> + Sync,
+    ) -> Vec<AddressInfo> {
+        let workers = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(addresses.len() / ADDRESSES_PER_WORKER)
+            .max(1);
+        let mut order: Vec<usize> = (0..addresses.len()).collect();
+        order.sort_unstable_by_key(|&i| addresses[i]);
+        let forks: Option<Vec<Option<DwarfInfo>>> = match &self.dwarf {
+            Some(d) if workers > 1 => (0..workers).map(|_| d.fork().map(Some)).collect(),
+            _ => None,
         };
         let mut out = vec![AddressInfo::default(); addresses.len()];
-        if forks.len() < 2 || forks.iter().any(Option::is_none) {
-            for (i, info) in share(&order, self.dwarf.as_ref()) {
+        let Some(forks) = forks else {
+            for (i, info) in per_share(&order, self.dwarf.as_ref()) {
                 out[i] = info;
             }
             return out;
-        }
+        };
         std::thread::scope(|scope| {
             let handles: Vec<_> = order
                 .chunks(addresses.len().div_ceil(workers))
                 .zip(forks)
-                .map(|(part, dwarf)| {
-                    let share = &share;
-                    scope.spawn(move || share(part, dwarf.as_ref()))
+                .map(|(share, dwarf)| {
+                    let per_share = &per_share;
+                    scope.spawn(move || per_share(share, dwarf.as_ref()))
                 })
                 .collect();
             for handle in handles {

@@ -110,20 +110,6 @@ impl SymbolMap {
         }
     }
 
-    /// The same symbols under new names (given the demangled ones).
-    pub fn renamed(self, rename: impl Fn(&str) -> String) -> SymbolMap {
-        let mangled = self.mangled;
-        SymbolMap::new(
-            self.symbols
-                .into_iter()
-                .map(|s| Symbol {
-                    name: rename(&if mangled { demangle(&s.name) } else { s.name }),
-                    ..s
-                })
-                .collect(),
-        )
-    }
-
     /// The function symbols of ELF files that describe one address space (a file and
     /// its separate debug file), from `.symtab` and `.dynsym`. Where several symbols start
     /// at one address, the earlier file wins, then sized, then global symbols.
