@@ -547,7 +547,9 @@ fn readelf_fdes(path: &str) -> Vec<std::ops::Range<u64>> {
 
 fn stripped_library_code_is_grouped_by_function() {
     let test = "stripped_library_code_is_grouped_by_function";
-    let (o, p) = record_checked(test, &[], &[&target("stripcall"), "2"]);
+    // 4 s: the loops' samples land on one or two instructions each (the timer's skid);
+    // in 2 s, about one run in four saw a single address in every function.
+    let (o, p) = record_checked(test, &[], &[&target("stripcall"), "4"]);
     let stacks = all_stacks(&p);
     let frames = frames_in(&stacks, "libstripped.so");
     // The hidden functions' starts, from the file before it was stripped.
