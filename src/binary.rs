@@ -310,26 +310,11 @@ impl Binary {
 
     /// `len` bytes from `offset` (fewer at the end of the file).
     fn read_at(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
-        match &self.image {
-            Image::Bytes(data) => {
-                let start = usize::try_from(offset).ok()?;
-                let end = start.saturating_add(len).min(data.len());
-                data.get(start..end).map(<[u8]>::to_vec)
-            }
-            Image::File(file) => {
-                let mut buf = vec![0; len];
-                let mut have = 0;
-                while have < len {
-                    match file.read_at(&mut buf[have..], offset + have as u64) {
-                        Ok(0) => break,
-                        Ok(n) => have += n,
-                        Err(_) => return None,
-                    }
-                }
-                buf.truncate(have);
-                Some(buf)
-            }
-        }
+        let mut at = At::new(self.image.clone());
+        at.pos = offset;
+        let mut buf = Vec::with_capacity(len);
+        at.take(len as u64).read_to_end(&mut buf).ok()?;
+        Some(buf)
     }
 
     /// The file's code from its entry point `entry` (in the file's addresses) on, when it
