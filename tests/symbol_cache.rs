@@ -404,6 +404,7 @@ fn a_recording_fills_the_cache_and_the_next_names_from_it() {
             .expect("sampler runs");
         assert!(o.status.success(), "sampler failed: {}", stderr(&o));
         let p = load_checked(&out);
+        ffp_check(&out);
         let mut names: Vec<(String, u64)> = thread_frames(&p)
             .into_iter()
             .flat_map(|(_, stacks)| stacks)
