@@ -101,6 +101,7 @@ enum Image {
 /// Reads a binary's bytes by position (an open file with `pread`, so that readers of one
 /// file in several threads never share an offset); `object`'s read cache reads through
 /// it, keeping only what was read.
+#[derive(Clone)]
 pub struct At {
     image: Image,
     pos: u64,
@@ -289,6 +290,11 @@ impl Binary {
     /// `object::File::parse(&reader)`, which then reads only the sections asked for.
     pub fn reader(&self) -> object::ReadCache<At> {
         object::ReadCache::new(At::new(self.image.clone()))
+    }
+
+    /// A reader of the file's bytes from its start.
+    pub fn at(&self) -> At {
+        At::new(self.image.clone())
     }
 
     /// The file's size in bytes.

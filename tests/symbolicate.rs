@@ -530,3 +530,64 @@ fn symbolize_names_an_address_as_the_profile_does() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[..2], [format!("0x{start:x}").as_str(), "pub_free"]);
 }
+
+/// Addresses that probe every edge of `file`'s function symbols: each symbol's first,
+/// middle and last byte and the bytes just outside it, and every byte of its PLTs.
+fn probing_addresses(data: &[u8], every: usize) -> Vec<u64> {
+    use object::ObjectSection;
+    let file = object::File::parse(data).unwrap();
+    let mut addresses: Vec<u64> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+        .step_by(every)
+        .flat_map(|s| {
+            let (a, n) = (s.address(), s.size());
+            [a - 1, a, a + n / 2, (a + n).saturating_sub(1), a + n]
+        })
+        .collect();
+    for s in file.sections() {
+        if matches!(s.name(), Ok(".plt" | ".plt.sec" | ".plt.got")) {
+            addresses.extend(s.address()..s.address() + s.size());
+        }
+    }
+    addresses
+}
+
+#[test]
+fn symbol_tables_read_for_some_addresses_answer_as_the_whole_tables() {
+    // libc (its separate debug file from libc6-dbg when installed: DWARF, a full symbol
+    // table, IFUNCs behind its PLT) and this test's own executable (Rust, with DWARF).
+    let exe = std::env::current_exe().unwrap();
+    for (path, every) in [
+        (PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"), 1),
+        (exe, 5),
+    ] {
+        let binary = sampler::binary::Binary::open(&path).unwrap();
+        let data = std::fs::read(&path).unwrap();
+        let addresses = probing_addresses(&data, every);
+        assert!(
+            addresses.len() > 2000,
+            "{}: {} addresses",
+            path.display(),
+            addresses.len()
+        );
+        let opts = sampler::symbolicate::SymbolOptions::default();
+        let name = path.to_str().unwrap();
+        let whole = LibSymbols::load(&binary, name, &opts).unwrap();
+        let some = LibSymbols::load_for(&binary, name, &opts, Some(&addresses)).unwrap();
+        assert!(some.symbols.len() < whole.symbols.len());
+        let mut inlined = 0;
+        for &a in &addresses {
+            let expected = whole.lookup(a);
+            inlined += expected.frame_symbols.iter().skip(1).flatten().count();
+            assert_eq!(some.lookup(a), expected, "{} at {a:#x}", path.display());
+        }
+        assert_eq!(some.facts(), whole.facts());
+        assert!(
+            inlined > 0,
+            "{}: no inlined function also called",
+            path.display()
+        );
+    }
+}

@@ -17,6 +17,7 @@ mod dwarf;
 mod gcc_names;
 mod plt;
 pub mod symbols;
+mod symtab;
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -141,6 +142,9 @@ pub struct LibSymbols {
     pub eh_frame: Option<EhFrameSource>,
     /// Those ranges, read when the first address without a symbol needs them.
     pub functions: OnceLock<FunctionRanges>,
+    /// When `symbols` holds only what some addresses need: the whole tables, whose
+    /// names DWARF's linkage names are looked up in (indexed on first use).
+    pub tables: Option<(symtab::Tables, OnceLock<symtab::NameIndex>)>,
 }
 
 impl LibSymbols {
@@ -164,6 +168,18 @@ impl LibSymbols {
     /// Loads the symbols of `binary`, mapped from `mapped_path`: its own, and those of its
     /// separate debug file when it lacks DWARF or a full symbol table.
     pub fn load(binary: &Binary, mapped_path: &str, opts: &SymbolOptions) -> Option<LibSymbols> {
+        LibSymbols::load_for(binary, mapped_path, opts, None)
+    }
+
+    /// [`LibSymbols::load`], keeping of the symbol tables only what looking up
+    /// `addresses` needs, when they are given (see [`symtab`]): every other address may
+    /// be named wrongly.
+    pub fn load_for(
+        binary: &Binary,
+        mapped_path: &str,
+        opts: &SymbolOptions,
+        addresses: Option<&[u64]>,
+    ) -> Option<LibSymbols> {
         // Only the parts that name things are read (symbol tables, DWARF), not its code;
         // what is kept is copied out of the reader, which goes at the end.
         let reader = binary.reader();
@@ -193,10 +209,26 @@ impl LibSymbols {
             .and_then(|reader| object::File::parse(reader).ok());
         // The debug file's full symbol table first: of two names at one address, it has
         // the better one.
-        let mut files: Vec<Vec<(bool, Symbol)>> =
-            debug_object.iter().map(symbols::elf_symbols).collect();
-        files.push(symbols::elf_symbols(&file));
-        let mut symbols = SymbolMap::from_elf_symbols(files);
+        let mut files: Vec<(&Binary, &object::File<'_, _>)> = Vec::new();
+        if let (Some(d), Some(object)) = (&debug, &debug_object) {
+            files.push((&d.binary, object));
+        }
+        files.push((binary, &file));
+        let tables = addresses.and_then(|_| symtab::Tables::of(&files));
+        let mut symbols = match (&tables, addresses) {
+            (Some(tables), Some(addresses)) => {
+                let mut found = tables.symbols_for(addresses);
+                found.extend(
+                    plt_symbols_for(&file, tables, addresses)
+                        .into_iter()
+                        .map(|s| (false, s)),
+                );
+                SymbolMap::from_preferred(found.into_iter().map(|(_, s)| s).collect())
+            }
+            _ => SymbolMap::from_elf_symbols(
+                files.iter().map(|(_, f)| symbols::elf_symbols(f)).collect(),
+            ),
+        };
         if let Some(stub) = &binary.entry_stub {
             symbols = symbols.or_named(stub.clone(), "_start");
         }
@@ -233,6 +265,7 @@ impl LibSymbols {
                     .map(|(range, bytes)| (range.start, bytes.clone())),
             ),
             functions: OnceLock::new(),
+            tables: tables.map(|t| (t, OnceLock::new())),
         })
     }
 
@@ -262,6 +295,7 @@ impl LibSymbols {
             base: self.base,
             eh_frame: self.eh_frame.as_ref(),
             functions: &self.functions,
+            tables: self.tables.as_ref().map(|(t, index)| (t, index)),
         }
     }
 
@@ -362,7 +396,8 @@ pub fn name_file(
     addresses: &[u64],
     opts: &SymbolOptions,
 ) -> Option<(LibFacts, Vec<AddressInfo>)> {
-    let load = || LibSymbols::load(binary, mapped_path, opts).ok_or_else(String::new);
+    let load =
+        || LibSymbols::load_for(binary, mapped_path, opts, Some(addresses)).ok_or_else(String::new);
     let Some((store, key)) = opts
         .cache
         .as_ref()
@@ -478,6 +513,38 @@ fn no_debug_file(
 /// re-reads every unit's header and ranges) than it saves.
 const ADDRESSES_PER_WORKER: usize = 1000;
 
+/// The PLT stubs' symbols of `file` when one of `addresses` is in a PLT (else none are
+/// needed); the IFUNCs their `IRELATIVE` slots point at are named from `tables`.
+fn plt_symbols_for<'d, R: object::ReadRef<'d>>(
+    file: &object::File<'d, R>,
+    tables: &symtab::Tables,
+    addresses: &[u64],
+) -> Vec<Symbol> {
+    use object::{Object, ObjectSection};
+    let in_plt = file
+        .sections()
+        .filter(|s| matches!(s.name(), Ok(".plt" | ".plt.sec" | ".plt.got")))
+        .any(|s| {
+            let range = s.address()..s.address().saturating_add(s.size());
+            addresses.iter().any(|a| range.contains(a))
+        });
+    if !in_plt {
+        return Vec::new();
+    }
+    let asked = std::cell::RefCell::new(Vec::new());
+    let first = plt::plt_symbols(file, |address| {
+        asked.borrow_mut().push(address);
+        None
+    });
+    let mut asked = asked.into_inner();
+    asked.sort_unstable();
+    if asked.is_empty() {
+        return first;
+    }
+    let named = tables.names_at(&asked);
+    plt::plt_symbols(file, |address| named.get(&address).cloned())
+}
+
 /// See [`LibSymbols::names`].
 #[derive(Clone, Copy)]
 struct Names<'a> {
@@ -485,6 +552,7 @@ struct Names<'a> {
     base: u64,
     eh_frame: Option<&'a EhFrameSource>,
     functions: &'a OnceLock<FunctionRanges>,
+    tables: Option<(&'a symtab::Tables, &'a OnceLock<symtab::NameIndex>)>,
 }
 
 impl<'a> Names<'a> {
@@ -532,9 +600,12 @@ impl<'a> Names<'a> {
         let frame_symbols = frames
             .iter()
             .map(|f| {
-                symbols
-                    .by_name(f.linkage_name.as_deref()?)
-                    .map(|s| s.address.wrapping_sub(base))
+                let name = f.linkage_name.as_deref()?;
+                let address = match self.tables {
+                    Some((tables, index)) => index.get_or_init(|| tables.index()).address(name),
+                    None => symbols.by_name(name).map(|s| s.address),
+                };
+                address.map(|a| a.wrapping_sub(base))
             })
             .collect();
         AddressInfo {

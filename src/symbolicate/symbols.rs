@@ -130,6 +130,15 @@ impl SymbolMap {
         }
     }
 
+    /// ELF symbols already in order of preference where several start at one address
+    /// (see [`SymbolMap::from_elf_symbols`]).
+    pub fn from_preferred(symbols: Vec<Symbol>) -> SymbolMap {
+        SymbolMap {
+            mangled: true,
+            ..SymbolMap::new(symbols)
+        }
+    }
+
     /// Parses a JIT's perf map (`/tmp/perf-PID.map`): lines of `START SIZE name`, hex
     /// numbers with or without `0x`. Code can be replaced at an address; the entry
     /// written last wins.

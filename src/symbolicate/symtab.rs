@@ -1,0 +1,380 @@
+//! ELF symbol tables read for a given set of addresses, straight from the file: the
+//! entries are streamed through a small window, and only the symbols that a lookup of
+//! those addresses needs are kept, with their names read one by one. A large library
+//! (rustc's driver: 165,000 symbols, 20 MB of names) costs a profile that samples a few
+//! thousand of its addresses a few thousand symbols, instead of every name copied out
+//! twice (by `object`'s read cache, then as owned strings), which was most of the peak
+//! memory of recording a build.
+//!
+//! A lookup (design §2, [`super::SymbolMap::lookup`]) needs, for an address, the symbol
+//! with the highest start at or below it (with its size) and the start of the next one
+//! (where the address's extent ends). With the addresses sorted, a symbol starting at `s`
+//! can only be the first of these for the addresses from `s` up to the next address, and
+//! only the second for the address just below `s`: so each symbol is offered to the
+//! first address at or above its start and to the one before, and a pass in address
+//! order afterwards hands each address the best of its own and its predecessors'.
+//!
+//! DWARF's linkage names are looked up by name ([`NameIndex`]): for the files that have
+//! DWARF, the names are streamed once more and kept as hashes.
+
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+
+use object::Object;
+
+use super::symbols::{without_version, Symbol};
+use crate::binary::{At, Binary};
+
+/// The size of an `Elf64_Sym`.
+const SYM_BYTES: usize = 24;
+
+/// Symbol table bytes read at a time: 64 KiB of whole entries (the read-ahead of
+/// [`At`] is as large).
+const CHUNK_BYTES: usize = SYM_BYTES * 2730;
+
+/// The longest name read: 64 KiB. Mangled C++ and Rust names reach a few KB; a longer
+/// one (a damaged table) is cut there.
+const MAX_NAME_BYTES: usize = 64 << 10;
+
+/// Bytes of a name read at a time.
+const NAME_CHUNK: usize = 256;
+
+/// `st_info` types and the special section indexes that matter here.
+const STT_NOTYPE: u8 = 0;
+const STT_FUNC: u8 = 2;
+const STT_GNU_IFUNC: u8 = 10;
+const STB_LOCAL: u8 = 0;
+const SHN_UNDEF: u16 = 0;
+const SHN_LORESERVE: u16 = 0xff00;
+const SHN_XINDEX: u16 = 0xffff;
+
+/// One symbol table of a file (`.symtab` or `.dynsym`) and its string table, as file
+/// offsets.
+#[derive(Clone)]
+struct Table {
+    reader: Reader,
+    /// The file's place in the order of [`Tables::of`].
+    file: u8,
+    offset: u64,
+    count: u64,
+    strings: (u64, u64),
+    /// Which sections hold code (`SHF_EXECINSTR`), by index: an untyped symbol there is a
+    /// label in code (`_start`).
+    executable: std::sync::Arc<[bool]>,
+}
+
+/// Reads one file's bytes by position.
+#[derive(Clone)]
+struct Reader(At);
+
+impl Reader {
+    fn at(&self, offset: u64) -> At {
+        let mut at = self.0.clone();
+        // Seeking from the start cannot fail.
+        let _ = at.seek(SeekFrom::Start(offset));
+        at
+    }
+}
+
+/// A function symbol as its table has it: enough to choose among symbols before any
+/// name is read.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    address: u64,
+    size: u64,
+    global: bool,
+    /// The file's rank: the debug file's symbols before the file's own.
+    file: u8,
+    /// The table, and the name's offset in its string table.
+    table: u8,
+    name: u32,
+}
+
+impl Entry {
+    /// The preference among symbols at one address (lower first): the earlier file,
+    /// then sized, then global, then the earlier entry (`.symtab` before `.dynsym`).
+    fn order(&self) -> (u8, bool, bool) {
+        (self.file, self.size == 0, !self.global)
+    }
+}
+
+/// The symbol tables of a file and, first, of its separate debug file.
+#[derive(Clone, Default)]
+pub struct Tables {
+    tables: Vec<Table>,
+}
+
+impl Tables {
+    /// The symbol tables of `files` (each an ELF file and its parsed form), in the order
+    /// given; `None` when one is not a 64-bit little-endian ELF file, which the caller
+    /// reads the general way.
+    pub fn of<'d, R: object::ReadRef<'d>>(
+        files: &[(&Binary, &object::File<'d, R>)],
+    ) -> Option<Tables> {
+        let mut tables = Vec::new();
+        for (rank, (binary, file)) in files.iter().enumerate() {
+            let object::File::Elf64(elf) = file else {
+                return None;
+            };
+            if !file.is_little_endian() {
+                return None;
+            }
+            use object::read::elf::SectionHeader;
+            let endian = elf.endian();
+            let headers = elf.elf_section_table();
+            let executable: std::sync::Arc<[bool]> = headers
+                .iter()
+                .map(|h| h.sh_flags(endian).0 & object::elf::SHF_EXECINSTR.0 != 0)
+                .collect();
+            for kind in [object::elf::SHT_SYMTAB, object::elf::SHT_DYNSYM] {
+                let Some((_, header)) = headers
+                    .iter()
+                    .enumerate()
+                    .find(|(_, h)| h.sh_type(endian) == kind)
+                else {
+                    continue;
+                };
+                let Ok(strings) =
+                    headers.section(object::SectionIndex(header.sh_link(endian) as usize))
+                else {
+                    continue;
+                };
+                if header.sh_entsize(endian) != SYM_BYTES as u64 {
+                    continue;
+                }
+                tables.push(Table {
+                    reader: Reader(binary.at()),
+                    file: rank as u8,
+                    offset: header.sh_offset(endian),
+                    count: header.sh_size(endian) / SYM_BYTES as u64,
+                    strings: (strings.sh_offset(endian), strings.sh_size(endian)),
+                    executable: executable.clone(),
+                });
+            }
+        }
+        Some(Tables { tables })
+    }
+
+    /// Every function symbol of every table, in table order, handed to `each` (an I/O
+    /// error ends a table: what came before it is kept).
+    fn scan(&self, mut each: impl FnMut(Entry)) {
+        let mut chunk = vec![0u8; CHUNK_BYTES];
+        for (index, table) in self.tables.iter().enumerate() {
+            let mut at = table.reader.at(table.offset);
+            let mut left = table.count;
+            while left > 0 {
+                let n = (left as usize).min(CHUNK_BYTES / SYM_BYTES);
+                let bytes = &mut chunk[..n * SYM_BYTES];
+                if at.read_exact(bytes).is_err() {
+                    break;
+                }
+                for raw in bytes.chunks_exact(SYM_BYTES) {
+                    if let Some(entry) = function(raw, table, index as u8) {
+                        each(entry);
+                    }
+                }
+                left -= n as u64;
+            }
+        }
+    }
+
+    /// The name of `entry`, without a version suffix; `None` when it cannot be read or
+    /// is empty.
+    fn name(&self, entry: &Entry) -> Option<String> {
+        let table = self.tables.get(entry.table as usize)?;
+        let (offset, size) = table.strings;
+        if u64::from(entry.name) >= size {
+            return None;
+        }
+        let mut at = table.reader.at(offset + u64::from(entry.name));
+        let mut name = Vec::new();
+        let mut chunk = [0u8; NAME_CHUNK];
+        while name.len() < MAX_NAME_BYTES {
+            let n = at.read(&mut chunk).ok()?;
+            if n == 0 {
+                break;
+            }
+            match chunk[..n].iter().position(|&b| b == 0) {
+                Some(end) => {
+                    name.extend_from_slice(&chunk[..end]);
+                    break;
+                }
+                None => name.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let name = String::from_utf8_lossy(&name);
+        let name = without_version(&name);
+        (!name.is_empty()).then(|| name.to_string())
+    }
+
+    /// The symbols a lookup of `addresses` needs (see the module's description), each
+    /// with whether it is global, in no particular order; empty when the tables have no
+    /// function symbols.
+    pub fn symbols_for(&self, addresses: &[u64]) -> Vec<(bool, Symbol)> {
+        let mut sorted = addresses.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.is_empty() {
+            return Vec::new();
+        }
+        // below[i]: the best symbol starting in (sorted[i-1], sorted[i]];
+        // above[i]: the first symbol starting in (sorted[i], sorted[i+1]].
+        let mut below: Vec<Option<Entry>> = vec![None; sorted.len()];
+        let mut above: Vec<Option<Entry>> = vec![None; sorted.len()];
+        self.scan(|e| {
+            let i = sorted.partition_point(|&a| a < e.address);
+            if let Some(slot) = below.get_mut(i) {
+                let better = slot.is_none_or(|b| {
+                    (e.address, std::cmp::Reverse(e.order()))
+                        > (b.address, std::cmp::Reverse(b.order()))
+                });
+                if better {
+                    *slot = Some(e);
+                }
+            }
+            if let Some(slot) = i.checked_sub(1).and_then(|i| above.get_mut(i)) {
+                if slot.is_none_or(|b| (e.address, e.order()) < (b.address, b.order())) {
+                    *slot = Some(e);
+                }
+            }
+        });
+        // The symbol at or below each address is its own bucket's best, else the one of
+        // the address before; the next start is its own bucket's first, else the one of
+        // the address after. Only distinct symbols are named.
+        let mut wanted: HashMap<(u8, u32, u64), Entry> = HashMap::new();
+        let mut last: Option<Entry> = None;
+        for b in below.into_iter() {
+            last = b.or(last);
+            if let Some(e) = last {
+                wanted.insert((e.table, e.name, e.address), e);
+            }
+        }
+        let mut next: Option<Entry> = None;
+        for a in above.into_iter().rev() {
+            next = a.or(next);
+            if let Some(e) = next {
+                wanted.insert((e.table, e.name, e.address), e);
+            }
+        }
+        let mut entries: Vec<Entry> = wanted.into_values().collect();
+        entries.sort_by_key(|e| (e.address, e.order()));
+        entries
+            .into_iter()
+            .filter_map(|e| {
+                Some((
+                    e.global,
+                    Symbol {
+                        address: e.address,
+                        size: (e.size > 0).then_some(e.size),
+                        name: self.name(&e)?,
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// The name of the function at each of `addresses` (sorted) in the last file's own
+    /// tables, as its PLT names IFUNCs: of several names the last global one (`.dynsym`'s
+    /// after `.symtab`'s), else the first.
+    pub fn names_at(&self, addresses: &[u64]) -> HashMap<u64, String> {
+        let last = self.tables.iter().map(|t| t.file).max();
+        let mut chosen: HashMap<u64, Entry> = HashMap::new();
+        self.scan(|e| {
+            if Some(e.file) != last || addresses.binary_search(&e.address).is_err() {
+                return;
+            }
+            match chosen.get_mut(&e.address) {
+                Some(c) if e.global => *c = e,
+                Some(_) => {}
+                None => {
+                    chosen.insert(e.address, e);
+                }
+            }
+        });
+        chosen
+            .into_iter()
+            .filter_map(|(a, e)| Some((a, self.name(&e)?)))
+            .collect()
+    }
+
+    /// Every function symbol by name, for [`NameIndex::address`]: of several at one
+    /// address only the one a lookup gives (the others' names are not found, as
+    /// [`super::SymbolMap::by_name`] does not find them).
+    pub fn index(&self) -> NameIndex {
+        let mut entries: Vec<Entry> = Vec::new();
+        self.scan(|e| entries.push(e));
+        // A stable sort: of equal ones the earlier entry wins.
+        entries.sort_by_key(|e| (e.address, e.order()));
+        entries.dedup_by_key(|e| e.address);
+        let mut by_hash: Vec<(u64, Entry)> = entries
+            .into_iter()
+            .filter_map(|e| Some((hash(&self.name(&e)?), e)))
+            .collect();
+        by_hash.sort_unstable_by_key(|(h, e)| (*h, e.address));
+        NameIndex {
+            tables: self.clone(),
+            by_hash,
+        }
+    }
+}
+
+/// The function symbol of one raw `Elf64_Sym` (little-endian) of `table`, the `index`th:
+/// defined in a section, at a non-zero address, with a name, and a function, an IFUNC
+/// resolver or an untyped label in an executable section.
+fn function(raw: &[u8], table: &Table, index: u8) -> Option<Entry> {
+    let word = |at: usize| u32::from_le_bytes(raw[at..at + 4].try_into().unwrap_or_default());
+    let long = |at: usize| u64::from_le_bytes(raw[at..at + 8].try_into().unwrap_or_default());
+    let name = word(0);
+    let info = raw[4];
+    let section = u16::from_le_bytes([raw[6], raw[7]]);
+    let (address, size) = (long(8), long(16));
+    if name == 0 || address == 0 || section == SHN_UNDEF {
+        return None;
+    }
+    if section >= SHN_LORESERVE && section != SHN_XINDEX {
+        return None;
+    }
+    let code = match info & 0xf {
+        STT_FUNC | STT_GNU_IFUNC => true,
+        STT_NOTYPE => table
+            .executable
+            .get(usize::from(section))
+            .copied()
+            .unwrap_or(false),
+        _ => false,
+    };
+    code.then_some(Entry {
+        address,
+        size,
+        global: info >> 4 != STB_LOCAL,
+        file: table.file,
+        table: index,
+        name,
+    })
+}
+
+/// The hash names are indexed by.
+fn hash(name: &str) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::quality::FixedState::with_seed(0).hash_one(name)
+}
+
+/// Function symbols by name (see [`Tables::index`]): 40 bytes per symbol, names read
+/// again from the file to confirm a match.
+pub struct NameIndex {
+    tables: Tables,
+    by_hash: Vec<(u64, Entry)>,
+}
+
+impl NameIndex {
+    /// The address of the lowest symbol named `name`, as stored (mangled).
+    pub fn address(&self, name: &str) -> Option<u64> {
+        let h = hash(name);
+        let first = self.by_hash.partition_point(|(x, _)| *x < h);
+        self.by_hash[first..]
+            .iter()
+            .take_while(|(x, _)| *x == h)
+            .find(|(_, e)| self.tables.name(e).as_deref() == Some(name))
+            .map(|(_, e)| e.address)
+    }
+}
