@@ -2,9 +2,10 @@
 //! the address the file's own tables use), its build ID, and its call frame information
 //! (`.eh_frame`), read once per file and shared by the unwinder and the symbolicator.
 //!
-//! A file opened from disk is not read whole while recording: its headers and the
-//! sections unwinding needs are read through the open file, which is kept (a compiler's
-//! libraries are hundreds of megabytes, nearly all code no profiler reads). The
+//! A file opened from disk is not read whole while recording (a compiler's libraries are
+//! hundreds of megabytes, nearly all code no profiler reads): its headers are read
+//! through the open file, which is kept, and its `.eh_frame` a function at a time as
+//! frames need it ([`crate::lazycfi`]). The
 //! symbolicator reads what it needs later from the same open file, so a file replaced
 //! on disk meanwhile is still the one that was mapped.
 
@@ -87,6 +88,25 @@ pub struct UnwindSections {
     pub eh_frame_hdr: Option<(std::ops::Range<u64>, SectionBytes)>,
     pub debug_frame: Option<SectionBytes>,
     pub got: Option<std::ops::Range<u64>>,
+    /// `.eh_frame` read one function at a time (then `eh_frame` and `eh_frame_hdr` are
+    /// not read): see [`crate::lazycfi`].
+    pub lazy: Option<Arc<crate::lazycfi::LazyCfi>>,
+}
+
+impl UnwindSections {
+    /// Whether the file has call frame information at all.
+    pub fn has_cfi(&self) -> bool {
+        self.eh_frame.is_some() || self.debug_frame.is_some() || self.lazy.is_some()
+    }
+
+    /// `.eh_frame` and its address, read whole now when it is read lazily.
+    pub fn eh_frame_whole(&self) -> Option<(u64, SectionBytes)> {
+        match (&self.eh_frame, &self.lazy) {
+            (Some((range, bytes)), _) => Some((range.start, bytes.clone())),
+            (None, Some(lazy)) => lazy.whole(),
+            (None, None) => None,
+        }
+    }
 }
 
 /// Where a binary's bytes are.
@@ -117,6 +137,33 @@ impl At {
             pos: 0,
             window: (0, Vec::new()),
         }
+    }
+
+    /// `len` bytes from `offset` (fewer at the end of the file), read as they are, with
+    /// no read-ahead and leaving the position alone: for lookups that jump around.
+    pub fn read_exact_at(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
+        let mut buf = vec![0; len];
+        let mut got = 0;
+        while got < len {
+            let n = match &self.image {
+                Image::File(file) => file.read_at(&mut buf[got..], offset + got as u64).ok()?,
+                Image::Bytes(data) => {
+                    let start = usize::try_from(offset)
+                        .ok()?
+                        .saturating_add(got)
+                        .min(data.len());
+                    let n = (len - got).min(data.len() - start);
+                    buf[got..got + n].copy_from_slice(&data[start..start + n]);
+                    n
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        buf.truncate(got);
+        Some(buf)
     }
 }
 
@@ -233,12 +280,46 @@ impl Binary {
             ))
         };
         let with_range = |name: &str| Some((range(name)?, bytes(name)?));
-        let unwind = UnwindSections {
-            text: range(".text"),
-            eh_frame: with_range(".eh_frame"),
-            eh_frame_hdr: with_range(".eh_frame_hdr"),
-            debug_frame: bytes(".debug_frame"),
-            got: range(".got"),
+        // In an open file, an uncompressed `.eh_frame` with its header is read a
+        // function at a time.
+        let placed = |name: &str| {
+            let s = file.section_by_name(name)?;
+            let (offset, size) = s.file_range()?;
+            (size == s.size()
+                && s.compressed_file_range().ok()?.format == object::CompressionFormat::None)
+                .then(|| (s.address()..s.address() + size, offset))
+        };
+        let lazy = match &image {
+            Image::File(_) => {
+                placed(".eh_frame")
+                    .zip(placed(".eh_frame_hdr"))
+                    .and_then(|(eh_frame, hdr)| {
+                        crate::lazycfi::LazyCfi::new(
+                            At::new(image.clone()),
+                            eh_frame,
+                            hdr,
+                            range(".text"),
+                            range(".got"),
+                        )
+                    })
+            }
+            Image::Bytes(_) => None,
+        };
+        let unwind = match lazy {
+            Some(lazy) => UnwindSections {
+                text: range(".text"),
+                got: range(".got"),
+                lazy: Some(Arc::new(lazy)),
+                ..UnwindSections::default()
+            },
+            None => UnwindSections {
+                text: range(".text"),
+                eh_frame: with_range(".eh_frame"),
+                eh_frame_hdr: with_range(".eh_frame_hdr"),
+                debug_frame: bytes(".debug_frame"),
+                got: range(".got"),
+                lazy: None,
+            },
         };
         let mut binary = Binary {
             path,
@@ -271,7 +352,7 @@ impl Binary {
             entry_returns: Vec::new(),
             entry_stub: None,
         };
-        if binary.unwind.eh_frame.is_none() && binary.unwind.debug_frame.is_none() {
+        if !binary.unwind.has_cfi() {
             binary.code_without_cfi = binary.bytes().ok();
         }
         let entry = file.entry();

@@ -35,6 +35,7 @@ pub mod debuginfod;
 pub mod emit;
 pub mod events;
 pub mod jitdump;
+pub mod lazycfi;
 pub mod locate;
 pub mod maps;
 pub mod procmem;

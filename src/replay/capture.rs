@@ -56,9 +56,10 @@ impl Capture {
         binary: &Arc<Binary>,
     ) {
         let u = &binary.unwind;
-        let Some((eh_range, eh)) = &u.eh_frame else {
+        let Some((eh_start, eh)) = u.eh_frame_whole() else {
             return;
         };
+        let eh_range = eh_start..eh_start + eh.len() as u64;
         if eh.len() > MAX_CAPTURED_EH_FRAME {
             return;
         }
@@ -86,7 +87,7 @@ impl Capture {
             "end": avma.1,
             "bias": bias,
             "text": u.text.as_ref().map(|r| [r.start, r.end]),
-            "eh_frame": { "start": eh_range.start, "end": eh_range.end, "hex": hex(eh) },
+            "eh_frame": { "start": eh_range.start, "end": eh_range.end, "hex": hex(&eh) },
             "eh_frame_hdr": u.eh_frame_hdr.as_ref().map(|(r, d)| json!({
                 "start": r.start, "end": r.end, "hex": hex(d)
             })),

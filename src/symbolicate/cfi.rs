@@ -17,7 +17,7 @@ pub const UNNAMED_PREFIX: &str = "fn_0x";
 pub struct EhFrameSource {
     /// The section's address in the file's address space (FDEs point relative to it).
     pub address: u64,
-    pub bytes: SectionBytes,
+    pub bytes: EhFrameBytes,
     /// The address of `.text`, for the rare pointers encoded relative to it.
     pub text: Option<u64>,
     pub endian: RunTimeEndian,
@@ -25,20 +25,35 @@ pub struct EhFrameSource {
     pub address_size: u8,
 }
 
+/// The bytes of an `.eh_frame`: held, or read from the file when first needed.
+#[derive(Clone, Debug)]
+pub enum EhFrameBytes {
+    Held(SectionBytes),
+    Lazy(std::sync::Arc<crate::lazycfi::LazyCfi>),
+}
+
 impl EhFrameSource {
     /// The `.eh_frame` of `file`, whose bytes (`bytes`, at `address`) the caller may
-    /// already hold; else they are read from the file.
+    /// already hold, or read when needed (`lazy`); else they are read from the file now.
     pub fn of<'d, R: object::ReadRef<'d>>(
         file: &object::File<'d, R>,
         known: Option<(u64, SectionBytes)>,
+        lazy: Option<&std::sync::Arc<crate::lazycfi::LazyCfi>>,
     ) -> Option<Self> {
         use object::{Object, ObjectSection};
-        let (address, bytes) = match known {
-            Some(known) => known,
-            None => {
+        let (address, bytes) = match (known, lazy) {
+            (Some((address, bytes)), _) => (address, EhFrameBytes::Held(bytes)),
+            (None, Some(lazy)) => (
+                file.section_by_name(".eh_frame")?.address(),
+                EhFrameBytes::Lazy(lazy.clone()),
+            ),
+            (None, None) => {
                 let section = file.section_by_name(".eh_frame")?;
                 let bytes = crate::binary::section_data(&section).ok()?;
-                (section.address(), SectionBytes::from(&*bytes))
+                (
+                    section.address(),
+                    EhFrameBytes::Held(SectionBytes::from(&*bytes)),
+                )
             }
         };
         Some(EhFrameSource {
@@ -65,7 +80,14 @@ impl FunctionRanges {
     /// Reads every FDE of `source`. A damaged section gives the FDEs before the damage:
     /// each FDE read adds at most one range, so memory is bounded by the section's size.
     pub fn read(source: &EhFrameSource) -> FunctionRanges {
-        let mut eh_frame = EhFrame::new(&source.bytes, source.endian);
+        let bytes = match &source.bytes {
+            EhFrameBytes::Held(bytes) => bytes.clone(),
+            EhFrameBytes::Lazy(lazy) => match lazy.whole() {
+                Some((_, bytes)) => bytes,
+                None => return FunctionRanges::default(),
+            },
+        };
+        let mut eh_frame = EhFrame::new(&bytes, source.endian);
         eh_frame.set_address_size(source.address_size);
         let mut bases = BaseAddresses::default().set_eh_frame(source.address);
         if let Some(text) = source.text {
@@ -166,7 +188,7 @@ mod tests {
     fn a_damaged_section_gives_what_comes_before_the_damage() {
         let source = |bytes: &[u8]| EhFrameSource {
             address: 0x1000,
-            bytes: SectionBytes::from(bytes),
+            bytes: EhFrameBytes::Held(SectionBytes::from(bytes)),
             text: None,
             endian: RunTimeEndian::Little,
             address_size: 8,

@@ -160,7 +160,7 @@ impl LibSymbols {
             symbols: SymbolMap::from_elf(&[&file]),
             no_debug_info,
             dwarf,
-            eh_frame: EhFrameSource::of(&file, None),
+            eh_frame: EhFrameSource::of(&file, None, None),
             ..LibSymbols::default()
         })
     }
@@ -263,6 +263,7 @@ impl LibSymbols {
                     .eh_frame
                     .as_ref()
                     .map(|(range, bytes)| (range.start, bytes.clone())),
+                binary.unwind.lazy.as_ref(),
             ),
             functions: OnceLock::new(),
             tables: tables.map(|t| (t, OnceLock::new())),

@@ -11,6 +11,7 @@
 //! from the first return address the two agree on. Where they never agree, the stack
 //! ends in a marker frame rather than in garbage.
 
+use std::cell::RefCell;
 use std::ops::Range;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
@@ -21,13 +22,35 @@ use super::{callchain, CodeAddress, LeafFrame};
 use crate::binary::{SectionBytes, UnwindSections};
 use crate::events::{Sample, UserRegs};
 
-/// The CFI of one process's code modules.
-pub type Modules = UnwinderX86_64<SectionBytes>;
+/// The CFI of one process's code modules, as framehop knows them. Behind a `RefCell`:
+/// a function whose CFI is read lazily (see [`crate::lazycfi`]) is added while a walk is
+/// under way, when the walk first meets it; each use borrows it only for one call.
+#[derive(Clone, Default)]
+pub struct Modules(RefCell<UnwinderX86_64<SectionBytes>>);
+
+impl Modules {
+    fn unwind_frame<F: FnMut(u64) -> Result<u64, ()>>(
+        &self,
+        address: FrameAddress,
+        regs: &mut UnwindRegsX86_64,
+        cache: &mut CacheX86_64,
+        read_stack: &mut F,
+    ) -> Result<Option<u64>, framehop::Error> {
+        self.0
+            .borrow()
+            .unwind_frame(address, regs, cache, read_stack)
+    }
+
+    /// Forgets the module registered at `avma_start`.
+    pub fn remove(&self, avma_start: u64) {
+        self.0.borrow_mut().remove_module(avma_start);
+    }
+}
 
 /// Registers a code module: `avma` is where it is mapped, and `bias` what is added to the
 /// file's addresses to get the process's.
 pub fn add_module(
-    modules: &mut Modules,
+    modules: &Modules,
     name: &str,
     avma: Range<u64>,
     bias: u64,
@@ -44,6 +67,7 @@ pub fn add_module(
         debug_frame: sections.debug_frame.clone(),
         ..Default::default()
     };
+    let mut modules = modules.0.borrow_mut();
     modules.remove_module(avma.start);
     modules.add_module(Module::new(name.to_string(), avma, bias, info));
 }

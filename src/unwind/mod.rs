@@ -16,7 +16,7 @@ mod code;
 pub use code::entry_stub_returns;
 use code::CodeRule;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -24,6 +24,7 @@ use framehop::x86_64::CacheX86_64;
 
 use crate::binary::UnwindSections;
 use crate::events::{Sample, UserRegs};
+use crate::lazycfi::LazyCfi;
 use crate::maps::{AddressSpace, Region};
 
 /// How the user part of stacks is unwound (design §5).
@@ -226,11 +227,21 @@ fn frameless_return_address(
     }
 }
 
+/// A file's CFI read one function at a time, where the file lies in the process
+/// (`bias`), and its name for framehop.
+#[derive(Clone, Debug)]
+struct LazyCode {
+    cfi: Arc<LazyCfi>,
+    bias: u64,
+    name: Arc<str>,
+}
+
 /// What the unwinder knows of the code of one mapping.
 #[derive(Clone, Debug)]
 enum Code {
-    /// A file whose CFI framehop has; no code bytes were given.
-    Cfi,
+    /// A file whose CFI framehop has (or gets, function by function, from `lazy`); no
+    /// code bytes were given.
+    Cfi { lazy: Option<LazyCode> },
     /// A file's code: its bytes (indexed by file offset), whether it has CFI, and the
     /// process addresses of its entry stub's return addresses.
     File {
@@ -239,6 +250,7 @@ enum Code {
         has_cfi: bool,
         entry_returns: Arc<[u64]>,
         entry_stub: Option<Range<u64>>,
+        lazy: Option<LazyCode>,
     },
     /// Anonymous executable memory (JIT code): its bytes are read from the process.
     Anonymous,
@@ -258,18 +270,36 @@ const PAGE: u64 = 4096;
 /// What was learnt of a process's code without CFI, kept because every sample through it
 /// asks again: the pages of its anonymous executable memory read so far (`None`:
 /// unreadable), and the rule derived for each frame address (`None`: no rule).
+///
+/// Also what CFI read function by function was added to framehop: the frame addresses
+/// whose function was looked up, and where each function's module starts.
 #[derive(Clone, Default)]
 struct Derived {
     pages: HashMap<u64, Option<Arc<[u8]>>>,
     rules: HashMap<u64, Option<CodeRule>>,
+    cfi_looked_up: HashSet<u64>,
+    cfi_modules: HashSet<u64>,
 }
 
 impl Derived {
-    /// Forgets what was learnt of `range`, which is mapped anew.
-    fn forget(&mut self, range: Range<u64>) {
+    /// Forgets what was learnt of `range`, which is mapped anew; the starts of the
+    /// functions' modules there, which the caller takes out of framehop's.
+    fn forget(&mut self, range: Range<u64>) -> Vec<u64> {
         self.pages
             .retain(|&page, _| page + PAGE <= range.start || page >= range.end);
         self.rules.retain(|address, _| !range.contains(address));
+        self.cfi_looked_up
+            .retain(|address| !range.contains(address));
+        let gone: Vec<u64> = self
+            .cfi_modules
+            .iter()
+            .copied()
+            .filter(|start| range.contains(start))
+            .collect();
+        for start in &gone {
+            self.cfi_modules.remove(start);
+        }
+        gone
     }
 }
 
@@ -292,7 +322,9 @@ impl<T> Process<T> {
     /// What is known of the code of `len` bytes at `start` (showing the file from
     /// `file_offset`); what was derived of the code there before is forgotten.
     fn map_code(&mut self, start: u64, len: u64, file_offset: u64, code: Code) {
-        self.derived.forget(start..start.saturating_add(len));
+        for module in self.derived.forget(start..start.saturating_add(len)) {
+            self.modules.remove(module);
+        }
         self.code.map(Region {
             start,
             len,
@@ -408,18 +440,26 @@ impl<T: Clone> Unwinder<T> {
         let avma: Range<u64> = region.start..region.start + region.len;
         let known = match code {
             Some(code) => {
-                cfi::add_module(
-                    &mut process.modules,
-                    code.name,
-                    avma.clone(),
-                    code.bias,
-                    code.sections,
-                );
+                let lazy = code.sections.lazy.as_ref().map(|cfi| LazyCode {
+                    cfi: cfi.clone(),
+                    bias: code.bias,
+                    name: code.name.into(),
+                });
+                match lazy {
+                    // Its functions are added as frames meet them.
+                    Some(_) => process.modules.remove(avma.start),
+                    None => cfi::add_module(
+                        &process.modules,
+                        code.name,
+                        avma.clone(),
+                        code.bias,
+                        code.sections,
+                    ),
+                }
                 match code.text {
                     Some(text) => Code::File {
                         bytes: text.bytes.cloned(),
-                        has_cfi: code.sections.eh_frame.is_some()
-                            || code.sections.debug_frame.is_some(),
+                        has_cfi: code.sections.has_cfi(),
                         entry_returns: text
                             .entry_returns
                             .iter()
@@ -428,8 +468,9 @@ impl<T: Clone> Unwinder<T> {
                         entry_stub: text.entry_stub.map(|r| {
                             r.start.wrapping_add(code.bias)..r.end.wrapping_add(code.bias)
                         }),
+                        lazy,
                     },
-                    None => Code::Cfi,
+                    None => Code::Cfi { lazy },
                 }
             }
             None => Code::Unknown,
@@ -481,14 +522,8 @@ impl<T: Clone> Unwinder<T> {
             ..UnwindSections::default()
         };
         let process = self.processes.entry(pid).or_default();
-        cfi::add_module(
-            &mut process.modules,
-            "jit",
-            code.clone(),
-            code.start,
-            &sections,
-        );
-        process.map_code(code.start, len, 0, Code::Cfi);
+        cfi::add_module(&process.modules, "jit", code.clone(), code.start, &sections);
+        process.map_code(code.start, len, 0, Code::Cfi { lazy: None });
         true
     }
 
@@ -569,7 +604,7 @@ impl<T: Clone> Unwinder<T> {
             let hybrid = self.mode == UnwindMode::Hybrid;
             let (modules, code, derived) = process.parts();
             let memory = &mut *self.memory;
-            let mut classify = |frame| classify(code, derived, memory, pid, frame);
+            let mut classify = |frame| classify(modules, code, derived, memory, pid, frame);
             if let Some((user, ended)) =
                 cfi::unwind(modules, &mut self.cache, sample, hybrid, &mut classify)
             {
@@ -634,7 +669,7 @@ impl<T: Clone> Unwinder<T> {
             .rposition(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()) == ra)?;
         let (modules, code, derived) = self.processes.get_mut(&pid)?.parts();
         let memory = &mut *self.memory;
-        let mut classify = |frame| classify(code, derived, memory, pid, frame);
+        let mut classify = |frame| classify(modules, code, derived, memory, pid, frame);
         let regs = framehop::x86_64::UnwindRegsX86_64::new(ra, from + slot as u64 * 8 + 8, 0);
         let walk = cfi::walk(
             modules,
@@ -695,6 +730,7 @@ fn in_entry_stub(code: &Code, frame: CodeAddress) -> bool {
 /// What is known of the code at `frame` of process `pid`: CFI, a rule derived from its
 /// instructions (code without CFI: JIT code, stubs), or the entry stub.
 fn classify(
+    modules: &cfi::Modules,
     code: &AddressSpace<Code>,
     derived: &mut Derived,
     memory: &mut dyn ProcessMemory,
@@ -707,9 +743,10 @@ fn classify(
     if in_entry_stub(&region.data, frame) {
         return cfi::FrameCode::EntryStub;
     }
+    add_function_cfi(modules, derived, region, frame);
     let address = frame.raw();
     let rule = match &region.data {
-        Code::File { has_cfi: true, .. } | Code::Cfi | Code::Unknown => None,
+        Code::File { has_cfi: true, .. } | Code::Cfi { .. } | Code::Unknown => None,
         Code::File { bytes: None, .. } => None,
         Code::File {
             bytes: Some(bytes), ..
@@ -733,6 +770,50 @@ fn classify(
         },
     };
     rule.map_or(cfi::FrameCode::Cfi, cfi::FrameCode::Derived)
+}
+
+/// Adds to framehop's modules the CFI of the function at `frame` in `region`, when the
+/// region's file has its CFI read function by function and that function was not added
+/// yet. Its module covers the function's addresses within the region.
+fn add_function_cfi(
+    modules: &cfi::Modules,
+    derived: &mut Derived,
+    region: &Region<Code>,
+    frame: CodeAddress,
+) {
+    let (Code::Cfi { lazy: Some(lazy) }
+    | Code::File {
+        lazy: Some(lazy), ..
+    }) = &region.data
+    else {
+        return;
+    };
+    let address = frame.lookup_address();
+    if !derived.cfi_looked_up.insert(address) {
+        return;
+    }
+    let Some(function) = lazy.cfi.function_at(address.wrapping_sub(lazy.bias)) else {
+        return;
+    };
+    let region_end = region.start.saturating_add(region.len);
+    let start = function
+        .covers
+        .start
+        .wrapping_add(lazy.bias)
+        .max(region.start);
+    let end = match function.covers.end {
+        u64::MAX => region_end,
+        end => end.wrapping_add(lazy.bias).min(region_end),
+    };
+    if start < end && derived.cfi_modules.insert(start) {
+        cfi::add_module(
+            modules,
+            &lazy.name,
+            start..end,
+            lazy.bias,
+            &function.sections,
+        );
+    }
 }
 
 /// The bytes of `range` of a process's anonymous code, through its page cache.
@@ -762,13 +843,18 @@ fn read_code(
 
 /// One process's code, as the frame-pointer unwinder looks it up.
 struct ProcessCode<'a, T> {
-    process: &'a Process<T>,
+    process: &'a mut Process<T>,
     cache: &'a mut CacheX86_64,
 }
 
 impl<T: Clone> CodeLookup for ProcessCode<'_, T> {
     fn leaf_frame(&mut self, regs: UserRegs, stack_copy: &[u8]) -> Option<LeafFrame> {
-        cfi::leaf_frame(&self.process.modules, self.cache, regs, stack_copy)
+        let (modules, code, derived) = self.process.parts();
+        let leaf = CodeAddress::InstructionPointer(regs.ip);
+        if let Some(region) = code.lookup(leaf.lookup_address()) {
+            add_function_cfi(modules, derived, region, leaf);
+        }
+        cfi::leaf_frame(modules, self.cache, regs, stack_copy)
     }
 
     fn is_code(&mut self, address: u64) -> bool {

@@ -1,0 +1,219 @@
+//! A file's `.eh_frame` read one function at a time, from the open file, when a frame in
+//! that function is first unwound. A compiler's libraries carry 6–8 MB of `.eh_frame`
+//! each, of which a profile touches the entries of a few thousand functions: reading the
+//! sections whole was most of the memory sampler held while recording a build.
+//!
+//! The file's `.eh_frame_hdr` table (sorted function starts, each with where its FDE
+//! lies) is binary-searched in place, 8 bytes per step. The FDE found and its CIE are
+//! copied into a small `.eh_frame` of their own, placed so that the FDE keeps its
+//! address (its pc-relative pointers stay right) and with its CIE pointer set to the
+//! copy; framehop unwinds with that as it would with the whole section. Each piece
+//! covers the addresses from its function's start to the next function's start, as a
+//! lookup in the whole table does: an address past the FDE's end gets framehop's rule for
+//! code no FDE covers, one before the first function none.
+//!
+//! Only the usual layout is read this way (a table of data-relative 4-byte entries, FDEs
+//! with 32-bit lengths); any other file's sections are read whole, as before.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use crate::binary::{At, SectionBytes, UnwindSections};
+
+/// `DW_EH_PE_datarel | DW_EH_PE_sdata4`: the encoding of the table's entries.
+const DATAREL_SDATA4: u8 = 0x3b;
+/// `DW_EH_PE_pcrel | DW_EH_PE_sdata4`: the encoding of the `.eh_frame` pointer written.
+const PCREL_SDATA4: u8 = 0x1b;
+/// `DW_EH_PE_udata4`: the encoding of the entry count.
+const UDATA4: u8 = 0x03;
+/// `DW_EH_PE_omit`.
+const OMIT: u8 = 0xff;
+/// Bytes of one table entry: the function's start and its FDE's address.
+const ENTRY_BYTES: u64 = 8;
+/// The largest CIE or FDE read: 64 KiB. Real ones are tens of bytes (a few KB for a
+/// function with a long series of pushes and pops); a larger length is a damaged file.
+const MAX_RECORD_BYTES: u32 = 64 << 10;
+
+/// One function's CFI, as framehop takes it.
+pub struct FunctionCfi {
+    /// The addresses (the file's own) this CFI answers for: from the function's start to
+    /// the next one's.
+    pub covers: Range<u64>,
+    pub sections: UnwindSections,
+}
+
+/// See the module's description.
+pub struct LazyCfi {
+    at: At,
+    /// `.eh_frame`: its addresses and where it lies in the file.
+    eh_frame: Range<u64>,
+    eh_frame_offset: u64,
+    /// The header's address, and its table's file offset and length.
+    hdr_address: u64,
+    table_offset: u64,
+    count: u64,
+    text: Option<Range<u64>>,
+    got: Option<Range<u64>>,
+    /// The pieces read so far, by table entry (`None`: unreadable), shared by every
+    /// process that maps the file.
+    pieces: Mutex<HashMap<u64, Option<Arc<FunctionCfi>>>>,
+}
+
+impl std::fmt::Debug for LazyCfi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LazyCfi")
+            .field("eh_frame", &self.eh_frame)
+            .field("functions", &self.count)
+            .finish()
+    }
+}
+
+impl LazyCfi {
+    /// The lazy form of a file's `.eh_frame` at `eh_frame` (its addresses, and file
+    /// offset) with its header at `hdr` (likewise), when the header is in the layout read
+    /// this way.
+    pub fn new(
+        at: At,
+        eh_frame: (Range<u64>, u64),
+        hdr: (Range<u64>, u64),
+        text: Option<Range<u64>>,
+        got: Option<Range<u64>>,
+    ) -> Option<LazyCfi> {
+        let (hdr_range, hdr_offset) = hdr;
+        let head = read(&at, hdr_offset, 12)?;
+        // Version 1; the .eh_frame pointer in any 4-byte encoding; a 4-byte count; the
+        // table in 4-byte data-relative entries.
+        let [1, ptr_enc, UDATA4, DATAREL_SDATA4, ..] = head[..] else {
+            return None;
+        };
+        if ptr_enc == OMIT || ptr_enc & 0x0f != 0x0b && ptr_enc & 0x0f != 0x03 {
+            return None;
+        }
+        let count = u64::from(u32::from_le_bytes(head[8..12].try_into().ok()?));
+        let table_offset = hdr_offset + 12;
+        let hdr_len = hdr_range.end - hdr_range.start;
+        if 12 + count.checked_mul(ENTRY_BYTES)? > hdr_len {
+            return None;
+        }
+        Some(LazyCfi {
+            at,
+            eh_frame: eh_frame.0,
+            eh_frame_offset: eh_frame.1,
+            hdr_address: hdr_range.start,
+            table_offset,
+            count,
+            text,
+            got,
+            pieces: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The table's `i`th entry: a function's start and its FDE's address.
+    fn entry(&self, i: u64) -> Option<(u64, u64)> {
+        let bytes = read(&self.at, self.table_offset + i * ENTRY_BYTES, 8)?;
+        let rel = |b: &[u8]| i32::from_le_bytes(b.try_into().unwrap_or_default()) as i64;
+        Some((
+            self.hdr_address.wrapping_add_signed(rel(&bytes[..4])),
+            self.hdr_address.wrapping_add_signed(rel(&bytes[4..])),
+        ))
+    }
+
+    /// The CFI of the function at or before `address` (the file's own), when the table
+    /// lists one and it can be read.
+    pub fn function_at(&self, address: u64) -> Option<Arc<FunctionCfi>> {
+        // The last entry whose start is at or below the address.
+        let (mut low, mut high) = (0, self.count);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            if self.entry(mid)?.0 <= address {
+                low = mid + 1;
+            } else {
+                high = mid;
+            }
+        }
+        // Below the first entry, the first one: a lookup in the whole table gives it
+        // (and then finds the address outside its FDE).
+        if self.count == 0 {
+            return None;
+        }
+        let i = low.saturating_sub(1);
+        let mut pieces = self.pieces.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = pieces.get(&i) {
+            return known.clone();
+        }
+        let piece = self.piece(i).map(Arc::new);
+        pieces.insert(i, piece.clone());
+        piece
+    }
+
+    /// Reads the `i`th function's FDE and CIE into a `.eh_frame` of their own.
+    fn piece(&self, i: u64) -> Option<FunctionCfi> {
+        let (start, fde_address) = self.entry(i)?;
+        let end = match i + 1 < self.count {
+            true => self.entry(i + 1)?.0,
+            false => u64::MAX,
+        };
+        let fde_at = fde_address.checked_sub(self.eh_frame.start)?;
+        let fde = self.record(fde_at)?;
+        let cie_pointer = u64::from(u32::from_le_bytes(fde.get(4..8)?.try_into().ok()?));
+        let cie = self.record((fde_at + 4).checked_sub(cie_pointer)?)?;
+        // The CIE first, then the FDE, pointing back to it.
+        let mut bytes = cie.clone();
+        bytes.extend_from_slice(&fde);
+        let pointer = u32::try_from(cie.len() + 4).ok()?;
+        bytes[cie.len() + 4..cie.len() + 8].copy_from_slice(&pointer.to_le_bytes());
+        let at = fde_address.checked_sub(cie.len() as u64)?;
+        let len = bytes.len() as u64;
+        // And a header with a one-entry table, right after it: framehop looks an address
+        // up in a table as in the whole file's (where an address outside the FDE gets
+        // the rule for code without CFI, not the one for no module).
+        let hdr_at = at + len;
+        let rel = |to: u64, from: u64| i32::try_from(to.wrapping_sub(from) as i64).ok();
+        let mut hdr = vec![1, PCREL_SDATA4, UDATA4, DATAREL_SDATA4];
+        hdr.extend_from_slice(&rel(at, hdr_at + 4)?.to_le_bytes());
+        hdr.extend_from_slice(&1u32.to_le_bytes());
+        hdr.extend_from_slice(&rel(start, hdr_at)?.to_le_bytes());
+        hdr.extend_from_slice(&rel(fde_address, hdr_at)?.to_le_bytes());
+        let hdr_len = hdr.len() as u64;
+        let covers = if i == 0 { 0 } else { start }..end.max(start + 1);
+        Some(FunctionCfi {
+            covers,
+            sections: UnwindSections {
+                text: self.text.clone(),
+                got: self.got.clone(),
+                eh_frame: Some((at..at + len, bytes.into())),
+                eh_frame_hdr: Some((hdr_at..hdr_at + hdr_len, hdr.into())),
+                ..UnwindSections::default()
+            },
+        })
+    }
+
+    /// The CIE or FDE at `offset` in `.eh_frame`, with its length field.
+    fn record(&self, offset: u64) -> Option<Vec<u8>> {
+        if offset >= self.eh_frame.end - self.eh_frame.start {
+            return None;
+        }
+        let at = self.eh_frame_offset + offset;
+        let len = u32::from_le_bytes(read(&self.at, at, 4)?.try_into().ok()?);
+        // 0: the terminator; 0xffffffff: a 64-bit length, which x86-64 files do not use.
+        if len == 0 || len > MAX_RECORD_BYTES {
+            return None;
+        }
+        let bytes = read(&self.at, at, 4 + len as usize)?;
+        (bytes.len() == 4 + len as usize).then_some(bytes)
+    }
+
+    /// The whole `.eh_frame`, read now (for the symbolicator's function ranges), with its
+    /// address.
+    pub fn whole(&self) -> Option<(u64, SectionBytes)> {
+        let len = usize::try_from(self.eh_frame.end - self.eh_frame.start).ok()?;
+        let bytes = read(&self.at, self.eh_frame_offset, len)?;
+        (bytes.len() == len).then(|| (self.eh_frame.start, bytes.into()))
+    }
+}
+
+/// `len` bytes of the file from `offset` (fewer at its end), read without read-ahead.
+fn read(at: &At, offset: u64, len: usize) -> Option<Vec<u8>> {
+    at.read_exact_at(offset, len)
+}
