@@ -354,8 +354,10 @@ impl LibSymbols {
             .max(1);
         let mut order: Vec<usize> = (0..addresses.len()).collect();
         order.sort_unstable_by_key(|&i| addresses[i]);
+        // The first share uses the library's own context; each other one a fork (each
+        // holds every unit's abbreviations: about 15 MB for libc's debug file).
         let forks: Option<Vec<Option<DwarfInfo>>> = match &self.dwarf {
-            Some(d) if workers > 1 => (0..workers).map(|_| d.fork().map(Some)).collect(),
+            Some(d) if workers > 1 => (1..workers).map(|_| d.fork().map(Some)).collect(),
             _ => None,
         };
         let mut out = vec![AddressInfo::default(); addresses.len()];
@@ -366,14 +368,18 @@ impl LibSymbols {
             return out;
         };
         std::thread::scope(|scope| {
-            let handles: Vec<_> = order
-                .chunks(addresses.len().div_ceil(workers))
+            let mut shares = order.chunks(addresses.len().div_ceil(workers));
+            let first = shares.next().unwrap_or_default();
+            let handles: Vec<_> = shares
                 .zip(forks)
                 .map(|(share, dwarf)| {
                     let per_share = &per_share;
                     scope.spawn(move || per_share(share, dwarf.as_ref()))
                 })
                 .collect();
+            for (i, info) in per_share(first, self.dwarf.as_ref()) {
+                out[i] = info;
+            }
             for handle in handles {
                 for (i, info) in handle.join().unwrap_or_default() {
                     out[i] = info;
