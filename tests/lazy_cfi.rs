@@ -130,3 +130,28 @@ fn libc_unwinds_the_same_function_by_function() {
 fn a_rust_program_unwinds_the_same_function_by_function() {
     same_unwinding(&std::env::current_exe().unwrap(), 2000);
 }
+
+#[test]
+fn a_function_is_read_once_for_every_process() {
+    // Processes that map one file share its `Binary`, and so its functions' CFI: a
+    // second lookup of a function, at any of its addresses, gives the same piece.
+    let binary =
+        sampler::binary::Binary::open(Path::new("/lib/x86_64-linux-gnu/libc.so.6")).unwrap();
+    let lazy = binary.unwind.lazy.clone().unwrap();
+    let data = std::fs::read("/lib/x86_64-linux-gnu/libc.so.6").unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let qsort = file
+        .dynamic_symbols()
+        .find(|s| s.name() == Ok("qsort"))
+        .unwrap();
+    let first = lazy.function_at(qsort.address()).unwrap();
+    let again = lazy.function_at(qsort.address() + 1).unwrap();
+    assert!(std::sync::Arc::ptr_eq(&first, &again));
+    assert!(first.covers.contains(&qsort.address()));
+    let eh = &first.sections.eh_frame.as_ref().unwrap().1;
+    assert!(
+        eh.len() < 512,
+        "one CIE and one FDE, not the section: {} bytes",
+        eh.len()
+    );
+}

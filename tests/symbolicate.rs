@@ -589,5 +589,22 @@ fn symbol_tables_read_for_some_addresses_answer_as_the_whole_tables() {
             "{}: no inlined function also called",
             path.display()
         );
+
+        // A profile's few addresses: the symbols, and the DWARF units `.debug_aranges`
+        // places none of them in left out, answer them as the whole file does.
+        let few: Vec<u64> = addresses.iter().step_by(97).copied().collect();
+        let some = LibSymbols::load_for(&binary, name, &opts, Some(&few)).unwrap();
+        let mut with_lines = 0;
+        for &a in &few {
+            let expected = whole.lookup(a);
+            with_lines += usize::from(expected.frames.iter().any(|f| f.line.is_some()));
+            assert_eq!(some.lookup(a), expected, "{} at {a:#x}", path.display());
+        }
+        assert!(
+            with_lines * 2 > few.len(),
+            "{}: {with_lines} of {} with lines",
+            path.display(),
+            few.len()
+        );
     }
 }

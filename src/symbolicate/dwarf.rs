@@ -25,6 +25,73 @@ pub struct SourceFrame {
 
 type Reader = EndianArcSlice<RunTimeEndian>;
 
+/// `.debug_info` with only the compilation units that lookups of `addresses` need left
+/// as they are: each unit that `.debug_aranges` lists, for ranges holding none of the
+/// addresses, keeps its place and header but points at an empty abbreviation table and
+/// has its entries zeroed, so that `addr2line` passes over it (a unit without a root
+/// entry) without parsing its abbreviations and line program. libc's debug file has
+/// some 1,800 units, whose abbreviations alone take about 15 MB once parsed, and a
+/// profile's addresses lie in a few dozen. Units that the table does not list (it may
+/// miss some), and references between units, which keep their offsets, are untouched.
+/// `None` when nothing would be left out, or the layout is not the usual one (32-bit
+/// DWARF, an abbreviation section that does not end with an empty table).
+fn only_units_for(dwarf: &gimli::Dwarf<Reader>, addresses: &[u64]) -> Option<Vec<u8>> {
+    use gimli::{Reader as _, Section as _};
+    // The units by the address ranges the table gives them.
+    let mut listed: Vec<(u64, u64, usize)> = Vec::new();
+    let mut headers = dwarf.debug_aranges.headers();
+    while let Ok(Some(header)) = headers.next() {
+        let unit = header.debug_info_offset().0;
+        let mut entries = header.entries();
+        while let Ok(Some(entry)) = entries.next() {
+            let range = entry.range();
+            listed.push((range.begin, range.end, unit));
+        }
+    }
+    if listed.is_empty() {
+        return None;
+    }
+    let mut needed: HashSet<usize> = HashSet::new();
+    listed.sort_unstable();
+    for &address in addresses {
+        // Ranges do not overlap in real files; a few before the address are checked.
+        let i = listed.partition_point(|&(begin, _, _)| begin <= address);
+        for &(begin, end, unit) in listed[..i].iter().rev().take(8) {
+            if (begin..end).contains(&address) {
+                needed.insert(unit);
+            }
+        }
+    }
+    let listed: HashSet<usize> = listed.iter().map(|&(_, _, unit)| unit).collect();
+    let abbrev = dwarf.debug_abbrev.reader().to_slice().ok()?;
+    // An empty table: the terminating zero of the last one.
+    let empty = match abbrev.last() {
+        Some(0) => u32::try_from(abbrev.len() - 1).ok()?,
+        _ => return None,
+    };
+    let mut info = dwarf.debug_info.reader().to_slice().ok()?.into_owned();
+    let mut left_out = 0;
+    let mut units = dwarf.units();
+    while let Ok(Some(header)) = units.next() {
+        let offset = header.debug_info_offset()?.0;
+        if !listed.contains(&offset) || needed.contains(&offset) {
+            continue;
+        }
+        let encoding = header.encoding();
+        if encoding.format != gimli::Format::Dwarf32 {
+            return None;
+        }
+        let abbrev_at = offset + if encoding.version >= 5 { 8 } else { 6 };
+        let entries = offset + header.header_size();
+        let end = offset + 4 + header.unit_length();
+        info.get_mut(abbrev_at..abbrev_at + 4)?
+            .copy_from_slice(&empty.to_le_bytes());
+        info.get_mut(entries..end)?.fill(0);
+        left_out += 1;
+    }
+    (left_out > 0).then_some(info)
+}
+
 /// The DWARF of one file: the sections, shared, and a lookup context over them (which
 /// parses units lazily and caches them, so it is used by one thread at a time).
 pub struct DwarfInfo {
@@ -39,6 +106,17 @@ impl DwarfInfo {
     pub fn load<'d, R: object::ReadRef<'d>>(
         file: &object::File<'d, R>,
         data: &Arc<[u8]>,
+    ) -> Result<DwarfInfo, String> {
+        DwarfInfo::load_for(file, data, None)
+    }
+
+    /// [`DwarfInfo::load`], for looking up `addresses` only when they are given: the
+    /// compilation units `.debug_aranges` places none of them in are left out (see
+    /// [`only_units_for`]); every other address may then go unanswered.
+    pub fn load_for<'d, R: object::ReadRef<'d>>(
+        file: &object::File<'d, R>,
+        data: &Arc<[u8]>,
+        addresses: Option<&[u64]>,
     ) -> Result<DwarfInfo, String> {
         if file.section_by_name(".debug_info").is_none() {
             return Err("no DWARF in the file".into());
@@ -84,7 +162,11 @@ impl DwarfInfo {
                 .take()
                 .unwrap_or_else(|| format!("its DWARF cannot be read: {e}"))
         };
-        let sections = Arc::new(gimli::Dwarf::load(load).map_err(unreadable)?);
+        let mut sections = gimli::Dwarf::load(load).map_err(unreadable)?;
+        if let Some(info) = addresses.and_then(|a| only_units_for(&sections, a)) {
+            sections.debug_info = gimli::DebugInfo::from(EndianArcSlice::new(info.into(), endian));
+        }
+        let sections = Arc::new(sections);
         let context = addr2line::Context::from_arc_dwarf(sections.clone())
             .map_err(|e| format!("its DWARF cannot be read: {e}"))?;
         Ok(DwarfInfo { sections, context })

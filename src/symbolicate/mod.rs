@@ -232,9 +232,10 @@ impl LibSymbols {
         if let Some(stub) = &binary.entry_stub {
             symbols = symbols.or_named(stub.clone(), "_start");
         }
+        let none: Arc<[u8]> = Arc::from(&[][..]);
         let loaded = match (binary.has_dwarf, &debug, &debug_object) {
-            (false, Some(_), Some(object)) => DwarfInfo::load(object, &Arc::from(&[][..])),
-            _ => DwarfInfo::load(&file, &Arc::from(&[][..])),
+            (false, Some(_), Some(object)) => DwarfInfo::load_for(object, &none, addresses),
+            _ => DwarfInfo::load_for(&file, &none, addresses),
         };
         let (dwarf, no_debug_info) = match loaded {
             Ok(dwarf) => (Some(dwarf), None),
