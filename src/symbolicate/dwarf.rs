@@ -35,7 +35,7 @@ type Reader = EndianArcSlice<RunTimeEndian>;
 /// miss some), and references between units, which keep their offsets, are untouched.
 /// `None` when nothing would be left out, or the layout is not the usual one (32-bit
 /// DWARF, an abbreviation section that does not end with an empty table).
-fn only_units_for(dwarf: &gimli::Dwarf<Reader>, addresses: &[u64]) -> Option<Vec<u8>> {
+fn only_units_for(dwarf: &gimli::Dwarf<Reader>, addresses: &[u64]) -> Option<Arc<[u8]>> {
     use gimli::{Reader as _, Section as _};
     // The units by the address ranges the table gives them.
     let mut listed: Vec<(u64, u64, usize)> = Vec::new();
@@ -69,8 +69,8 @@ fn only_units_for(dwarf: &gimli::Dwarf<Reader>, addresses: &[u64]) -> Option<Vec
         Some(0) => u32::try_from(abbrev.len() - 1).ok()?,
         _ => return None,
     };
-    let mut info = dwarf.debug_info.reader().to_slice().ok()?.into_owned();
-    let mut left_out = 0;
+    // Where each unit left out has its abbreviation offset and its entries.
+    let mut left_out: Vec<(usize, Range<usize>)> = Vec::new();
     let mut units = dwarf.units();
     while let Ok(Some(header)) = units.next() {
         let offset = header.debug_info_offset()?.0;
@@ -82,14 +82,22 @@ fn only_units_for(dwarf: &gimli::Dwarf<Reader>, addresses: &[u64]) -> Option<Vec
             return None;
         }
         let abbrev_at = offset + if encoding.version >= 5 { 8 } else { 6 };
-        let entries = offset + header.header_size();
-        let end = offset + 4 + header.unit_length();
-        info.get_mut(abbrev_at..abbrev_at + 4)?
-            .copy_from_slice(&empty.to_le_bytes());
-        info.get_mut(entries..end)?.fill(0);
-        left_out += 1;
+        let entries = offset + header.header_size()..offset + 4 + header.unit_length();
+        left_out.push((abbrev_at, entries));
     }
-    (left_out > 0).then_some(info)
+    if left_out.is_empty() {
+        return None;
+    }
+    // One copy, changed in place.
+    let mut info: Arc<[u8]> = Arc::from(&*dwarf.debug_info.reader().to_slice().ok()?);
+    let bytes = Arc::get_mut(&mut info)?;
+    for (abbrev_at, entries) in left_out {
+        bytes
+            .get_mut(abbrev_at..abbrev_at + 4)?
+            .copy_from_slice(&empty.to_le_bytes());
+        bytes.get_mut(entries)?.fill(0);
+    }
+    Some(info)
 }
 
 /// The DWARF of one file: the sections, shared, and a lookup context over them (which
@@ -164,7 +172,7 @@ impl DwarfInfo {
         };
         let mut sections = gimli::Dwarf::load(load).map_err(unreadable)?;
         if let Some(info) = addresses.and_then(|a| only_units_for(&sections, a)) {
-            sections.debug_info = gimli::DebugInfo::from(EndianArcSlice::new(info.into(), endian));
+            sections.debug_info = gimli::DebugInfo::from(EndianArcSlice::new(info, endian));
         }
         let sections = Arc::new(sections);
         let context = addr2line::Context::from_arc_dwarf(sections.clone())
