@@ -181,16 +181,38 @@ impl Tables {
     /// The name of `entry`, without a version suffix; `None` when it cannot be read or
     /// is empty.
     fn name(&self, entry: &Entry) -> Option<String> {
+        self.name_through(entry, &mut |table, pos, buf| {
+            let bytes = table.reader.0.read_exact_at(pos, buf.len())?;
+            buf[..bytes.len()].copy_from_slice(&bytes);
+            Some(bytes.len())
+        })
+    }
+
+    /// [`Tables::name`] for entries met in table order, whose names mostly follow one
+    /// another: read through one reader per table (`readers`), with its read-ahead.
+    fn name_in_order(&self, entry: &Entry, readers: &mut HashMap<u8, At>) -> Option<String> {
+        self.name_through(entry, &mut |table, pos, buf| {
+            let at = readers
+                .entry(entry.table)
+                .or_insert_with(|| table.reader.at(0));
+            at.seek(SeekFrom::Start(pos)).ok()?;
+            at.read(buf).ok()
+        })
+    }
+
+    /// The name of `entry`, read by `read` (a table, a file offset, a buffer to fill:
+    /// how many bytes it got).
+    fn name_through(&self, entry: &Entry, read: &mut ReadName<'_>) -> Option<String> {
         let table = self.tables.get(entry.table as usize)?;
         let (offset, size) = table.strings;
         if u64::from(entry.name) >= size {
             return None;
         }
-        let mut at = table.reader.at(offset + u64::from(entry.name));
+        let mut pos = offset + u64::from(entry.name);
         let mut name = Vec::new();
         let mut chunk = [0u8; NAME_CHUNK];
         while name.len() < MAX_NAME_BYTES {
-            let n = at.read(&mut chunk).ok()?;
+            let n = read(table, pos, &mut chunk)?;
             if n == 0 {
                 break;
             }
@@ -201,6 +223,7 @@ impl Tables {
                 }
                 None => name.extend_from_slice(&chunk[..n]),
             }
+            pos += n as u64;
         }
         let name = String::from_utf8_lossy(&name);
         let name = without_version(&name);
@@ -306,9 +329,10 @@ impl Tables {
         // A stable sort: of equal ones the earlier entry wins.
         entries.sort_by_key(|e| (e.address, e.order()));
         entries.dedup_by_key(|e| e.address);
+        let mut readers = HashMap::new();
         let mut by_hash: Vec<(u64, Entry)> = entries
             .into_iter()
-            .filter_map(|e| Some((hash(&self.name(&e)?), e)))
+            .filter_map(|e| Some((hash(&self.name_in_order(&e, &mut readers)?), e)))
             .collect();
         by_hash.sort_unstable_by_key(|(h, e)| (*h, e.address));
         NameIndex {
@@ -317,6 +341,10 @@ impl Tables {
         }
     }
 }
+
+/// Reads a name's bytes: from a table's string table at a file offset into a buffer,
+/// giving how many bytes it got.
+type ReadName<'a> = dyn FnMut(&Table, u64, &mut [u8]) -> Option<usize> + 'a;
 
 /// The function symbol of one raw `Elf64_Sym` (little-endian) of `table`, the `index`th:
 /// defined in a section, at a non-zero address, with a name, and a function, an IFUNC
