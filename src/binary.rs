@@ -397,11 +397,7 @@ impl Binary {
 
     /// `len` bytes from `offset` (fewer at the end of the file).
     fn read_at(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
-        let mut at = At::new(self.image.clone());
-        at.pos = offset;
-        let mut buf = Vec::with_capacity(len);
-        at.take(len as u64).read_to_end(&mut buf).ok()?;
-        Some(buf)
+        self.at().read_exact_at(offset, len)
     }
 
     /// The file's code from its entry point `entry` (in the file's addresses) on, when it

@@ -7,10 +7,11 @@
 //! lies) is binary-searched in place, 8 bytes per step. The FDE found and its CIE are
 //! copied into a small `.eh_frame` of their own, placed so that the FDE keeps its
 //! address (its pc-relative pointers stay right) and with its CIE pointer set to the
-//! copy; framehop unwinds with that as it would with the whole section. Each piece
-//! covers the addresses from its function's start to the next function's start, as a
-//! lookup in the whole table does: an address past the FDE's end gets framehop's rule for
-//! code no FDE covers, one before the first function none.
+//! copy, with a header whose table lists that FDE alone; framehop unwinds with those as
+//! it would with the whole sections. Each piece covers the addresses from its function's
+//! start to the next function's start (the first one from address 0), as a lookup in the
+//! whole table does: an address outside the FDE gets framehop's rule for code no FDE
+//! covers.
 //!
 //! Only the usual layout is read this way (a table of data-relative 4-byte entries, FDEs
 //! with 32-bit lengths); any other file's sections are read whole, as before.
@@ -81,7 +82,7 @@ impl LazyCfi {
         got: Option<Range<u64>>,
     ) -> Option<LazyCfi> {
         let (hdr_range, hdr_offset) = hdr;
-        let head = read(&at, hdr_offset, 12)?;
+        let head = at.read_exact_at(hdr_offset, 12)?;
         // Version 1; the .eh_frame pointer in any 4-byte encoding; a 4-byte count; the
         // table in 4-byte data-relative entries.
         let [1, ptr_enc, UDATA4, DATAREL_SDATA4, ..] = head[..] else {
@@ -111,7 +112,9 @@ impl LazyCfi {
 
     /// The table's `i`th entry: a function's start and its FDE's address.
     fn entry(&self, i: u64) -> Option<(u64, u64)> {
-        let bytes = read(&self.at, self.table_offset + i * ENTRY_BYTES, 8)?;
+        let bytes = self
+            .at
+            .read_exact_at(self.table_offset + i * ENTRY_BYTES, 8)?;
         let rel = |b: &[u8]| i32::from_le_bytes(b.try_into().unwrap_or_default()) as i64;
         Some((
             self.hdr_address.wrapping_add_signed(rel(&bytes[..4])),
@@ -122,7 +125,12 @@ impl LazyCfi {
     /// The CFI of the function at or before `address` (the file's own), when the table
     /// lists one and it can be read.
     pub fn function_at(&self, address: u64) -> Option<Arc<FunctionCfi>> {
-        // The last entry whose start is at or below the address.
+        if self.count == 0 {
+            return None;
+        }
+        // The last entry whose start is at or below the address; below the first entry,
+        // the first one: a lookup in the whole table gives it (and then finds the
+        // address outside its FDE).
         let (mut low, mut high) = (0, self.count);
         while low < high {
             let mid = low + (high - low) / 2;
@@ -131,11 +139,6 @@ impl LazyCfi {
             } else {
                 high = mid;
             }
-        }
-        // Below the first entry, the first one: a lookup in the whole table gives it
-        // (and then finds the address outside its FDE).
-        if self.count == 0 {
-            return None;
         }
         let i = low.saturating_sub(1);
         let mut pieces = self.pieces.lock().unwrap_or_else(|e| e.into_inner());
@@ -195,12 +198,12 @@ impl LazyCfi {
             return None;
         }
         let at = self.eh_frame_offset + offset;
-        let len = u32::from_le_bytes(read(&self.at, at, 4)?.try_into().ok()?);
+        let len = u32::from_le_bytes(self.at.read_exact_at(at, 4)?.try_into().ok()?);
         // 0: the terminator; 0xffffffff: a 64-bit length, which x86-64 files do not use.
         if len == 0 || len > MAX_RECORD_BYTES {
             return None;
         }
-        let bytes = read(&self.at, at, 4 + len as usize)?;
+        let bytes = self.at.read_exact_at(at, 4 + len as usize)?;
         (bytes.len() == 4 + len as usize).then_some(bytes)
     }
 
@@ -208,12 +211,7 @@ impl LazyCfi {
     /// address.
     pub fn whole(&self) -> Option<(u64, SectionBytes)> {
         let len = usize::try_from(self.eh_frame.end - self.eh_frame.start).ok()?;
-        let bytes = read(&self.at, self.eh_frame_offset, len)?;
+        let bytes = self.at.read_exact_at(self.eh_frame_offset, len)?;
         (bytes.len() == len).then(|| (self.eh_frame.start, bytes.into()))
     }
-}
-
-/// `len` bytes of the file from `offset` (fewer at its end), read without read-ahead.
-fn read(at: &At, offset: u64, len: usize) -> Option<Vec<u8>> {
-    at.read_exact_at(offset, len)
 }
