@@ -218,12 +218,8 @@ impl LibSymbols {
         let mut symbols = match (&tables, addresses) {
             (Some(tables), Some(addresses)) => {
                 let mut found = tables.symbols_for(addresses);
-                found.extend(
-                    plt_symbols_for(&file, tables, addresses)
-                        .into_iter()
-                        .map(|s| (false, s)),
-                );
-                SymbolMap::from_preferred(found.into_iter().map(|(_, s)| s).collect())
+                found.extend(plt_symbols_for(&file, tables, addresses));
+                SymbolMap::from_preferred(found)
             }
             _ => SymbolMap::from_elf_symbols(
                 files.iter().map(|(_, f)| symbols::elf_symbols(f)).collect(),
@@ -531,7 +527,7 @@ fn plt_symbols_for<'d, R: object::ReadRef<'d>>(
     use object::{Object, ObjectSection};
     let in_plt = file
         .sections()
-        .filter(|s| matches!(s.name(), Ok(".plt" | ".plt.sec" | ".plt.got")))
+        .filter(|s| s.name().is_ok_and(plt::is_plt_section))
         .any(|s| {
             let range = s.address()..s.address().saturating_add(s.size());
             addresses.iter().any(|a| range.contains(a))

@@ -42,6 +42,11 @@ const JMP_RIP_LEN: usize = 6;
 /// [`PLT_NAME`] symbol. The largest programs import some tens of thousands of functions.
 const MAX_ENTRIES: u64 = 1 << 18;
 
+/// Whether a section of this name holds PLT stubs.
+pub fn is_plt_section(name: &str) -> bool {
+    matches!(name, ".plt" | ".plt.sec" | ".plt.got")
+}
+
 /// One symbol per PLT entry of `file`; `ifunc_name` names the function at an address of
 /// the file (for `IRELATIVE` slots, whose relocation carries an address, not a symbol).
 pub fn plt_symbols<'d, R: object::ReadRef<'d>>(
@@ -61,7 +66,7 @@ pub fn plt_symbols<'d, R: object::ReadRef<'d>>(
     for section in file.sections() {
         let Ok(name) = section.name() else { continue };
         // A separate debug file's sections hold no bytes; the file itself names them.
-        if !matches!(name, ".plt" | ".plt.sec" | ".plt.got")
+        if !is_plt_section(name)
             || section.size() == 0
             || section.kind() == object::SectionKind::UninitializedData
         {

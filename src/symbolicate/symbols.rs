@@ -124,10 +124,7 @@ impl SymbolMap {
             symbols.extend(file.into_iter().map(|(global, s)| (rank, global, s)));
         }
         symbols.sort_by_key(|(rank, global, s)| (s.address, *rank, s.size.is_none(), !global));
-        SymbolMap {
-            mangled: true,
-            ..SymbolMap::new(symbols.into_iter().map(|(_, _, s)| s).collect())
-        }
+        SymbolMap::from_preferred(symbols.into_iter().map(|(_, _, s)| s).collect())
     }
 
     /// ELF symbols already in order of preference where several start at one address

@@ -230,10 +230,11 @@ impl Tables {
         (!name.is_empty()).then(|| name.to_string())
     }
 
-    /// The symbols a lookup of `addresses` needs (see the module's description), each
-    /// with whether it is global, in no particular order; empty when the tables have no
+    /// The symbols a lookup of `addresses` needs (see the module's description), in
+    /// address order, the preferred one first where several start at one address (as
+    /// [`super::SymbolMap::from_preferred`] takes them); empty when the tables have no
     /// function symbols.
-    pub fn symbols_for(&self, addresses: &[u64]) -> Vec<(bool, Symbol)> {
+    pub fn symbols_for(&self, addresses: &[u64]) -> Vec<Symbol> {
         let mut sorted = addresses.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
@@ -284,14 +285,11 @@ impl Tables {
         entries
             .into_iter()
             .filter_map(|e| {
-                Some((
-                    e.global,
-                    Symbol {
-                        address: e.address,
-                        size: (e.size > 0).then_some(e.size),
-                        name: self.name(&e)?,
-                    },
-                ))
+                Some(Symbol {
+                    address: e.address,
+                    size: (e.size > 0).then_some(e.size),
+                    name: self.name(&e)?,
+                })
             })
             .collect()
     }
