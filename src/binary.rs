@@ -58,9 +58,26 @@ pub fn section_data<'d, R: object::ReadRef<'d>>(
     let compressed = section
         .compressed_data()
         .map_err(|e| format!("its section {name} cannot be read: {e}"))?;
-    let have = compressed.data.len() as u64;
-    let declared = compressed.uncompressed_size;
-    let ratio = match compressed.format {
+    check_compressed(
+        name,
+        compressed.format,
+        compressed.data.len() as u64,
+        compressed.uncompressed_size,
+    )?;
+    compressed
+        .decompress()
+        .map_err(|e| format!("its section {name} cannot be inflated: {e}"))
+}
+
+/// Refuses a compressed section that says it holds more than its format can give from
+/// `have` bytes, or more than [`MAX_SECTION_BYTES`].
+fn check_compressed(
+    name: &str,
+    format: object::CompressionFormat,
+    have: u64,
+    declared: u64,
+) -> Result<(), String> {
+    let ratio = match format {
         object::CompressionFormat::None => None,
         object::CompressionFormat::Zstandard => Some(MAX_ZSTD_RATIO),
         _ => Some(MAX_ZLIB_RATIO),
@@ -72,9 +89,70 @@ pub fn section_data<'d, R: object::ReadRef<'d>>(
             ));
         }
     }
-    compressed
-        .decompress()
-        .map_err(|e| format!("its section {name} cannot be inflated: {e}"))
+    Ok(())
+}
+
+/// A section's bytes (inflated when compressed), read from the file through `at` into
+/// one buffer that is then shared, without passing through `object`'s read cache: the
+/// DWARF of a large library is tens of MB, which that cache would keep a copy of (and,
+/// compressed, the compressed bytes too) for as long as the file is open.
+pub fn section_shared<'d, R: object::ReadRef<'d>>(
+    section: &object::Section<'d, '_, R>,
+    at: &At,
+) -> Result<SectionBytes, String> {
+    let name = section.name().unwrap_or("?");
+    let unreadable =
+        |why: &dyn std::fmt::Display| format!("its section {name} cannot be read: {why}");
+    let range = section
+        .compressed_file_range()
+        .map_err(|e| unreadable(&e))?;
+    check_compressed(
+        name,
+        range.format,
+        range.compressed_size,
+        range.uncompressed_size,
+    )?;
+    // The inflated size is known before reading: the shared buffer is made at its size
+    // and filled in place (it is not a copy of another buffer).
+    let len = usize::try_from(range.uncompressed_size).map_err(|e| unreadable(&e))?;
+    let mut shared: SectionBytes = std::iter::repeat_n(0u8, len).collect();
+    let out = std::sync::Arc::get_mut(&mut shared).ok_or_else(|| unreadable(&"shared"))?;
+    let short = || unreadable(&"the file is shorter than its section headers say");
+    if range.format == object::CompressionFormat::None {
+        if at.read_into(range.offset, out) != Some(len) {
+            return Err(short());
+        }
+        return Ok(shared);
+    }
+    let stored = usize::try_from(range.compressed_size).map_err(|e| unreadable(&e))?;
+    let input = at
+        .read_exact_at(range.offset, stored)
+        .filter(|b| b.len() == stored)
+        .ok_or_else(short)?;
+    let inflated = match range.format {
+        object::CompressionFormat::Zlib => {
+            let mut inflate = flate2::Decompress::new(true);
+            inflate
+                .decompress(&input, out, flate2::FlushDecompress::Finish)
+                .map_err(|e| e.to_string())
+                .map(|_| inflate.total_out())
+        }
+        object::CompressionFormat::Zstandard => {
+            use std::io::Read;
+            ruzstd::decoding::StreamingDecoder::new(&input[..])
+                .map_err(|e| e.to_string())
+                .and_then(|mut d| d.read_exact(out).map_err(|e| e.to_string()))
+                .map(|()| len as u64)
+        }
+        other => Err(format!("{other:?} compression is not supported")),
+    };
+    match inflated {
+        Ok(n) if n == len as u64 => Ok(shared),
+        Ok(n) => Err(format!(
+            "its section {name} cannot be inflated: {n} bytes where it says {len}"
+        )),
+        Err(why) => Err(format!("its section {name} cannot be inflated: {why}")),
+    }
 }
 
 /// Section bytes, shared between the binary and the unwinders of every process mapping it.
@@ -143,6 +221,14 @@ impl At {
     /// no read-ahead and leaving the position alone: for lookups that jump around.
     pub fn read_exact_at(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
         let mut buf = vec![0; len];
+        let got = self.read_into(offset, &mut buf)?;
+        buf.truncate(got);
+        Some(buf)
+    }
+
+    /// Fills `buf` from `offset` (less of it at the end of the file); how much was read.
+    pub fn read_into(&self, offset: u64, buf: &mut [u8]) -> Option<usize> {
+        let len = buf.len();
         let mut got = 0;
         while got < len {
             let n = match &self.image {
@@ -162,8 +248,7 @@ impl At {
             }
             got += n;
         }
-        buf.truncate(got);
-        Some(buf)
+        Some(got)
     }
 }
 

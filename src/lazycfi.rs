@@ -41,6 +41,8 @@ pub struct FunctionCfi {
     /// The addresses (the file's own) this CFI answers for: from the function's start to
     /// the next one's.
     pub covers: Range<u64>,
+    /// The addresses its FDE describes (within `covers`); `None` when it describes none.
+    pub fde: Option<Range<u64>>,
     pub sections: UnwindSections,
 }
 
@@ -180,16 +182,42 @@ impl LazyCfi {
         hdr.extend_from_slice(&rel(fde_address, hdr_at)?.to_le_bytes());
         let hdr_len = hdr.len() as u64;
         let covers = if i == 0 { 0 } else { start }..end.max(start + 1);
+        let eh_frame: SectionBytes = bytes.into();
+        let fde = self.fde_range(at, &eh_frame);
         Some(FunctionCfi {
             covers,
+            fde,
             sections: UnwindSections {
                 text: self.text.clone(),
                 got: self.got.clone(),
-                eh_frame: Some((at..at + len, bytes.into())),
+                eh_frame: Some((at..at + len, eh_frame)),
                 eh_frame_hdr: Some((hdr_at..hdr_at + hdr_len, hdr.into())),
                 ..UnwindSections::default()
             },
         })
+    }
+
+    /// The addresses described by the FDE of a piece's `.eh_frame` (`bytes`, at `at`):
+    /// its CIE, then the FDE.
+    fn fde_range(&self, at: u64, bytes: &[u8]) -> Option<Range<u64>> {
+        use gimli::{CieOrFde, EhFrame, LittleEndian, UnwindSection};
+        let eh_frame = EhFrame::new(bytes, LittleEndian);
+        let mut bases = gimli::BaseAddresses::default().set_eh_frame(at);
+        if let Some(text) = &self.text {
+            bases = bases.set_text(text.start);
+        }
+        let mut entries = eh_frame.entries(&bases);
+        while let Ok(Some(entry)) = entries.next() {
+            if let CieOrFde::Fde(partial) = entry {
+                let fde = partial
+                    .parse(|section, bases, offset| section.cie_from_offset(bases, offset))
+                    .ok()?;
+                let start = fde.initial_address();
+                let end = start.checked_add(fde.len())?;
+                return (end > start).then_some(start..end);
+            }
+        }
+        None
     }
 
     /// The CIE or FDE at `offset` in `.eh_frame`, with its length field.
@@ -207,8 +235,7 @@ impl LazyCfi {
         (bytes.len() == 4 + len as usize).then_some(bytes)
     }
 
-    /// The whole `.eh_frame`, read now (for the symbolicator's function ranges), with its
-    /// address.
+    /// The whole `.eh_frame`, read now, with its address.
     pub fn whole(&self) -> Option<(u64, SectionBytes)> {
         let len = usize::try_from(self.eh_frame.end - self.eh_frame.start).ok()?;
         let bytes = self.at.read_exact_at(self.eh_frame_offset, len)?;

@@ -2,7 +2,8 @@
 //! real files (libc, and this test's own executable), every function's first, middle and
 //! last instruction, the bytes around it and the gaps between functions unwind to the
 //! same registers through the function's own small `.eh_frame` as through the file's
-//! `.eh_frame` and `.eh_frame_hdr`, as the sampled instruction and as a return address.
+//! `.eh_frame` and `.eh_frame_hdr`, as the sampled instruction and as a return address;
+//! and the symbolicator finds the same function ranges there for code without symbols.
 //! No privileges needed.
 
 use std::path::Path;
@@ -10,6 +11,7 @@ use std::path::Path;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 use object::{Object, ObjectSection, ObjectSymbol};
+use sampler::symbolicate::{EhFrameBytes, EhFrameSource, FunctionRanges};
 
 type Sections = std::sync::Arc<[u8]>;
 
@@ -119,6 +121,22 @@ fn same_unwinding(path: &Path, min_functions: usize) {
         }
     }
     assert!(pieces.len() >= min_functions, "{} functions", pieces.len());
+
+    // The symbolicator's function ranges (for code without a symbol) are the same too.
+    let (eh_range, eh_bytes) = section(".eh_frame");
+    let read = FunctionRanges::read(&EhFrameSource {
+        address: eh_range.start,
+        bytes: EhFrameBytes::Held(eh_bytes),
+        text: text.as_ref().map(|t| t.start),
+        endian: gimli::RunTimeEndian::Little,
+        address_size: 8,
+    });
+    assert!(matches!(&read, FunctionRanges::Read(r) if r.len() >= min_functions));
+    let looked_up = FunctionRanges::Lazy(lazy.clone());
+    for &a in &addresses {
+        assert_eq!(looked_up.containing(a), read.containing(a), "{a:#x}");
+        assert_eq!(looked_up.extent(a), read.extent(a), "{a:#x}");
+    }
 }
 
 #[test]

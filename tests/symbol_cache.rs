@@ -284,8 +284,9 @@ fn a_damaged_entry_is_rebuilt() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The kernel's entry (all its own functions, from the first run that needs one) answers
-/// every address of them as a lookup in `/proc/kallsyms` does, and none of a module's.
+/// The kernel's entries (all its own functions, from the first run that needs one, in
+/// pieces of its text) answer every address of them, each in its piece, as a lookup in
+/// `/proc/kallsyms` does, and none of a module's.
 fn the_kernel_entry_answers_as_kallsyms_lookups_do() {
     let made_up = "\
 ffffffff81000000 T _stext
@@ -309,19 +310,29 @@ ffffffffc0002000 t bpf_prog_6deef7357e7b4530_sd_fw_egress\t[bpf]
             symbols: kallsyms.map,
             ..LibSymbols::default()
         };
-        let key = Key {
-            build_id: vec![7; 20],
-            size: 1,
+        let key_of = |piece: u64| {
+            Some(Key {
+                build_id: vec![7; 20],
+                size: piece,
+            })
         };
-        let entry =
-            cache::Entry::parse(symbolicate::kernel_entry(&syms, &own, &key), &key).unwrap();
+        let pieces: std::collections::HashMap<u64, cache::Entry> =
+            symbolicate::kernel_entries(&syms, &own, &key_of)
+                .into_iter()
+                .map(|(key, bytes)| (key.size, cache::Entry::parse(bytes, &key).unwrap()))
+                .collect();
+        assert!(
+            pieces.len() as u64 >= (own.end - own.start - 1) / symbolicate::KERNEL_PIECE_BYTES,
+            "a piece for each 64 KiB of text with functions"
+        );
         let starts: Vec<u64> = syms.symbols.symbols().iter().map(|s| s.address).collect();
         let mut covered = 0;
         for (i, &start) in starts.iter().enumerate() {
             let end = starts.get(i + 1).copied().unwrap_or(start + 1);
             for probe in [start, start + (end - start) / 2, end - 1] {
                 let relative = probe.wrapping_sub(syms.base);
-                match entry.lookup(relative) {
+                let piece = relative / symbolicate::KERNEL_PIECE_BYTES;
+                match pieces.get(&piece).and_then(|entry| entry.lookup(relative)) {
                     Some(info) => {
                         assert!(own.contains(&probe), "0x{probe:x} is a module's");
                         assert_eq!(info, syms.lookup(relative), "0x{probe:x}");

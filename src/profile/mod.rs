@@ -276,34 +276,49 @@ pub struct SymbolGap {
     pub why: String,
 }
 
-/// Interns values into a table, giving each distinct value one index. The map hashes
-/// with foldhash (seeded per map, so a recorded program cannot aim at collisions):
-/// every frame of every sample is interned, some millions of lookups for deep stacks,
-/// where std's SipHash was the largest cost of recording.
+/// Interns values into a table, giving each distinct value one index. The hash table
+/// holds only each value's position in `items` (4 bytes), and values are compared and
+/// rehashed there: the profile's frame and stack tables are its largest, and a map from
+/// value to index held every value twice. It hashes with foldhash (seeded per table, so
+/// a recorded program cannot aim at collisions): every frame of every sample is
+/// interned, some millions of lookups for deep stacks, where std's SipHash was the
+/// largest cost of recording.
 #[derive(Clone, Debug)]
 pub struct Interner<T, I> {
     pub items: Vec<T>,
-    map: std::collections::HashMap<T, I, foldhash::fast::RandomState>,
+    positions: hashbrown::HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
+    index: std::marker::PhantomData<I>,
 }
 
 impl<T, I> Default for Interner<T, I> {
     fn default() -> Self {
         Interner {
             items: Vec::new(),
-            map: std::collections::HashMap::default(),
+            positions: hashbrown::HashTable::new(),
+            hasher: foldhash::fast::RandomState::default(),
+            index: std::marker::PhantomData,
         }
     }
 }
 
-impl<T: Clone + Eq + std::hash::Hash, I: Copy> Interner<T, I> {
+impl<T: Eq + std::hash::Hash, I> Interner<T, I> {
+    /// The index of `item`, added when it is new; `make_index` makes the typed index of
+    /// a position (and refuses one past `u32`).
     pub fn intern(&mut self, item: T, make_index: impl Fn(usize) -> I) -> I {
-        if let Some(&i) = self.map.get(&item) {
-            return i;
+        use std::hash::BuildHasher;
+        let hash = self.hasher.hash_one(&item);
+        let items = &self.items;
+        if let Some(&at) = self.positions.find(hash, |&at| items[at as usize] == item) {
+            return make_index(at as usize);
         }
-        let i = make_index(self.items.len());
-        self.items.push(item.clone());
-        self.map.insert(item, i);
-        i
+        let at = self.items.len();
+        let index = make_index(at);
+        self.items.push(item);
+        let (items, hasher) = (&self.items, &self.hasher);
+        self.positions
+            .insert_unique(hash, at as u32, |&at| hasher.hash_one(&items[at as usize]));
+        index
     }
 }
 

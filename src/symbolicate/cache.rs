@@ -82,19 +82,21 @@ impl Key {
         })
     }
 
-    fn file_name(&self) -> String {
+    pub(crate) fn file_name(&self) -> String {
         format!("{}-{:x}", crate::debuginfod::hex(&self.build_id), self.size)
     }
 }
 
-/// The key of the running kernel's own symbols (`/proc/kallsyms`), whose text starts at
-/// `text_start`: its build ID, and in place of a size a fingerprint of the boot and of
-/// the text start, since where the kernel's code lies is chosen at random at each boot.
-pub fn kernel_key(text_start: u64) -> Option<Key> {
+/// The key of a piece of the running kernel's own symbols (`/proc/kallsyms`), whose
+/// text starts at `text_start` (see [`super::KERNEL_PIECE_BYTES`]): its build ID, and in
+/// place of a size a fingerprint of the boot, of the text start (where the kernel's code
+/// lies is chosen at random at each boot) and of the piece.
+pub fn kernel_key(text_start: u64, piece: u64) -> Option<Key> {
     let notes = std::fs::read("/sys/kernel/notes").ok()?;
     let build_id = gnu_build_id(&notes)?;
     let mut boot = std::fs::read("/proc/sys/kernel/random/boot_id").ok()?;
     boot.extend_from_slice(&text_start.to_le_bytes());
+    boot.extend_from_slice(&piece.to_le_bytes());
     (!build_id.is_empty() && build_id.len() <= MAX_BUILD_ID).then(|| Key {
         build_id: build_id.to_vec(),
         size: checksum(&boot),
@@ -231,10 +233,11 @@ impl SymbolCache {
     pub fn load(&self, key: &Key) -> Option<Entry> {
         let dir = usercache::open_dir(&self.root, &DIRS, self.owner, false).ok()?;
         let file = usercache::open_file(&dir, &key.file_name(), self.owner).ok()?;
-        if file.metadata().ok()?.len() > MAX_ENTRY_BYTES {
+        let len = file.metadata().ok()?.len();
+        if len > MAX_ENTRY_BYTES {
             return None;
         }
-        let mut bytes = Vec::new();
+        let mut bytes = Vec::with_capacity(len as usize);
         (&file)
             .take(MAX_ENTRY_BYTES + 1)
             .read_to_end(&mut bytes)
@@ -1285,9 +1288,10 @@ mod tests {
         }
         assert_eq!(gnu_build_id(&notes[..notes.len() - 4]), None);
         // This machine's kernel, when it says.
-        if let Some(key) = kernel_key(0xffff_ffff_8100_0000) {
-            assert_eq!(kernel_key(0xffff_ffff_8100_0000), Some(key.clone()));
-            assert_ne!(kernel_key(0xffff_ffff_8200_0000), Some(key));
+        if let Some(key) = kernel_key(0xffff_ffff_8100_0000, 3) {
+            assert_eq!(kernel_key(0xffff_ffff_8100_0000, 3), Some(key.clone()));
+            assert_ne!(kernel_key(0xffff_ffff_8100_0000, 4), Some(key.clone()));
+            assert_ne!(kernel_key(0xffff_ffff_8200_0000, 3), Some(key));
         }
     }
 

@@ -4,10 +4,12 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::Arc;
 
 use gimli::{BaseAddresses, CieOrFde, EhFrame, RunTimeEndian, UnwindSection};
 
 use crate::binary::SectionBytes;
+use crate::lazycfi::LazyCfi;
 
 /// The prefix of a function named after its start: `fn_0x4a2c0`.
 pub const UNNAMED_PREFIX: &str = "fn_0x";
@@ -70,22 +72,30 @@ impl EhFrameSource {
     }
 }
 
-/// The pc ranges of a file's FDEs, sorted by start; empty ones left out.
-#[derive(Clone, Debug, Default)]
-pub struct FunctionRanges {
-    ranges: Vec<Range<u64>>,
+/// The pc ranges of a file's FDEs: read whole and sorted by start (empty ones left
+/// out), or looked up one at a time in the file's `.eh_frame_hdr` table when it has one
+/// in the layout [`LazyCfi`] reads. A compiler's library holds 6–8 MB of `.eh_frame`,
+/// and a profile names a few of its functions this way.
+#[derive(Clone, Debug)]
+pub enum FunctionRanges {
+    Read(Vec<Range<u64>>),
+    Lazy(Arc<LazyCfi>),
+}
+
+impl Default for FunctionRanges {
+    fn default() -> Self {
+        FunctionRanges::Read(Vec::new())
+    }
 }
 
 impl FunctionRanges {
-    /// Reads every FDE of `source`. A damaged section gives the FDEs before the damage:
-    /// each FDE read adds at most one range, so memory is bounded by the section's size.
+    /// The ranges of `source`'s FDEs: those of a table in the file are read as they are
+    /// needed, others now. A damaged section gives the FDEs before the damage: each FDE
+    /// read adds at most one range, so memory is bounded by the section's size.
     pub fn read(source: &EhFrameSource) -> FunctionRanges {
         let bytes = match &source.bytes {
             EhFrameBytes::Held(bytes) => bytes.clone(),
-            EhFrameBytes::Lazy(lazy) => match lazy.whole() {
-                Some((_, bytes)) => bytes,
-                None => return FunctionRanges::default(),
-            },
+            EhFrameBytes::Lazy(lazy) => return FunctionRanges::Lazy(lazy.clone()),
         };
         let mut eh_frame = EhFrame::new(&bytes, source.endian);
         eh_frame.set_address_size(source.address_size);
@@ -115,14 +125,21 @@ impl FunctionRanges {
             }
         }
         ranges.sort_unstable_by_key(|r| (r.start, r.end));
-        FunctionRanges { ranges }
+        FunctionRanges::Read(ranges)
     }
 
     /// The function range holding `address`: of nested or overlapping ones (which real
     /// files do not have), the one that starts last.
     pub fn containing(&self, address: u64) -> Option<Range<u64>> {
-        let i = self.ranges.partition_point(|r| r.start <= address);
-        self.ranges[..i]
+        let ranges = match self {
+            FunctionRanges::Read(ranges) => ranges,
+            FunctionRanges::Lazy(lazy) => {
+                let fde = lazy.function_at(address)?.fde.clone()?;
+                return fde.contains(&address).then_some(fde);
+            }
+        };
+        let i = ranges.partition_point(|r| r.start <= address);
+        ranges[..i]
             .iter()
             .rev()
             .take(MAX_OVERLAP)
@@ -134,9 +151,27 @@ impl FunctionRanges {
     /// answer for: between the nearest start or end, at or below it, of the ranges it
     /// looks at, and the nearest one above it (or the next range's start).
     pub fn extent(&self, address: u64) -> Range<u64> {
-        let i = self.ranges.partition_point(|r| r.start <= address);
-        let mut extent = 0..self.ranges.get(i).map_or(u64::MAX, |r| r.start);
-        for r in self.ranges[..i].iter().rev().take(MAX_OVERLAP) {
+        let ranges = match self {
+            FunctionRanges::Read(ranges) => ranges,
+            // The table's entry at or below the address (or its first one) covers the
+            // addresses up to the next entry's start: inside it, its FDE's range, and the
+            // gaps before and after that.
+            FunctionRanges::Lazy(lazy) => {
+                let Some(function) = lazy.function_at(address) else {
+                    return address..address.saturating_add(1);
+                };
+                let covers = function.covers.clone();
+                return match function.fde.clone() {
+                    Some(fde) if address < fde.start => covers.start..fde.start,
+                    Some(fde) if address < fde.end => fde.start..fde.end.min(covers.end),
+                    Some(fde) => fde.end.max(covers.start)..covers.end,
+                    None => covers,
+                };
+            }
+        };
+        let i = ranges.partition_point(|r| r.start <= address);
+        let mut extent = 0..ranges.get(i).map_or(u64::MAX, |r| r.start);
+        for r in ranges[..i].iter().rev().take(MAX_OVERLAP) {
             for bound in [r.start, r.end] {
                 if bound <= address {
                     extent.start = extent.start.max(bound);
@@ -146,14 +181,6 @@ impl FunctionRanges {
             }
         }
         extent
-    }
-
-    pub fn len(&self) -> usize {
-        self.ranges.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.ranges.is_empty()
     }
 }
 
@@ -173,9 +200,7 @@ mod tests {
 
     #[test]
     fn an_address_is_in_the_range_that_holds_it() {
-        let functions = FunctionRanges {
-            ranges: vec![0x100..0x140, 0x140..0x180, 0x200..0x210],
-        };
+        let functions = FunctionRanges::Read(vec![0x100..0x140, 0x140..0x180, 0x200..0x210]);
         assert_eq!(functions.containing(0x100), Some(0x100..0x140));
         assert_eq!(functions.containing(0x13f), Some(0x100..0x140));
         assert_eq!(functions.containing(0x140), Some(0x140..0x180));
@@ -193,8 +218,13 @@ mod tests {
             endian: RunTimeEndian::Little,
             address_size: 8,
         };
-        assert!(FunctionRanges::read(&source(&[])).is_empty());
+        assert!(
+            matches!(FunctionRanges::read(&source(&[])), FunctionRanges::Read(r) if r.is_empty())
+        );
         // A length that runs past the end of the section.
-        assert!(FunctionRanges::read(&source(&[0xf0, 0xff, 0xff, 0x0f, 0, 0, 0, 0])).is_empty());
+        assert!(matches!(
+            FunctionRanges::read(&source(&[0xf0, 0xff, 0xff, 0x0f, 0, 0, 0, 0])),
+            FunctionRanges::Read(r) if r.is_empty()
+        ));
     }
 }

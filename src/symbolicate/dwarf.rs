@@ -25,6 +25,10 @@ pub struct SourceFrame {
 
 type Reader = EndianArcSlice<RunTimeEndian>;
 
+/// A section as loaded: its reader, and the buffer that reader alone reads when the
+/// section was read into one of its own.
+type Loaded = (Reader, Option<Arc<[u8]>>);
+
 /// `.debug_info` with only the compilation units that lookups of `addresses` need left
 /// as they are: each unit that `.debug_aranges` lists, for ranges holding none of the
 /// addresses, keeps its place and header but points at an empty abbreviation table and
@@ -33,9 +37,10 @@ type Reader = EndianArcSlice<RunTimeEndian>;
 /// some 1,800 units, whose abbreviations alone take about 15 MB once parsed, and a
 /// profile's addresses lie in a few dozen. Units that the table does not list (it may
 /// miss some), and references between units, which keep their offsets, are untouched.
-/// `None` when nothing would be left out, or the layout is not the usual one (32-bit
-/// DWARF, an abbreviation section that does not end with an empty table).
-fn only_units_for(dwarf: &gimli::Dwarf<Reader>, addresses: &[u64]) -> Option<Arc<[u8]>> {
+/// Returned as the changes to make (see [`LeaveOut::apply`]); `None` when nothing would
+/// be left out, or the layout is not the usual one (32-bit DWARF, an abbreviation
+/// section that does not end with an empty table).
+fn only_units_for(dwarf: &gimli::Dwarf<Reader>, addresses: &[u64]) -> Option<LeaveOut> {
     use gimli::{Reader as _, Section as _};
     // The units by the address ranges the table gives them.
     let mut listed: Vec<(u64, u64, usize)> = Vec::new();
@@ -85,19 +90,42 @@ fn only_units_for(dwarf: &gimli::Dwarf<Reader>, addresses: &[u64]) -> Option<Arc
         let entries = offset + header.header_size()..offset + 4 + header.unit_length();
         left_out.push((abbrev_at, entries));
     }
-    if left_out.is_empty() {
-        return None;
+    (!left_out.is_empty()).then_some(LeaveOut { empty, left_out })
+}
+
+/// The units [`only_units_for`] leaves out of `.debug_info`: the offset of an empty
+/// abbreviation table, and for each unit where its abbreviation offset lies and its
+/// entries.
+struct LeaveOut {
+    empty: u32,
+    left_out: Vec<(usize, Range<usize>)>,
+}
+
+impl LeaveOut {
+    /// Makes the changes in `info` (`.debug_info`), or none when it is not the section
+    /// they were found in (one of them would lie outside it).
+    fn apply(&self, info: &mut [u8]) {
+        let fits = |r: &Range<usize>| r.start <= r.end && r.end <= info.len();
+        if !self
+            .left_out
+            .iter()
+            .all(|(at, entries)| fits(&(*at..at + 4)) && fits(entries))
+        {
+            return;
+        }
+        for (abbrev_at, entries) in &self.left_out {
+            info[*abbrev_at..abbrev_at + 4].copy_from_slice(&self.empty.to_le_bytes());
+            info[entries.clone()].fill(0);
+        }
     }
-    // One copy, changed in place.
-    let mut info: Arc<[u8]> = Arc::from(&*dwarf.debug_info.reader().to_slice().ok()?);
-    let bytes = Arc::get_mut(&mut info)?;
-    for (abbrev_at, entries) in left_out {
-        bytes
-            .get_mut(abbrev_at..abbrev_at + 4)?
-            .copy_from_slice(&empty.to_le_bytes());
-        bytes.get_mut(entries)?.fill(0);
+}
+
+fn endian_of<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> RunTimeEndian {
+    if file.is_little_endian() {
+        RunTimeEndian::Little
+    } else {
+        RunTimeEndian::Big
     }
-    Some(info)
 }
 
 /// The DWARF of one file: the sections, shared, and a lookup context over them (which
@@ -115,43 +143,10 @@ impl DwarfInfo {
         file: &object::File<'d, R>,
         data: &Arc<[u8]>,
     ) -> Result<DwarfInfo, String> {
-        DwarfInfo::load_for(file, data, None)
-    }
-
-    /// [`DwarfInfo::load`], for looking up `addresses` only when they are given: the
-    /// compilation units `.debug_aranges` places none of them in are left out (see
-    /// [`only_units_for`]); every other address may then go unanswered.
-    pub fn load_for<'d, R: object::ReadRef<'d>>(
-        file: &object::File<'d, R>,
-        data: &Arc<[u8]>,
-        addresses: Option<&[u64]>,
-    ) -> Result<DwarfInfo, String> {
-        if file.section_by_name(".debug_info").is_none() {
-            return Err("no DWARF in the file".into());
-        }
-        let refused: std::cell::RefCell<Option<String>> = Default::default();
-        let endian = if file.is_little_endian() {
-            RunTimeEndian::Little
-        } else {
-            RunTimeEndian::Big
-        };
+        let endian = endian_of(file);
         let whole = EndianArcSlice::new(data.clone(), endian);
-        let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
-            // Location lists say where variables live, which naming code never needs;
-            // leaving them out saves reading (and inflating) them.
-            if matches!(
-                id,
-                gimli::SectionId::DebugLoc | gimli::SectionId::DebugLocLists
-            ) {
-                return Ok(EndianArcSlice::new(Arc::from(&[][..]), endian));
-            }
-            let bytes = match file.section_by_name(id.name()) {
-                None => Cow::Borrowed(&[][..]),
-                Some(section) => crate::binary::section_data(&section).map_err(|why| {
-                    refused.borrow_mut().get_or_insert(why);
-                    gimli::Error::Io
-                })?,
-            };
+        DwarfInfo::load_with(file, None, &|section| {
+            let bytes = crate::binary::section_data(section)?;
             // A borrowed section lies inside `data`: share it rather than copy it.
             let within = match &bytes {
                 Cow::Borrowed(slice) => (slice.as_ptr() as usize)
@@ -160,9 +155,65 @@ impl DwarfInfo {
                 Cow::Owned(_) => None,
             };
             Ok(match within {
-                Some(start) => whole.range(start..start + bytes.len()),
-                None => EndianArcSlice::new(Arc::from(&*bytes), endian),
+                Some(start) => (whole.range(start..start + bytes.len()), None),
+                None => {
+                    let own: Arc<[u8]> = Arc::from(&*bytes);
+                    (EndianArcSlice::new(own.clone(), endian), Some(own))
+                }
             })
+        })
+    }
+
+    /// [`DwarfInfo::load`] for a file read through `at`: each section is read (and
+    /// inflated) into a buffer of its own. For looking up `addresses` only, when they
+    /// are given: the compilation units `.debug_aranges` places none of them in are left
+    /// out (see [`only_units_for`]).
+    pub fn load_for<'d, R: object::ReadRef<'d>>(
+        file: &object::File<'d, R>,
+        at: &crate::binary::At,
+        addresses: Option<&[u64]>,
+    ) -> Result<DwarfInfo, String> {
+        let endian = endian_of(file);
+        DwarfInfo::load_with(file, addresses, &|section| {
+            crate::binary::section_shared(section, at)
+                .map(|own| (EndianArcSlice::new(own.clone(), endian), Some(own)))
+        })
+    }
+
+    /// Loads the sections of `file` that naming needs with `read`, which gives each one's
+    /// reader and, when it made one, the buffer the reader reads alone.
+    fn load_with<'d, R: object::ReadRef<'d>>(
+        file: &object::File<'d, R>,
+        addresses: Option<&[u64]>,
+        read: &dyn Fn(&object::Section<'d, '_, R>) -> Result<Loaded, String>,
+    ) -> Result<DwarfInfo, String> {
+        if file.section_by_name(".debug_info").is_none() {
+            return Err("no DWARF in the file".into());
+        }
+        let refused: std::cell::RefCell<Option<String>> = Default::default();
+        let endian = endian_of(file);
+        let empty = || EndianArcSlice::new(Arc::from(&[][..]), endian);
+        let own_info: std::cell::RefCell<Option<Arc<[u8]>>> = Default::default();
+        let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
+            // Location lists say where variables live, which naming code never needs;
+            // leaving them out saves reading (and inflating) them.
+            if matches!(
+                id,
+                gimli::SectionId::DebugLoc | gimli::SectionId::DebugLocLists
+            ) {
+                return Ok(empty());
+            }
+            let Some(section) = file.section_by_name(id.name()) else {
+                return Ok(empty());
+            };
+            let (reader, own) = read(&section).map_err(|why| {
+                refused.borrow_mut().get_or_insert(why);
+                gimli::Error::Io
+            })?;
+            if id == gimli::SectionId::DebugInfo {
+                *own_info.borrow_mut() = own;
+            }
+            Ok(reader)
         };
         let unreadable = |e: gimli::Error| {
             refused
@@ -171,8 +222,22 @@ impl DwarfInfo {
                 .unwrap_or_else(|| format!("its DWARF cannot be read: {e}"))
         };
         let mut sections = gimli::Dwarf::load(load).map_err(unreadable)?;
-        if let Some(info) = addresses.and_then(|a| only_units_for(&sections, a)) {
-            sections.debug_info = gimli::DebugInfo::from(EndianArcSlice::new(info, endian));
+        if let Some(leave_out) = addresses.and_then(|a| only_units_for(&sections, a)) {
+            // Changed in place when the section is a buffer of its own (once the reader
+            // is taken out of the sections, the only reference to it), else in a copy.
+            use gimli::Section as _;
+            let reader = std::mem::replace(&mut sections.debug_info, empty().into());
+            let mut info = own_info
+                .take()
+                .unwrap_or_else(|| Arc::from(reader.reader().bytes()));
+            drop(reader);
+            if Arc::get_mut(&mut info).is_none() {
+                info = Arc::from(&*info);
+            }
+            if let Some(bytes) = Arc::get_mut(&mut info) {
+                leave_out.apply(bytes);
+            }
+            sections.debug_info = EndianArcSlice::new(info, endian).into();
         }
         let sections = Arc::new(sections);
         let context = addr2line::Context::from_arc_dwarf(sections.clone())

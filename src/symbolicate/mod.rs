@@ -31,8 +31,7 @@ use crate::locate::{build_id_path, debug_file_at, find_debug_file, Candidate};
 use crate::profile::*;
 use crate::profile::{TRUNCATED_MARKER, VDSO_NAME};
 use crate::replay::LibFile;
-use cfi::EhFrameSource;
-pub use cfi::{FunctionRanges, UNNAMED_PREFIX};
+pub use cfi::{EhFrameBytes, EhFrameSource, FunctionRanges, UNNAMED_PREFIX};
 pub use dwarf::{DwarfInfo, SourceFrame};
 pub use plt::{PLT_NAME, PLT_SUFFIX};
 pub use symbols::{demangle, Kallsyms, Symbol, SymbolMap};
@@ -228,10 +227,11 @@ impl LibSymbols {
         if let Some(stub) = &binary.entry_stub {
             symbols = symbols.or_named(stub.clone(), "_start");
         }
-        let none: Arc<[u8]> = Arc::from(&[][..]);
         let loaded = match (binary.has_dwarf, &debug, &debug_object) {
-            (false, Some(_), Some(object)) => DwarfInfo::load_for(object, &none, addresses),
-            _ => DwarfInfo::load_for(&file, &none, addresses),
+            (false, Some(d), Some(object)) => {
+                DwarfInfo::load_for(object, &d.binary.at(), addresses)
+            }
+            _ => DwarfInfo::load_for(&file, &binary.at(), addresses),
         };
         let (dwarf, no_debug_info) = match loaded {
             Ok(dwarf) => (Some(dwarf), None),
@@ -724,8 +724,8 @@ impl Tables {
         f
     }
 
-    /// The frames (outer first) of one raw address frame.
-    fn expand(&mut self, raw: &AddressFrame, info: Option<&AddressInfo>) -> Vec<FrameIndex> {
+    /// Appends to `out` the frames (outer first) of one raw address frame.
+    fn expand(&mut self, raw: &AddressFrame, info: Option<AddressInfo>, out: &mut Vec<FrameIndex>) {
         let plain = |func, line| Frame {
             func,
             lib: raw.lib,
@@ -743,9 +743,10 @@ impl Tables {
                     lib: None,
                 }
             });
-            return vec![self.frames.intern(plain(func, None), FrameIndex::new)];
+            out.push(self.frames.intern(plain(func, None), FrameIndex::new));
+            return;
         }
-        let info = info.cloned().unwrap_or_default();
+        let info = info.unwrap_or_default();
         let (Some(lib), Some(symbol)) = (raw.lib, info.symbol.as_ref()) else {
             // No symbol: name the frame after the DWARF function if there is one, else
             // after the address.
@@ -765,9 +766,11 @@ impl Tables {
                     lib: raw.lib,
                 }
             });
-            return vec![self
-                .frames
-                .intern(plain(func, outer.and_then(|f| f.line)), FrameIndex::new)];
+            out.push(
+                self.frames
+                    .intern(plain(func, outer.and_then(|f| f.line)), FrameIndex::new),
+            );
+            return;
         };
         let native = self.native_symbols.intern(
             NativeSymbol {
@@ -784,7 +787,6 @@ impl Tables {
             file: outer_file,
             lib: Some(lib),
         });
-        let mut out = Vec::with_capacity(info.frames.len().max(1));
         out.push(self.frames.intern(
             Frame {
                 native_symbol: Some(native),
@@ -811,7 +813,6 @@ impl Tables {
                 FrameIndex::new,
             ));
         }
-        out
     }
 }
 
@@ -874,26 +875,26 @@ fn assemble(raw: RawProfile, by_lib: &[Vec<usize>], named: Vec<Option<Named>>) -
     let mut tables = Tables::default();
     let mut unnamed: Vec<LibIndex> = Vec::new();
     let mut sampled: Vec<LibIndex> = Vec::new();
-    let expanded: Vec<Vec<FrameIndex>> = raw
-        .address_frames
-        .iter()
-        .zip(&infos)
-        .map(|(af, info)| {
-            if let (Some(lib), CodeKind::User | CodeKind::Kernel) = (af.lib, af.kind) {
-                if !sampled.contains(&lib) {
-                    sampled.push(lib);
-                }
-                if info
-                    .as_ref()
-                    .is_none_or(|i| i.symbol.is_none() || i.unnamed)
-                    && !unnamed.contains(&lib)
-                {
-                    unnamed.push(lib);
-                }
+    // The frames of address frame `i` are `expanded[expanded_at[i]..expanded_at[i + 1]]`.
+    let mut expanded: Vec<FrameIndex> = Vec::with_capacity(raw.address_frames.len());
+    let mut expanded_at: Vec<usize> = Vec::with_capacity(raw.address_frames.len() + 1);
+    expanded_at.push(0);
+    for (af, info) in raw.address_frames.iter().zip(infos) {
+        if let (Some(lib), CodeKind::User | CodeKind::Kernel) = (af.lib, af.kind) {
+            if !sampled.contains(&lib) {
+                sampled.push(lib);
             }
-            tables.expand(af, info.as_ref())
-        })
-        .collect();
+            if info
+                .as_ref()
+                .is_none_or(|i| i.symbol.is_none() || i.unnamed)
+                && !unnamed.contains(&lib)
+            {
+                unnamed.push(lib);
+            }
+        }
+        tables.expand(af, info, &mut expanded);
+        expanded_at.push(expanded.len());
+    }
     let symbol_gaps = sampled
         .into_iter()
         .filter_map(|lib| {
@@ -941,7 +942,8 @@ fn assemble(raw: RawProfile, by_lib: &[Vec<usize>], named: Vec<Option<Named>>) -
     for rs in &raw.stacks {
         // Prefixes come first, so the prefix is already mapped.
         let mut prefix = rs.prefix.map(|p| stack_map[p.index()]);
-        for &frame in &expanded[rs.frame.index()] {
+        let i = rs.frame.index();
+        for &frame in &expanded[expanded_at[i]..expanded_at[i + 1]] {
             prefix = Some(stacks.intern(Stack { prefix, frame }, StackIndex::new));
         }
         stack_map.push(prefix.expect("every address frame expands to at least one frame"));
@@ -1070,23 +1072,19 @@ fn name_lib(lib: &Lib, binary: &LibFile, addresses: &[u64], opts: &SymbolOptions
 /// Names the `addresses` of the kernel, whose text starts at `base` (they are relative
 /// to it). Its own functions are the same for every run of one boot, and reading
 /// `/proc/kallsyms` takes longer than anything else sampler does after a short
-/// recording, so the cache holds every one of them, from the first run that needed it;
-/// the code of modules, BPF programs and trampolines, which come and go, is looked up
-/// anew.
+/// recording, so the cache holds every one of them, from the first run that needed it,
+/// in pieces of [`KERNEL_PIECE_BYTES`] of its text: a run loads the pieces its addresses
+/// lie in, one at a time (all of them would be 10–15 MB). The code of modules, BPF
+/// programs and trampolines, which come and go, is looked up anew.
 fn name_kernel(base: u64, addresses: &[u64], opts: &SymbolOptions) -> Named {
     // Only where the kernel's addresses can be read, which the cache must not reveal
     // where they cannot.
     let store = opts.cache.as_ref().filter(|_| opts.read_kallsyms);
-    let cached = store.and_then(|store| Some((store, cache::kernel_key(base)?)));
-    let entry = cached.as_ref().and_then(|(store, key)| {
-        store
-            .load(key)
-            .filter(|e| e.source() == cache::DebugSource::Own)
-    });
-    if let Some(entry) = &entry {
-        let infos: Option<Vec<AddressInfo>> = addresses.iter().map(|&a| entry.lookup(a)).collect();
-        if let Some(infos) = infos {
-            return Ok((entry.facts(), infos));
+    let mut piece_missing = false;
+    if let Some(store) = store {
+        match kernel_from_cache(store, &|piece| cache::kernel_key(base, piece), addresses) {
+            Ok(found) => return Ok(found),
+            Err(missing) => piece_missing = missing,
         }
     }
     let kallsyms = match &opts.kernel {
@@ -1100,31 +1098,110 @@ fn name_kernel(base: u64, addresses: &[u64], opts: &SymbolOptions) -> Named {
         base,
         ..LibSymbols::default()
     };
-    if let (Some((store, key)), None, Some(own)) = (&cached, &entry, &kallsyms.own) {
-        store.put(key, kernel_entry(&syms, own, key));
+    // Written when a piece was missing; not when each was there and an address lies
+    // outside the kernel's own functions (a module's), which reading kallsyms names.
+    if let (Some(store), true, Some(own)) = (store, piece_missing, &kallsyms.own) {
+        for (key, bytes) in kernel_entries(&syms, own, &|piece| cache::kernel_key(base, piece)) {
+            store.put(&key, bytes);
+        }
     }
     Ok((syms.facts(), syms.lookup_many(addresses)))
 }
 
-/// The cache entry of the kernel's own functions (`own`, in its addresses), whose
-/// symbols `syms` holds: each symbol's extent within them, with what a lookup gives
-/// there (the symbol, no frames: the kernel has no DWARF here).
-pub fn kernel_entry(syms: &LibSymbols, own: &Range<u64>, key: &cache::Key) -> Vec<u8> {
-    let mut builder = cache::EntryBuilder::default();
+/// Bytes of the kernel's text per cache entry: 64 KiB holds a few hundred functions,
+/// an entry of tens of KB; a profile's kernel addresses lie in some dozens of them.
+pub const KERNEL_PIECE_BYTES: u64 = 1 << 16;
+
+/// The key of the entry that says where the kernel's own text ends (one interval from
+/// its start): past it, an address is a module's, which no piece holds.
+pub const KERNEL_EXTENT_PIECE: u64 = u64::MAX;
+
+/// The piece of the kernel's text that a kernel-relative address lies in.
+fn kernel_piece(relative: u64) -> u64 {
+    relative / KERNEL_PIECE_BYTES
+}
+
+/// `addresses` (kernel-relative) named from the cache's pieces, each under the key
+/// `key_of` gives it; `Err(true)` when a piece is not there, `Err(false)` when an
+/// address lies in none of the functions of its piece (or the kernel has no key).
+fn kernel_from_cache(
+    store: &cache::SymbolCache,
+    key_of: &dyn Fn(u64) -> Option<cache::Key>,
+    addresses: &[u64],
+) -> Result<(LibFacts, Vec<AddressInfo>), bool> {
+    let load = |piece: u64| {
+        let key = key_of(piece).ok_or(false)?;
+        store
+            .load(&key)
+            .filter(|e| e.source() == cache::DebugSource::Own)
+            .ok_or(true)
+    };
+    let extent = load(KERNEL_EXTENT_PIECE)?;
+    if addresses.iter().any(|&a| extent.lookup(a).is_none()) {
+        return Err(false);
+    }
+    let mut order: Vec<usize> = (0..addresses.len()).collect();
+    order.sort_unstable_by_key(|&i| addresses[i]);
+    let mut infos = vec![AddressInfo::default(); addresses.len()];
+    let mut facts = LibFacts::default();
+    for same in order.chunk_by(|&a, &b| kernel_piece(addresses[a]) == kernel_piece(addresses[b])) {
+        let entry = load(kernel_piece(addresses[same[0]]))?;
+        for &i in same {
+            infos[i] = entry.lookup(addresses[i]).ok_or(false)?;
+        }
+        facts = entry.facts();
+    }
+    Ok((facts, infos))
+}
+
+/// The cache entries of the kernel's own functions (`own`, in its addresses), whose
+/// symbols `syms` holds, one per piece of its text (see [`KERNEL_PIECE_BYTES`]), under
+/// the key `key_of` gives the piece: each symbol's extent within them, with what a lookup
+/// gives there (the symbol, no frames: the kernel has no DWARF here), in every piece it
+/// reaches into; and the entry of [`KERNEL_EXTENT_PIECE`].
+pub fn kernel_entries(
+    syms: &LibSymbols,
+    own: &Range<u64>,
+    key_of: &dyn Fn(u64) -> Option<cache::Key>,
+) -> Vec<(cache::Key, Vec<u8>)> {
+    let mut pieces: std::collections::BTreeMap<u64, cache::EntryBuilder> = Default::default();
     for symbol in syms.symbols.symbols() {
         let extent = syms.symbols.extent(symbol.address);
         if !(own.contains(&extent.start) && extent.end <= own.end && extent.start >= syms.base) {
             continue;
         }
-        let start = extent.start - syms.base;
+        let range = extent.start - syms.base..extent.end - syms.base;
         let symbol = Symbol {
-            address: start,
+            address: range.start,
             size: symbol.size,
             name: syms.symbols.display_name(symbol),
         };
-        builder.add_symbol(start..extent.end - syms.base, &symbol);
+        for piece in kernel_piece(range.start)..=kernel_piece(range.end - 1) {
+            pieces
+                .entry(piece)
+                .or_default()
+                .add_symbol(range.clone(), &symbol);
+        }
     }
-    builder.finish(key, &syms.facts(), &cache::DebugSource::Own)
+    let facts = syms.facts();
+    if let Some(end) = own.end.checked_sub(syms.base).filter(|&end| end > 0) {
+        let mut extent = cache::EntryBuilder::default();
+        let text = Symbol {
+            address: 0,
+            size: Some(end),
+            name: "[kernel]".into(),
+        };
+        extent.add_symbol(0..end, &text);
+        pieces.insert(KERNEL_EXTENT_PIECE, extent);
+    }
+    pieces
+        .into_iter()
+        .filter_map(|(piece, builder)| {
+            let key = key_of(piece)?;
+            let bytes = builder.finish(&key, &facts, &cache::DebugSource::Own);
+            Some((key, bytes))
+        })
+        .collect()
 }
 
 /// The most of a perf map that is read: a line of about a hundred bytes per piece of JIT
@@ -1177,5 +1254,82 @@ fn load_lib(lib: &Lib, binary: &LibFile, opts: &SymbolOptions) -> Result<LibSymb
             })
         }
         LibKind::Pseudo => Err("no file behind it".into()),
+    }
+}
+
+#[cfg(test)]
+mod kernel_tests {
+    use super::*;
+
+    #[test]
+    fn the_kernel_is_named_from_the_pieces_its_addresses_lie_in() {
+        // Functions in pieces 0, 1 and 3 of the text; one reaches from piece 1 into 2.
+        let text = "\
+ffffffff81000000 T _text
+ffffffff81000010 t first
+ffffffff81010020 T second
+ffffffff81030000 t fourth
+ffffffff81030100 T last
+ffffffffc0001000 t mod_fn\t[kvm]
+";
+        let kallsyms = Kallsyms::parse(text, KERNEL_PREFIX).unwrap();
+        let own = kallsyms.own.clone().unwrap();
+        let syms = LibSymbols {
+            base: kallsyms.text_start,
+            symbols: kallsyms.map,
+            ..LibSymbols::default()
+        };
+        let key_of = |piece: u64| {
+            Some(cache::Key {
+                build_id: vec![9; 20],
+                size: piece,
+            })
+        };
+        let root = std::env::temp_dir().join(format!("sampler-kernel-{}", std::process::id()));
+        let store = cache::SymbolCache::at(root.clone(), None);
+        let entries = kernel_entries(&syms, &own, &key_of);
+        let pieces: Vec<u64> = entries.iter().map(|(key, _)| key.size).collect();
+        assert_eq!(pieces, [0, 1, 2, 3, KERNEL_EXTENT_PIECE]);
+        for (key, bytes) in entries {
+            store.put(&key, bytes);
+        }
+        assert_eq!(store.save(), Ok(5));
+
+        let addresses = [0x30050, 0x10, 0x2_0000, 0x1_0030, 0x18];
+        let (_, infos) = kernel_from_cache(&store, &key_of, &addresses).unwrap();
+        let names: Vec<&str> = infos
+            .iter()
+            .map(|i| i.symbol.as_ref().unwrap().name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "[kernel] fourth",
+                "[kernel] first",
+                "[kernel] second",
+                "[kernel] second",
+                "[kernel] first"
+            ]
+        );
+        let expected: Vec<AddressInfo> = addresses.iter().map(|&a| syms.lookup(a)).collect();
+        assert_eq!(infos, expected, "as kallsyms names them");
+
+        // A module's address is in no piece: kallsyms is read.
+        let module = 0xffff_ffff_c000_1000 - syms.base;
+        assert_eq!(
+            kernel_from_cache(&store, &key_of, &[0x10, module]).err(),
+            Some(false)
+        );
+        // A piece that is gone (evicted): kallsyms is read, and the pieces written again.
+        std::fs::remove_file(store.dir().join(key_of(1).unwrap().file_name())).unwrap();
+        assert_eq!(
+            kernel_from_cache(&store, &key_of, &[0x10]).map(|(_, i)| i.len()),
+            Ok(1)
+        );
+        assert_eq!(
+            kernel_from_cache(&store, &key_of, &[0x10, 0x1_0030]).err(),
+            Some(true)
+        );
+        let _ = std::fs::remove_dir_all(&root);
     }
 }
