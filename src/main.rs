@@ -16,6 +16,7 @@ use sampler::summary::{how_to_open, Summary};
 use sampler::symbolicate;
 
 fn main() -> ExitCode {
+    record::tune_allocator();
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {

@@ -180,3 +180,57 @@ fn a_remapping_between_samples_renames_the_shared_frames() {
         [(second.clone(), 0x2011), (second, 0x2003)]
     );
 }
+
+/// What the unwinder knows of a process is dropped once its main thread has exited and
+/// nothing of it has come for half a second (event time); a thread that outlives the
+/// main thread keeps it for as long as it is sampled.
+#[test]
+fn an_exited_process_is_forgotten_after_its_last_event() {
+    use sampler::replay::ProfileBuilder;
+    let of = |time_ns: u64, pid: i32, tid: i32| Event {
+        time_ns,
+        kind: EventKind::Sample(Sample {
+            pid,
+            tid,
+            user_callchain: vec![BASE + 0x11],
+            ..Sample::default()
+        }),
+    };
+    let ms = 1_000_000;
+    let exit = Event {
+        time_ns: 2 * ms,
+        kind: EventKind::Exit { pid: 10, tid: 10 },
+    };
+    let mut builder = ProfileBuilder::new(sampler::unwind::UnwindMode::Fp);
+    // Each batch is fed as recording hands them on; pid 99 is another process.
+    let batches = [
+        vec![
+            mapping("/nonexistent/app", 0),
+            of(ms, 10, 10),
+            of(ms, 10, 11),
+        ],
+        vec![exit],
+        vec![of(400 * ms, 10, 11)],
+        vec![of(800 * ms, 99, 99)],
+        vec![of(850 * ms, 10, 11)],
+        vec![of(1400 * ms, 99, 99)],
+        vec![of(1401 * ms, 10, 11)],
+    ];
+    for batch in &batches {
+        builder.add_events(batch);
+    }
+    let rec = recording(batches.concat());
+    let raw = builder.finish(&rec.info, None).profile;
+    let thread = raw.threads.iter().find(|t| t.tid == 11).unwrap();
+    let leaf_lib: Vec<bool> = thread
+        .samples
+        .iter()
+        .map(|s| {
+            let frame = raw.stacks[s.stack.index()].frame;
+            raw.address_frames[frame.index()].lib.is_some()
+        })
+        .collect();
+    // Known at 1 ms, 400 ms (within 500 ms of the exit) and 850 ms (within 500 ms of
+    // the sample at 400); forgotten by 1,401 ms, 551 ms after the last one.
+    assert_eq!(leaf_lib, [true, true, true, false]);
+}

@@ -23,6 +23,7 @@ use perf_event_open_sys::bindings as pb;
 
 use crate::events::{Event, RecordingInfo, SamplingEvent};
 pub use launch::{Credentials, NotRun};
+pub use sys::tune_allocator;
 
 /// What to record.
 #[derive(Clone, Debug)]

@@ -1,6 +1,7 @@
 //! The few lines that talk to the kernel: `perf_event_open`, its ioctls, and the shared
-//! ring buffer it writes into. Every `unsafe` block of the crate lives here or in
-//! `launch.rs`, each with the reason it is sound.
+//! ring buffer it writes into; and the one call that tunes the C library's allocator.
+//! Every `unsafe` block of the crate lives here or in `launch.rs`, each with the reason
+//! it is sound.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -8,6 +9,33 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use memmap2::{MmapOptions, MmapRaw};
 use perf_event_open_sys as sys;
+
+/// Has glibc's allocator give memory back as sampler's phases end, so that its peak is
+/// what one phase holds, not what all of them left behind: one arena for every thread
+/// (a naming thread's own arena kept what it freed, and could not reuse what recording
+/// freed), and blocks of 128 KiB or more mapped on their own and the top of the heap
+/// trimmed past 128 KiB (glibc raises both thresholds as a program frees large blocks,
+/// after which freed tables stay resident). On a `cargo build` this took sampler's peak
+/// from about 54 to 36 MB. Call it first, before any thread starts.
+#[cfg(target_env = "gnu")]
+pub fn tune_allocator() {
+    /// 128 KiB: glibc's own starting value for both thresholds, kept fixed.
+    const THRESHOLD: libc::c_int = 128 << 10;
+    for (param, value) in [
+        (libc::M_ARENA_MAX, 1),
+        (libc::M_TRIM_THRESHOLD, THRESHOLD),
+        (libc::M_MMAP_THRESHOLD, THRESHOLD),
+    ] {
+        // SAFETY: mallopt only sets a parameter of the allocator, which glibc reads under
+        // its own lock; it touches no memory of ours, and a refused value (return 0)
+        // leaves the default.
+        unsafe { libc::mallopt(param, value) };
+    }
+}
+
+/// Other C libraries keep their own policy.
+#[cfg(not(target_env = "gnu"))]
+pub fn tune_allocator() {}
 
 /// Opens one perf event for `pid` on `cpu`. The attribute is copied, so the caller's
 /// value stays as it was (the kernel may write the size it expects into it).

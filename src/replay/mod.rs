@@ -113,7 +113,20 @@ pub struct ProfileBuilder {
     /// Counts the changes of every process's code mappings: what a shared prefix was
     /// interned as holds only while the addresses resolve as they did.
     map_generation: u64,
+    /// Processes whose main thread has exited, with the time of their last event: what
+    /// the unwinder holds of each (its mappings, the CFI and rules it looked up) is
+    /// dropped once none has come for [`EXITED_GRACE_NS`]. A build runs hundreds of
+    /// processes, and holding every one until the end was most of what recording one
+    /// kept.
+    exited: HashMap<i32, u64>,
 }
+
+/// How long after a process's last event (its main thread's exit, or a sample of a
+/// thread that outlived it) its unwinding state is kept: 500 ms. The threads of a
+/// process that exits are killed together, and their last samples come within
+/// milliseconds; a process whose other threads go on running (its main thread called
+/// `pthread_exit`) keeps its state for as long as they are sampled.
+const EXITED_GRACE_NS: u64 = 500_000_000;
 
 /// A thread's last sampled user stack (see [`ProfileBuilder::sample`]).
 #[derive(Default)]
@@ -165,6 +178,7 @@ impl ProfileBuilder {
             no_unwind_info_in: HashMap::new(),
             restored_callers: 0,
             last_stacks: HashMap::new(),
+            exited: HashMap::new(),
             map_generation: 0,
             capture: None,
         }
@@ -191,6 +205,7 @@ impl ProfileBuilder {
                     exec,
                 } => {
                     if *exec {
+                        self.exited.remove(pid);
                         self.unwinder.exec(*pid);
                         self.map_generation += 1;
                     }
@@ -208,6 +223,8 @@ impl ProfileBuilder {
                     ptid,
                 } => {
                     if pid == tid && pid != ppid {
+                        // A new process (perhaps under the pid of one that exited).
+                        self.exited.remove(pid);
                         self.unwinder.fork(*ppid, *pid);
                     }
                     self.last_stacks.remove(tid);
@@ -226,9 +243,15 @@ impl ProfileBuilder {
                         if let Some(&p) = self.process_by_pid.get(pid) {
                             self.processes[p.index()].end_ns = Some(t);
                         }
+                        self.exited.insert(*pid, t);
                     }
                 }
-                EventKind::Sample(s) => self.sample(t, s),
+                EventKind::Sample(s) => {
+                    if let Some(last) = self.exited.get_mut(&s.pid) {
+                        *last = t;
+                    }
+                    self.sample(t, s)
+                }
                 EventKind::Lost {
                     count,
                     tid: Some(tid),
@@ -239,6 +262,36 @@ impl ProfileBuilder {
                 }
                 EventKind::Lost { tid: None, .. } | EventKind::Throttle => {}
             }
+        }
+        if let Some(last) = events.last() {
+            self.forget_exited(last.time_ns);
+        }
+    }
+
+    /// Drops the unwinding state of the processes that exited, and of which nothing has
+    /// come since, [`EXITED_GRACE_NS`] before `now`.
+    fn forget_exited(&mut self, now: u64) {
+        let gone: Vec<i32> = self
+            .exited
+            .iter()
+            .filter(|&(_, &last)| last.saturating_add(EXITED_GRACE_NS) < now)
+            .map(|(&pid, _)| pid)
+            .collect();
+        for pid in gone {
+            self.exited.remove(&pid);
+            let tids: Vec<i32> = match self.process_by_pid.get(&pid) {
+                Some(&p) => self
+                    .threads
+                    .iter()
+                    .filter(|t| t.process == p)
+                    .map(|t| t.tid)
+                    .collect(),
+                None => Vec::new(),
+            };
+            for tid in &tids {
+                self.last_stacks.remove(tid);
+            }
+            self.unwinder.forget(pid, &tids);
         }
     }
 

@@ -542,6 +542,16 @@ impl<T: Clone> Unwinder<T> {
         self.bottom_reads.remove(&pid);
     }
 
+    /// Drops what is known of process `pid` and of its threads `tids`: it has exited,
+    /// and no sample of it is to come.
+    pub fn forget(&mut self, pid: i32, tids: &[i32]) {
+        self.processes.remove(&pid);
+        self.bottoms.retain(|(tid, _), _| !tids.contains(tid));
+        for tid in tids {
+            self.bottom_reads.remove(tid);
+        }
+    }
+
     /// The mapping of process `pid` that contains `address`.
     pub fn lookup(&self, pid: i32, address: u64) -> Option<&Region<T>> {
         self.processes.get(&pid)?.space.lookup(address)
