@@ -87,20 +87,32 @@ impl Key {
     }
 }
 
-/// The key of a piece of the running kernel's own symbols (`/proc/kallsyms`), whose
-/// text starts at `text_start` (see [`super::KERNEL_PIECE_BYTES`]): its build ID, and in
-/// place of a size a fingerprint of the boot, of the text start (where the kernel's code
-/// lies is chosen at random at each boot) and of the piece.
-pub fn kernel_key(text_start: u64, piece: u64) -> Option<Key> {
+/// The key of the running kernel's own symbols (`/proc/kallsyms`), whose text starts at
+/// `text_start`: its build ID, and in place of a size a fingerprint of the boot and of
+/// the text start, since where the kernel's code lies is chosen at random at each boot.
+/// Read once per run; each piece's key is made from it ([`Key::kernel_piece`]).
+pub fn kernel_key(text_start: u64) -> Option<Key> {
     let notes = std::fs::read("/sys/kernel/notes").ok()?;
     let build_id = gnu_build_id(&notes)?;
     let mut boot = std::fs::read("/proc/sys/kernel/random/boot_id").ok()?;
     boot.extend_from_slice(&text_start.to_le_bytes());
-    boot.extend_from_slice(&piece.to_le_bytes());
     (!build_id.is_empty() && build_id.len() <= MAX_BUILD_ID).then(|| Key {
         build_id: build_id.to_vec(),
         size: checksum(&boot),
     })
+}
+
+impl Key {
+    /// The key of one piece of the kernel's symbols (see
+    /// [`super::KERNEL_PIECE_BYTES`]), from the kernel's own key ([`kernel_key`]).
+    pub fn kernel_piece(&self, piece: u64) -> Key {
+        let mut fingerprint = self.size.to_le_bytes().to_vec();
+        fingerprint.extend_from_slice(&piece.to_le_bytes());
+        Key {
+            build_id: self.build_id.clone(),
+            size: checksum(&fingerprint),
+        }
+    }
 }
 
 /// The ELF note type of a build ID, as the ELF gABI's GNU extensions number it.
@@ -1288,10 +1300,15 @@ mod tests {
         }
         assert_eq!(gnu_build_id(&notes[..notes.len() - 4]), None);
         // This machine's kernel, when it says.
-        if let Some(key) = kernel_key(0xffff_ffff_8100_0000, 3) {
-            assert_eq!(kernel_key(0xffff_ffff_8100_0000, 3), Some(key.clone()));
-            assert_ne!(kernel_key(0xffff_ffff_8100_0000, 4), Some(key.clone()));
-            assert_ne!(kernel_key(0xffff_ffff_8200_0000, 3), Some(key));
+        if let Some(key) = kernel_key(0xffff_ffff_8100_0000) {
+            assert_eq!(kernel_key(0xffff_ffff_8100_0000), Some(key.clone()));
+            let other = kernel_key(0xffff_ffff_8200_0000).unwrap();
+            assert_ne!(other, key);
+            let piece = key.kernel_piece(3);
+            assert_eq!(key.kernel_piece(3), piece);
+            assert_ne!(key.kernel_piece(4), piece);
+            assert_ne!(other.kernel_piece(3), piece);
+            assert_eq!(piece.build_id, key.build_id);
         }
     }
 

@@ -31,7 +31,7 @@ pub struct EhFrameSource {
 #[derive(Clone, Debug)]
 pub enum EhFrameBytes {
     Held(SectionBytes),
-    Lazy(std::sync::Arc<crate::lazycfi::LazyCfi>),
+    Lazy(Arc<LazyCfi>),
 }
 
 impl EhFrameSource {
@@ -40,7 +40,7 @@ impl EhFrameSource {
     pub fn of<'d, R: object::ReadRef<'d>>(
         file: &object::File<'d, R>,
         known: Option<(u64, SectionBytes)>,
-        lazy: Option<&std::sync::Arc<crate::lazycfi::LazyCfi>>,
+        lazy: Option<&Arc<LazyCfi>>,
     ) -> Option<Self> {
         use object::{Object, ObjectSection};
         let (address, bytes) = match (known, lazy) {

@@ -231,12 +231,7 @@ impl DwarfInfo {
                 .take()
                 .unwrap_or_else(|| Arc::from(reader.reader().bytes()));
             drop(reader);
-            if Arc::get_mut(&mut info).is_none() {
-                info = Arc::from(&*info);
-            }
-            if let Some(bytes) = Arc::get_mut(&mut info) {
-                leave_out.apply(bytes);
-            }
+            leave_out.apply(Arc::make_mut(&mut info));
             sections.debug_info = EndianArcSlice::new(info, endian).into();
         }
         let sections = Arc::new(sections);

@@ -1080,9 +1080,11 @@ fn name_kernel(base: u64, addresses: &[u64], opts: &SymbolOptions) -> Named {
     // Only where the kernel's addresses can be read, which the cache must not reveal
     // where they cannot.
     let store = opts.cache.as_ref().filter(|_| opts.read_kallsyms);
+    let kernel = store.and_then(|_| cache::kernel_key(base));
+    let key_of = |piece| kernel.as_ref().map(|k| k.kernel_piece(piece));
     let mut piece_missing = false;
     if let Some(store) = store {
-        match kernel_from_cache(store, &|piece| cache::kernel_key(base, piece), addresses) {
+        match kernel_from_cache(store, &key_of, addresses) {
             Ok(found) => return Ok(found),
             Err(missing) => piece_missing = missing,
         }
@@ -1101,7 +1103,7 @@ fn name_kernel(base: u64, addresses: &[u64], opts: &SymbolOptions) -> Named {
     // Written when a piece was missing; not when each was there and an address lies
     // outside the kernel's own functions (a module's), which reading kallsyms names.
     if let (Some(store), true, Some(own)) = (store, piece_missing, &kallsyms.own) {
-        for (key, bytes) in kernel_entries(&syms, own, &|piece| cache::kernel_key(base, piece)) {
+        for (key, bytes) in kernel_entries(&syms, own, &key_of) {
             store.put(&key, bytes);
         }
     }
