@@ -14,7 +14,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use object::{Object, ObjectSection, ObjectSegment};
+use crate::elf::{Elf, Section};
 
 /// The most of a program's entry code read to find its entry stub's calls: `_start` is a
 /// few dozen bytes, a static program's some hundred.
@@ -52,11 +52,12 @@ const MAX_SECTION_BYTES: u64 = 4 << 30;
 /// A compressed section whose header declares more than its data could inflate to is a
 /// damaged or hostile file: it is refused, with the reason, rather than allocated.
 pub fn section_data<'d, R: object::ReadRef<'d>>(
-    section: &object::Section<'d, '_, R>,
+    elf: &Elf<'d, R>,
+    section: &Section<'d>,
 ) -> Result<std::borrow::Cow<'d, [u8]>, String> {
-    let name = section.name().unwrap_or("?");
-    let compressed = section
-        .compressed_data()
+    let name = section.name;
+    let compressed = elf
+        .compressed_data(section)
         .map_err(|e| format!("its section {name} cannot be read: {e}"))?;
     check_compressed(
         name,
@@ -97,15 +98,14 @@ fn check_compressed(
 /// DWARF of a large library is tens of MB, which that cache would keep a copy of (and,
 /// compressed, the compressed bytes too) for as long as the file is open.
 pub fn section_shared<'d, R: object::ReadRef<'d>>(
-    section: &object::Section<'d, '_, R>,
+    elf: &Elf<'d, R>,
+    section: &Section<'d>,
     at: &At,
 ) -> Result<SectionBytes, String> {
-    let name = section.name().unwrap_or("?");
+    let name = section.name;
     let unreadable =
         |why: &dyn std::fmt::Display| format!("its section {name} cannot be read: {why}");
-    let range = section
-        .compressed_file_range()
-        .map_err(|e| unreadable(&e))?;
+    let range = elf.compressed_range(section).map_err(|e| unreadable(&e))?;
     check_compressed(
         name,
         range.format,
@@ -215,6 +215,11 @@ impl At {
             pos: 0,
             window: (0, Vec::new()),
         }
+    }
+
+    /// A reader of bytes held in memory.
+    pub fn of_bytes(data: Arc<[u8]>) -> At {
+        At::new(Image::Bytes(data))
     }
 
     /// `len` bytes from `offset` (fewer at the end of the file), read as they are, with
@@ -354,24 +359,22 @@ impl Binary {
     }
 
     fn parse<'d, R: object::ReadRef<'d>>(path: PathBuf, data: R, image: Image) -> Option<Binary> {
-        let file = object::File::parse(data).ok()?;
+        let elf = Elf::parse(data)?;
         let range = |name: &str| {
-            let s = file.section_by_name(name)?;
+            let s = elf.section(name)?;
             Some(s.address()..s.address() + s.size())
         };
         let bytes = |name: &str| -> Option<SectionBytes> {
-            Some(Arc::from(
-                &*section_data(&file.section_by_name(name)?).ok()?,
-            ))
+            Some(Arc::from(&*section_data(&elf, &elf.section(name)?).ok()?))
         };
         let with_range = |name: &str| Some((range(name)?, bytes(name)?));
         // In an open file, an uncompressed `.eh_frame` with its header is read a
         // function at a time.
         let placed = |name: &str| {
-            let s = file.section_by_name(name)?;
+            let s = elf.section(name)?;
             let (offset, size) = s.file_range()?;
             (size == s.size()
-                && s.compressed_file_range().ok()?.format == object::CompressionFormat::None)
+                && elf.compressed_range(&s).ok()?.format == object::CompressionFormat::None)
                 .then(|| (s.address()..s.address() + size, offset))
         };
         let lazy = match &image {
@@ -410,29 +413,13 @@ impl Binary {
             path,
             image,
             code_without_cfi: None,
-            build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec),
-            debuglink: file
+            build_id: elf.build_id().map(<[u8]>::to_vec),
+            debuglink: elf
                 .gnu_debuglink()
-                .ok()
-                .flatten()
                 .map(|(name, crc)| (String::from_utf8_lossy(name).into_owned(), crc)),
-            has_dwarf: file.section_by_name(".debug_info").is_some(),
-            has_symtab: file.symbol_table().is_some(),
-            segments: file
-                .segments()
-                .map(|s| {
-                    let (offset, size) = s.file_range();
-                    LoadSegment {
-                        file_offset: offset,
-                        vaddr: s.address(),
-                        file_size: size,
-                        executable: matches!(
-                            s.flags(),
-                            object::SegmentFlags::Elf { p_flags, .. } if p_flags.0 & object::elf::PF_X.0 != 0
-                        ),
-                    }
-                })
-                .collect(),
+            has_dwarf: elf.section(".debug_info").is_some(),
+            has_symtab: elf.has_symtab(),
+            segments: elf.segments(),
             unwind,
             entry_returns: Vec::new(),
             entry_stub: None,
@@ -440,7 +427,7 @@ impl Binary {
         if !binary.unwind.has_cfi() {
             binary.code_without_cfi = binary.bytes().ok();
         }
-        let entry = file.entry();
+        let entry = elf.entry();
         if let Some(code) = binary.entry_code(entry) {
             binary.entry_returns = crate::unwind::entry_stub_returns(&code, entry);
             binary.entry_stub = binary

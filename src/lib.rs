@@ -32,6 +32,7 @@ pub mod binary;
 pub mod calltree;
 pub mod cli;
 pub mod debuginfod;
+pub mod elf;
 pub mod emit;
 pub mod events;
 pub mod jitdump;

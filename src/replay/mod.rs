@@ -323,6 +323,13 @@ impl ProfileBuilder {
     /// start of the kernel's half of the address space when it is unknown.
     pub fn finish(mut self, info: &RecordingInfo, kernel_base: Option<u64>) -> Built {
         self.relocate_kernel_frames(kernel_base.unwrap_or(KERNEL_SPACE_START));
+        // Unwinding is over: what it read of each file's CFI goes (the files stay, for
+        // naming).
+        for binary in self.lib_binaries.iter().flatten() {
+            if let Some(lazy) = &binary.unwind.lazy {
+                lazy.forget_pieces();
+            }
+        }
         if let Some(capture) = self.capture.take() {
             if let Err(e) = capture.write() {
                 say!("sampler: could not write the sample capture: {e}");

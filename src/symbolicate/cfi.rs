@@ -9,6 +9,7 @@ use std::sync::Arc;
 use gimli::{BaseAddresses, CieOrFde, EhFrame, RunTimeEndian, UnwindSection};
 
 use crate::binary::SectionBytes;
+use crate::elf::Elf;
 use crate::lazycfi::LazyCfi;
 
 /// The prefix of a function named after its start: `fn_0x4a2c0`.
@@ -38,20 +39,19 @@ impl EhFrameSource {
     /// The `.eh_frame` of `file`, whose bytes (`bytes`, at `address`) the caller may
     /// already hold, or read when needed (`lazy`); else they are read from the file now.
     pub fn of<'d, R: object::ReadRef<'d>>(
-        file: &object::File<'d, R>,
+        file: &Elf<'d, R>,
         known: Option<(u64, SectionBytes)>,
         lazy: Option<&Arc<LazyCfi>>,
     ) -> Option<Self> {
-        use object::{Object, ObjectSection};
         let (address, bytes) = match (known, lazy) {
             (Some((address, bytes)), _) => (address, EhFrameBytes::Held(bytes)),
             (None, Some(lazy)) => (
-                file.section_by_name(".eh_frame")?.address(),
+                file.section(".eh_frame")?.address(),
                 EhFrameBytes::Lazy(lazy.clone()),
             ),
             (None, None) => {
-                let section = file.section_by_name(".eh_frame")?;
-                let bytes = crate::binary::section_data(&section).ok()?;
+                let section = file.section(".eh_frame")?;
+                let bytes = crate::binary::section_data(file, &section).ok()?;
                 (
                     section.address(),
                     EhFrameBytes::Held(SectionBytes::from(&*bytes)),
@@ -61,13 +61,14 @@ impl EhFrameSource {
         Some(EhFrameSource {
             address,
             bytes,
-            text: file.section_by_name(".text").map(|s| s.address()),
+            text: file.section(".text").map(|s| s.address()),
             endian: if file.is_little_endian() {
                 RunTimeEndian::Little
             } else {
                 RunTimeEndian::Big
             },
-            address_size: if file.is_64() { 8 } else { 4 },
+            // Only 64-bit files are read (see [`Elf`]).
+            address_size: 8,
         })
     }
 }

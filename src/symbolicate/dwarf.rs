@@ -7,7 +7,8 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use gimli::{EndianArcSlice, RunTimeEndian};
-use object::Object;
+
+use crate::elf::{Elf, Section};
 
 /// One function level at an address.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,7 +121,7 @@ impl LeaveOut {
     }
 }
 
-fn endian_of<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> RunTimeEndian {
+fn endian_of<'d, R: object::ReadRef<'d>>(file: &Elf<'d, R>) -> RunTimeEndian {
     if file.is_little_endian() {
         RunTimeEndian::Little
     } else {
@@ -140,13 +141,13 @@ impl DwarfInfo {
     /// are borrowed from `data`, compressed ones inflated. The error says why there is
     /// none: no `.debug_info`, or a section that cannot be read.
     pub fn load<'d, R: object::ReadRef<'d>>(
-        file: &object::File<'d, R>,
+        file: &Elf<'d, R>,
         data: &Arc<[u8]>,
     ) -> Result<DwarfInfo, String> {
         let endian = endian_of(file);
         let whole = EndianArcSlice::new(data.clone(), endian);
         DwarfInfo::load_with(file, None, &|section| {
-            let bytes = crate::binary::section_data(section)?;
+            let bytes = crate::binary::section_data(file, section)?;
             // A borrowed section lies inside `data`: share it rather than copy it.
             let within = match &bytes {
                 Cow::Borrowed(slice) => (slice.as_ptr() as usize)
@@ -169,13 +170,13 @@ impl DwarfInfo {
     /// are given: the compilation units `.debug_aranges` places none of them in are left
     /// out (see [`only_units_for`]).
     pub fn load_for<'d, R: object::ReadRef<'d>>(
-        file: &object::File<'d, R>,
+        file: &Elf<'d, R>,
         at: &crate::binary::At,
         addresses: Option<&[u64]>,
     ) -> Result<DwarfInfo, String> {
         let endian = endian_of(file);
         DwarfInfo::load_with(file, addresses, &|section| {
-            crate::binary::section_shared(section, at)
+            crate::binary::section_shared(file, section, at)
                 .map(|own| (EndianArcSlice::new(own.clone(), endian), Some(own)))
         })
     }
@@ -183,11 +184,11 @@ impl DwarfInfo {
     /// Loads the sections of `file` that naming needs with `read`, which gives each one's
     /// reader and, when it made one, the buffer the reader reads alone.
     fn load_with<'d, R: object::ReadRef<'d>>(
-        file: &object::File<'d, R>,
+        file: &Elf<'d, R>,
         addresses: Option<&[u64]>,
-        read: &dyn Fn(&object::Section<'d, '_, R>) -> Result<Loaded, String>,
+        read: &dyn Fn(&Section<'d>) -> Result<Loaded, String>,
     ) -> Result<DwarfInfo, String> {
-        if file.section_by_name(".debug_info").is_none() {
+        if file.section(".debug_info").is_none() {
             return Err("no DWARF in the file".into());
         }
         let refused: std::cell::RefCell<Option<String>> = Default::default();
@@ -203,7 +204,7 @@ impl DwarfInfo {
             ) {
                 return Ok(empty());
             }
-            let Some(section) = file.section_by_name(id.name()) else {
+            let Some(section) = file.section(id.name()) else {
                 return Ok(empty());
             };
             let (reader, own) = read(&section).map_err(|why| {

@@ -26,6 +26,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::binary::Binary;
 use crate::debuginfod;
+use crate::elf::Elf;
 pub use crate::locate::DEFAULT_DEBUG_ROOT;
 use crate::locate::{build_id_path, debug_file_at, find_debug_file, Candidate};
 use crate::profile::*;
@@ -150,16 +151,22 @@ impl LibSymbols {
     /// Loads the symbols of an ELF file held in `data`, with nothing from elsewhere.
     pub fn from_elf(data: &[u8]) -> Option<LibSymbols> {
         let data: Arc<[u8]> = Arc::from(data);
+        let elf = Elf::parse(&*data)?;
         let file = object::File::parse(&*data).ok()?;
-        let (dwarf, no_debug_info) = match DwarfInfo::load(&file, &data) {
+        let (dwarf, no_debug_info) = match DwarfInfo::load(&elf, &data) {
             Ok(dwarf) => (Some(dwarf), None),
             Err(why) => (None, Some(why)),
         };
+        let at = crate::binary::At::of_bytes(data.clone());
         Some(LibSymbols {
-            symbols: SymbolMap::from_elf(&[&file]),
+            symbols: SymbolMap::from_elf_symbols(vec![symbols::with_plt(
+                symbols::elf_symbols(&file),
+                &elf,
+                &at,
+            )]),
             no_debug_info,
             dwarf,
-            eh_frame: EhFrameSource::of(&file, None, None),
+            eh_frame: EhFrameSource::of(&elf, None, None),
             ..LibSymbols::default()
         })
     }
@@ -182,7 +189,7 @@ impl LibSymbols {
         // Only the parts that name things are read (symbol tables, DWARF), not its code;
         // what is kept is copied out of the reader, which goes at the end.
         let reader = binary.reader();
-        let file = object::File::parse(&reader).ok()?;
+        let file = Elf::parse(&reader)?;
         let complete = binary.has_dwarf && binary.has_symtab;
         let (mut debug, rejected) = if complete {
             (None, Vec::new())
@@ -203,34 +210,40 @@ impl LibSymbols {
             }
         }
         let debug_reader = debug.as_ref().map(|d| d.binary.reader());
-        let debug_object = debug_reader
-            .as_ref()
-            .and_then(|reader| object::File::parse(reader).ok());
+        let debug_elf = debug_reader.as_ref().and_then(Elf::parse);
         // The debug file's full symbol table first: of two names at one address, it has
         // the better one.
-        let mut files: Vec<(&Binary, &object::File<'_, _>)> = Vec::new();
-        if let (Some(d), Some(object)) = (&debug, &debug_object) {
-            files.push((&d.binary, object));
+        let mut files: Vec<(&Binary, &Elf<'_, _>)> = Vec::new();
+        if let (Some(d), Some(elf)) = (&debug, &debug_elf) {
+            files.push((&d.binary, elf));
         }
         files.push((binary, &file));
         let tables = addresses.and_then(|_| symtab::Tables::of(&files));
         let mut symbols = match (&tables, addresses) {
             (Some(tables), Some(addresses)) => {
                 let mut found = tables.symbols_for(addresses);
-                found.extend(plt_symbols_for(&file, tables, addresses));
+                found.extend(plt_symbols_for(binary, &file, tables, addresses));
                 SymbolMap::from_preferred(found)
             }
+            // Every symbol: through `object`, which reads the tables whole.
             _ => SymbolMap::from_elf_symbols(
-                files.iter().map(|(_, f)| symbols::elf_symbols(f)).collect(),
+                files
+                    .iter()
+                    .map(|(binary, elf)| {
+                        let reader = binary.reader();
+                        let all = object::File::parse(&reader)
+                            .map(|f| symbols::elf_symbols(&f))
+                            .unwrap_or_default();
+                        symbols::with_plt(all, elf, &binary.at())
+                    })
+                    .collect(),
             ),
         };
         if let Some(stub) = &binary.entry_stub {
             symbols = symbols.or_named(stub.clone(), "_start");
         }
-        let loaded = match (binary.has_dwarf, &debug, &debug_object) {
-            (false, Some(d), Some(object)) => {
-                DwarfInfo::load_for(object, &d.binary.at(), addresses)
-            }
+        let loaded = match (binary.has_dwarf, &debug, &debug_elf) {
+            (false, Some(d), Some(elf)) => DwarfInfo::load_for(elf, &d.binary.at(), addresses),
             _ => DwarfInfo::load_for(&file, &binary.at(), addresses),
         };
         let (dwarf, no_debug_info) = match loaded {
@@ -302,11 +315,10 @@ impl LibSymbols {
     /// it parses only the compile units that cover them) and its own DWARF context.
     pub fn lookup_many(&self, addresses: &[u64]) -> Vec<AddressInfo> {
         let names = self.names();
-        self.across_cpus(addresses, |share, dwarf| {
-            share
-                .iter()
-                .map(|&i| (i, names.lookup(dwarf, addresses[i])))
-                .collect()
+        self.across_cpus(addresses, |share, dwarf, out| {
+            for (&i, info) in share.iter().zip(out) {
+                *info = names.lookup(dwarf, addresses[i]);
+            }
         })
     }
 
@@ -316,11 +328,10 @@ impl LibSymbols {
     pub fn resolve_many(&self, addresses: &[u64], keep: &Keep<'_>) -> Vec<AddressInfo> {
         let names = self.names();
         // The addresses of one share, in address order, each function resolved once.
-        self.across_cpus(addresses, |share, dwarf| {
-            let mut answers = Vec::with_capacity(share.len());
+        self.across_cpus(addresses, |share, dwarf, out| {
             let mut function: Vec<(Range<u64>, AddressInfo)> = Vec::new();
             let mut demangled = cache::FastMap::default();
-            for &i in share {
+            for (&i, answer) in share.iter().zip(out) {
                 let address = addresses[i];
                 if piece_at(&function, address).is_none() {
                     if let Some(pieces) = names.resolve(dwarf, address, &mut demangled) {
@@ -328,22 +339,24 @@ impl LibSymbols {
                         function = pieces;
                     }
                 }
-                let info = piece_at(&function, address)
+                *answer = piece_at(&function, address)
                     .cloned()
                     .unwrap_or_else(|| names.lookup(dwarf, address));
-                answers.push((i, info));
             }
-            answers
         })
     }
 
-    /// The answers `per_share` gives for `addresses`, given shares of them (indexes, in
-    /// address order) and a DWARF context: one share per CPU when there are enough
-    /// addresses and every CPU gets its own context, else one share.
+    /// The answers for `addresses` that `per_share` writes, given shares of them
+    /// (indexes, in address order), a DWARF context and where each answer goes (in the
+    /// share's order): one share per CPU when there are enough addresses and every CPU
+    /// gets its own context, else one share. The answers are written in address order
+    /// into one list, then put in the order of `addresses` in place: a build's profile
+    /// names some 30,000 addresses of rustc's libraries at a time, and a second list of
+    /// answers would be 3 MB more at the peak.
     fn across_cpus(
         &self,
         addresses: &[u64],
-        per_share: impl Fn(&[usize], Option<&DwarfInfo>) -> Vec<(usize, AddressInfo)> + Sync,
+        per_share: impl Fn(&[usize], Option<&DwarfInfo>, &mut [AddressInfo]) + Sync,
     ) -> Vec<AddressInfo> {
         let workers = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
@@ -357,33 +370,40 @@ impl LibSymbols {
             Some(d) if workers > 1 => (1..workers).map(|_| d.fork().map(Some)).collect(),
             _ => None,
         };
-        let mut out = vec![AddressInfo::default(); addresses.len()];
-        let Some(forks) = forks else {
-            for (i, info) in per_share(&order, self.dwarf.as_ref()) {
-                out[i] = info;
+        let mut sorted = vec![AddressInfo::default(); addresses.len()];
+        match forks {
+            None => per_share(&order, self.dwarf.as_ref(), &mut sorted),
+            Some(forks) => {
+                let size = addresses.len().div_ceil(workers);
+                std::thread::scope(|scope| {
+                    let mut shares = order.chunks(size).zip(sorted.chunks_mut(size));
+                    let first = shares.next();
+                    let handles: Vec<_> = shares
+                        .zip(forks)
+                        .map(|((share, out), dwarf)| {
+                            let per_share = &per_share;
+                            scope.spawn(move || per_share(share, dwarf.as_ref(), out))
+                        })
+                        .collect();
+                    if let Some((share, out)) = first {
+                        per_share(share, self.dwarf.as_ref(), out);
+                    }
+                    // A share whose thread failed keeps what it wrote (the rest unnamed).
+                    for handle in handles {
+                        let _ = handle.join();
+                    }
+                });
             }
-            return out;
-        };
-        std::thread::scope(|scope| {
-            let mut shares = order.chunks(addresses.len().div_ceil(workers));
-            let first = shares.next().unwrap_or_default();
-            let handles: Vec<_> = shares
-                .zip(forks)
-                .map(|(share, dwarf)| {
-                    let per_share = &per_share;
-                    scope.spawn(move || per_share(share, dwarf.as_ref()))
-                })
-                .collect();
-            for (i, info) in per_share(first, self.dwarf.as_ref()) {
-                out[i] = info;
+        }
+        // sorted[k] answers addresses[order[k]]: each answer is swapped to its place.
+        for k in 0..sorted.len() {
+            while order[k] != k {
+                let to = order[k];
+                sorted.swap(k, to);
+                order.swap(k, to);
             }
-            for handle in handles {
-                for (i, info) in handle.join().unwrap_or_default() {
-                    out[i] = info;
-                }
-            }
-        });
-        out
+        }
+        sorted
     }
 }
 
@@ -520,14 +540,14 @@ const ADDRESSES_PER_WORKER: usize = 1000;
 /// The PLT stubs' symbols of `file` when one of `addresses` is in a PLT (else none are
 /// needed); the IFUNCs their `IRELATIVE` slots point at are named from `tables`.
 fn plt_symbols_for<'d, R: object::ReadRef<'d>>(
-    file: &object::File<'d, R>,
+    binary: &Binary,
+    file: &Elf<'d, R>,
     tables: &symtab::Tables,
     addresses: &[u64],
 ) -> Vec<Symbol> {
-    use object::{Object, ObjectSection};
     let in_plt = file
         .sections()
-        .filter(|s| s.name().is_ok_and(plt::is_plt_section))
+        .filter(|s| plt::is_plt_section(s.name))
         .any(|s| {
             let range = s.address()..s.address().saturating_add(s.size());
             addresses.iter().any(|a| range.contains(a))
@@ -535,18 +555,7 @@ fn plt_symbols_for<'d, R: object::ReadRef<'d>>(
     if !in_plt {
         return Vec::new();
     }
-    let asked = std::cell::RefCell::new(Vec::new());
-    let first = plt::plt_symbols(file, |address| {
-        asked.borrow_mut().push(address);
-        None
-    });
-    let mut asked = asked.into_inner();
-    asked.sort_unstable();
-    if asked.is_empty() {
-        return first;
-    }
-    let named = tables.names_at(&asked);
-    plt::plt_symbols(file, |address| named.get(&address).cloned())
+    plt::plt_symbols(file, &binary.at(), |asked| tables.names_at(asked))
 }
 
 /// See [`LibSymbols::names`].
@@ -860,17 +869,24 @@ pub fn apply(raw: RawProfile, lib_symbols: &[Result<LibSymbols, String>]) -> Pro
 
 /// The final profile, given what naming each library gave (`None`: it was not loaded).
 fn assemble(raw: RawProfile, by_lib: &[Vec<usize>], named: Vec<Option<Named>>) -> Profile {
-    // Each unique address was looked up once, a library's addresses together.
-    let mut infos: Vec<Option<AddressInfo>> = vec![None; raw.address_frames.len()];
+    // Each unique address was looked up once, a library's addresses together: address
+    // frame `i`'s answer is `found[lib][k]` for `(lib, k) = place[i]`, taken out of that
+    // list as the frame is expanded (a second list of every answer, in frame order,
+    // would be 4 MB more at the peak of naming a build).
+    let mut place: Vec<Option<(u32, u32)>> = vec![None; raw.address_frames.len()];
+    let mut found: Vec<Vec<AddressInfo>> = Vec::with_capacity(named.len());
     let mut lib_facts: Vec<Option<Result<LibFacts, String>>> = Vec::with_capacity(named.len());
-    for (frames, named) in by_lib.iter().zip(named) {
-        lib_facts.push(named.map(|named| {
-            let (facts, found) = named?;
-            for (&i, info) in frames.iter().zip(found) {
-                infos[i] = Some(info);
-            }
-            Ok(facts)
-        }));
+    for (lib, (frames, named)) in by_lib.iter().zip(named).enumerate() {
+        let (facts, answers) = match named {
+            Some(Ok((facts, answers))) => (Some(Ok(facts)), answers),
+            Some(Err(why)) => (Some(Err(why)), Vec::new()),
+            None => (None, Vec::new()),
+        };
+        for (k, &i) in frames.iter().enumerate().take(answers.len()) {
+            place[i] = Some((lib as u32, k as u32));
+        }
+        lib_facts.push(facts);
+        found.push(answers);
     }
     let mut tables = Tables::default();
     let mut unnamed: Vec<LibIndex> = Vec::new();
@@ -879,7 +895,8 @@ fn assemble(raw: RawProfile, by_lib: &[Vec<usize>], named: Vec<Option<Named>>) -
     let mut expanded: Vec<FrameIndex> = Vec::with_capacity(raw.address_frames.len());
     let mut expanded_at: Vec<usize> = Vec::with_capacity(raw.address_frames.len() + 1);
     expanded_at.push(0);
-    for (af, info) in raw.address_frames.iter().zip(infos) {
+    for (af, place) in raw.address_frames.iter().zip(place) {
+        let info = place.map(|(lib, k)| std::mem::take(&mut found[lib as usize][k as usize]));
         if let (Some(lib), CodeKind::User | CodeKind::Kernel) = (af.lib, af.kind) {
             if !sampled.contains(&lib) {
                 sampled.push(lib);
@@ -895,6 +912,7 @@ fn assemble(raw: RawProfile, by_lib: &[Vec<usize>], named: Vec<Option<Named>>) -
         tables.expand(af, info, &mut expanded);
         expanded_at.push(expanded.len());
     }
+    drop(found);
     let symbol_gaps = sampled
         .into_iter()
         .filter_map(|lib| {
@@ -1009,28 +1027,36 @@ pub fn read_kallsyms() -> Option<Kallsyms> {
 
 /// Loads the symbols of every library of `raw` from the files the profile builder
 /// verified (`lib_binaries`, parallel to `raw.libs`), and symbolicates; kernel frames
-/// with `opts.kernel`. Libraries load in parallel, one worker per CPU.
+/// with `opts.kernel`. A library with enough addresses to be looked up on every CPU (see
+/// [`LibSymbols::lookup_many`]) is named alone, one after the other: two of them at a
+/// time would only share the CPUs, and hold both files' symbols and answers at once
+/// (rustc's two large libraries in a build: the difference between below perf's peak
+/// memory and 10 MB above it). The others are named in parallel, one worker per CPU.
 pub fn symbolicate(raw: RawProfile, lib_binaries: &[LibFile], opts: &SymbolOptions) -> Profile {
     let n = raw.libs.len();
     let by_lib = frames_by_lib(&raw);
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |w| w.get())
-        .clamp(1, n.max(1));
+    let cpus = std::thread::available_parallelism().map_or(1, |w| w.get());
+    let name = |i: usize| {
+        let addresses = addresses_of(&raw, &by_lib[i]);
+        name_lib(&raw.libs[i], &lib_binaries[i], &addresses, opts)
+    };
     let mut named: Vec<Option<Named>> = (0..n).map(|_| None).collect();
+    let (large, small): (Vec<usize>, Vec<usize>) =
+        (0..n).partition(|&i| cpus > 1 && by_lib[i].len() >= 2 * ADDRESSES_PER_WORKER);
+    for &i in &large {
+        named[i] = Some(name(i));
+    }
+    let workers = cpus.clamp(1, small.len().max(1));
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
-                let (raw, by_lib) = (&raw, &by_lib);
+                let (small, name) = (&small, &name);
                 scope.spawn(move || {
-                    (w..n)
+                    small
+                        .iter()
+                        .skip(w)
                         .step_by(workers)
-                        .map(|i| {
-                            let addresses = addresses_of(raw, &by_lib[i]);
-                            (
-                                i,
-                                name_lib(&raw.libs[i], &lib_binaries[i], &addresses, opts),
-                            )
-                        })
+                        .map(|&i| (i, name(i)))
                         .collect::<Vec<_>>()
                 })
             })

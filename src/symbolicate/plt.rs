@@ -13,11 +13,12 @@
 //! `.plt` entries only the first call runs) and the PLTs of other architectures are
 //! named [`PLT_NAME`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationTarget};
-
-use super::symbols::{without_version, Symbol};
+use super::symbols::Symbol;
+use super::symtab;
+use crate::binary::At;
+use crate::elf::Elf;
 
 /// The name of PLT code that is not a stub for one known function.
 pub const PLT_NAME: &str = "[plt]";
@@ -47,61 +48,86 @@ pub fn is_plt_section(name: &str) -> bool {
     matches!(name, ".plt" | ".plt.sec" | ".plt.got")
 }
 
-/// One symbol per PLT entry of `file`; `ifunc_name` names the function at an address of
-/// the file (for `IRELATIVE` slots, whose relocation carries an address, not a symbol).
+/// One symbol per PLT entry of `file`, whose bytes `at` reads; `ifunc_names` names the
+/// functions at some addresses of the file (for `IRELATIVE` slots, whose relocation
+/// carries an address, not a symbol). Only the dynamic relocations of the slots the stubs
+/// jump through are kept, streamed from the file: a large library has hundreds of
+/// thousands of others.
 pub fn plt_symbols<'d, R: object::ReadRef<'d>>(
-    file: &object::File<'d, R>,
-    ifunc_name: impl Fn(u64) -> Option<String>,
+    file: &Elf<'d, R>,
+    at: &At,
+    ifunc_names: impl FnOnce(&[u64]) -> HashMap<u64, String>,
 ) -> Vec<Symbol> {
-    let x86_64 = matches!(
-        file.architecture(),
-        object::Architecture::X86_64 | object::Architecture::X86_64_X32
-    );
-    let slots = if x86_64 {
-        slot_names(file, &ifunc_name)
-    } else {
-        HashMap::new()
-    };
-    let mut out = Vec::new();
+    let x86_64 = file.is_x86_64();
+    // Each entry: its address and size, and the GOT slot it jumps through.
+    let mut entries: Vec<(u64, u64, Option<u64>)> = Vec::new();
+    let mut whole: Vec<Symbol> = Vec::new();
     for section in file.sections() {
-        let Ok(name) = section.name() else { continue };
         // A separate debug file's sections hold no bytes; the file itself names them.
-        if !is_plt_section(name)
-            || section.size() == 0
-            || section.kind() == object::SectionKind::UninitializedData
-        {
+        if !is_plt_section(section.name) || section.size() == 0 || section.file_range().is_none() {
             continue;
         }
-        let whole = || Symbol {
-            address: section.address(),
-            size: Some(section.size()),
-            name: PLT_NAME.into(),
-        };
-        let data = section.data().unwrap_or(&[]);
-        let entry_size = entry_size(name, data);
+        let data = file.data(&section).unwrap_or(&[]);
+        let entry_size = entry_size(section.name, data);
         if !x86_64
             || data.len() as u64 != section.size()
             || section.size() / entry_size > MAX_ENTRIES
         {
-            out.push(whole());
+            whole.push(Symbol {
+                address: section.address(),
+                size: Some(section.size()),
+                name: PLT_NAME.into(),
+            });
             continue;
         }
         for (i, entry) in data.chunks(entry_size as usize).enumerate() {
             let address = section.address().wrapping_add(i as u64 * entry_size);
-            let name = jump_slot(entry)
-                .and_then(|(at, disp)| {
-                    let next = address.checked_add((at + JMP_RIP_LEN) as u64)?;
-                    slots.get(&next.wrapping_add_signed(i64::from(disp)))
-                })
-                .map_or_else(|| PLT_NAME.to_string(), |f| format!("{f}{PLT_SUFFIX}"));
-            out.push(Symbol {
-                address,
-                size: Some(entry.len() as u64),
-                name,
+            let slot = jump_slot(entry).and_then(|(at, disp)| {
+                let next = address.checked_add((at + JMP_RIP_LEN) as u64)?;
+                Some(next.wrapping_add_signed(i64::from(disp)))
             });
+            entries.push((address, entry.len() as u64, slot));
         }
     }
-    out
+    let wanted: HashSet<u64> = entries.iter().filter_map(|e| e.2).collect();
+    let targets = if wanted.is_empty() {
+        HashMap::new()
+    } else {
+        slot_targets(file, at, &wanted)
+    };
+    let mut ifuncs: Vec<u64> = targets
+        .values()
+        .filter_map(|t| match t {
+            Target::Ifunc(address) => Some(*address),
+            Target::Import(_) => None,
+        })
+        .collect();
+    ifuncs.sort_unstable();
+    ifuncs.dedup();
+    let ifunc_names = if ifuncs.is_empty() {
+        HashMap::new()
+    } else {
+        ifunc_names(&ifuncs)
+    };
+    let name_of = |slot: u64| match targets.get(&slot)? {
+        Target::Import(name) => Some(name.clone()),
+        Target::Ifunc(at) => Some(
+            ifunc_names
+                .get(at)
+                .cloned()
+                .unwrap_or_else(|| format!("*ABS*+0x{at:x}")),
+        ),
+    };
+    whole.extend(entries.into_iter().map(|(address, size, slot)| {
+        Symbol {
+            address,
+            size: Some(size),
+            name: slot
+                .and_then(name_of)
+                .map_or_else(|| PLT_NAME.to_string(), |f| format!("{f}{PLT_SUFFIX}")),
+        }
+    }));
+    whole
 }
 
 /// The size of a PLT section's entries: 16 bytes, except in `.plt.got` without IBT,
@@ -122,41 +148,98 @@ fn jump_slot(entry: &[u8]) -> Option<(usize, i32)> {
     Some((at, i32::from_le_bytes(disp.try_into().ok()?)))
 }
 
-/// The function each GOT slot that a dynamic relocation fills will hold, by the slot's
-/// address.
-fn slot_names<'d, R: object::ReadRef<'d>>(
-    file: &object::File<'d, R>,
-    ifunc_name: &impl Fn(u64) -> Option<String>,
-) -> HashMap<u64, String> {
+/// What a GOT slot will hold, as its dynamic relocation says.
+enum Target {
+    /// A function of another file, by name (`JUMP_SLOT`, `GLOB_DAT`).
+    Import(String),
+    /// The IFUNC of the file itself at this address (`IRELATIVE`).
+    Ifunc(u64),
+}
+
+/// The size of an `Elf64_Rela`.
+const RELA_BYTES: usize = 24;
+
+/// Relocation bytes read at a time: 64 KiB of whole entries.
+const RELA_CHUNK_BYTES: usize = RELA_BYTES * 2730;
+
+/// What the dynamic relocations of `file` (the `SHT_RELA` sections that refer to its
+/// `.dynsym`, or to no table in a static program) put in each of the `wanted` slots,
+/// read through `at` a chunk at a time.
+fn slot_targets<'d, R: object::ReadRef<'d>>(
+    file: &Elf<'d, R>,
+    at: &At,
+    wanted: &HashSet<u64>,
+) -> HashMap<u64, Target> {
     use object::elf::{R_X86_64_GLOB_DAT, R_X86_64_IRELATIVE, R_X86_64_JUMP_SLOT};
-    let mut slots = HashMap::new();
-    let Some(relocations) = file.dynamic_relocations() else {
-        return slots;
+    let dynsym = file.section_of_kind(object::elf::SHT_DYNSYM);
+    let symbols_index = dynsym.map_or(0, |s| s.index);
+    let word = |b: &[u8]| {
+        let b: [u8; 8] = b.try_into().unwrap_or_default();
+        if file.is_little_endian() {
+            u64::from_le_bytes(b)
+        } else {
+            u64::from_be_bytes(b)
+        }
     };
-    let dynsym = file.dynamic_symbol_table();
-    for (slot, relocation) in relocations {
-        let object::RelocationFlags::Elf { r_type } = relocation.flags() else {
+    // (slot, symbol index or IFUNC address, whether it is an IFUNC)
+    let mut found: Vec<(u64, u64, bool)> = Vec::new();
+    let mut chunk = vec![0u8; RELA_CHUNK_BYTES];
+    for section in file.sections() {
+        if section.kind() != object::elf::SHT_RELA
+            || section.link() != symbols_index
+            || section.entry_size() != RELA_BYTES as u64
+        {
+            continue;
+        }
+        let Some((mut offset, size)) = section.file_range() else {
             continue;
         };
-        let name = match relocation.target() {
-            RelocationTarget::Symbol(index)
-                if r_type == R_X86_64_JUMP_SLOT || r_type == R_X86_64_GLOB_DAT =>
-            {
-                dynsym
-                    .as_ref()
-                    .and_then(|table| table.symbol_by_index(index).ok())
-                    .and_then(|s| Some(without_version(s.name().ok()?).to_string()))
-                    .filter(|name| !name.is_empty())
+        let end = offset.saturating_add(size);
+        while offset < end {
+            let n = ((end - offset) as usize).min(RELA_CHUNK_BYTES);
+            let n = n - n % RELA_BYTES;
+            let Some(got) = at.read_into(offset, &mut chunk[..n]).filter(|&g| g == n) else {
+                break;
+            };
+            for rela in chunk[..got].chunks_exact(RELA_BYTES) {
+                let slot = word(&rela[0..8]);
+                if !wanted.contains(&slot) {
+                    continue;
+                }
+                let info = word(&rela[8..16]);
+                let (kind, symbol) = (object::elf::RelocationType(info as u32), info >> 32);
+                match kind {
+                    R_X86_64_JUMP_SLOT | R_X86_64_GLOB_DAT if symbol != 0 => {
+                        found.push((slot, symbol, false))
+                    }
+                    R_X86_64_IRELATIVE => found.push((slot, word(&rela[16..24]), true)),
+                    _ => {}
+                }
             }
-            RelocationTarget::Absolute if r_type == R_X86_64_IRELATIVE => {
-                let at = relocation.addend() as u64;
-                Some(ifunc_name(at).unwrap_or_else(|| format!("*ABS*+0x{at:x}")))
+            if n == 0 {
+                break;
             }
-            _ => None,
-        };
-        if let Some(name) = name {
-            slots.insert(slot, name);
+            offset += n as u64;
         }
     }
-    slots
+    let strings = dynsym.and_then(|s| {
+        let strings = file.section_at(s.link())?;
+        Some((s, strings.file_range()?))
+    });
+    let mut targets = HashMap::new();
+    for (slot, value, ifunc) in found {
+        let target = if ifunc {
+            Target::Ifunc(value)
+        } else {
+            let Some((dynsym, strings)) = &strings else {
+                continue;
+            };
+            match symtab::name_of_symbol(at, dynsym, *strings, value) {
+                Some(name) => Target::Import(name),
+                None => continue,
+            }
+        };
+        targets.insert(slot, target);
+    }
+    targets
 }

@@ -111,13 +111,9 @@ impl SymbolMap {
     }
 
     /// The function symbols of ELF files that describe one address space (a file and
-    /// its separate debug file), from `.symtab` and `.dynsym`. Where several symbols start
-    /// at one address, the earlier file wins, then sized, then global symbols.
-    pub fn from_elf(files: &[&object::File<'_>]) -> SymbolMap {
-        SymbolMap::from_elf_symbols(files.iter().map(|f| elf_symbols(f)).collect())
-    }
-
-    /// [`SymbolMap::from_elf`] from each file's [`elf_symbols`], in the same order.
+    /// its separate debug file), each file's from [`elf_symbols`] (`.symtab` and
+    /// `.dynsym`). Where several symbols start at one address, the earlier file wins,
+    /// then sized, then global symbols.
     pub fn from_elf_symbols(files: Vec<Vec<(bool, Symbol)>>) -> SymbolMap {
         let mut symbols: Vec<(usize, bool, Symbol)> = Vec::new();
         for (rank, file) in files.into_iter().enumerate() {
@@ -227,11 +223,10 @@ fn is_ifunc<'d, R: object::ReadRef<'d>>(s: &object::Symbol<'d, '_, R>) -> bool {
         && s.section_index().is_some()
 }
 
-/// The named function symbols of one ELF file (with whether each is global), and a
-/// symbol for each PLT entry (see [`super::plt`]).
+/// The named function symbols of one ELF file, with whether each is global (its PLT
+/// stubs: [`with_plt`]).
 pub fn elf_symbols<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Vec<(bool, Symbol)> {
-    let mut functions: Vec<(bool, Symbol)> = file
-        .symbols()
+    file.symbols()
         .chain(file.dynamic_symbols())
         .filter(|s| (s.is_definition() || is_ifunc(s)) && s.address() != 0)
         .filter(|s| is_code_symbol(file, s))
@@ -249,16 +244,27 @@ pub fn elf_symbols<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Ve
                 },
             ))
         })
-        .collect();
-    let mut by_address: HashMap<u64, &str> = HashMap::new();
-    for (global, s) in &functions {
-        let name = by_address.entry(s.address).or_insert(&s.name);
-        if *global {
-            *name = &s.name;
+        .collect()
+}
+
+/// `functions` (a file's, from [`elf_symbols`]) with a symbol for each PLT entry of the
+/// file (see [`super::plt`]), whose IFUNC stubs are named from `functions`.
+pub fn with_plt<'d, R: object::ReadRef<'d>>(
+    mut functions: Vec<(bool, Symbol)>,
+    file: &crate::elf::Elf<'d, R>,
+    at: &crate::binary::At,
+) -> Vec<(bool, Symbol)> {
+    let plt = super::plt::plt_symbols(file, at, |addresses| {
+        let mut named: HashMap<u64, String> = HashMap::new();
+        for (global, s) in &functions {
+            if addresses.binary_search(&s.address).is_err() {
+                continue;
+            }
+            if *global || !named.contains_key(&s.address) {
+                named.insert(s.address, s.name.clone());
+            }
         }
-    }
-    let plt = super::plt::plt_symbols(file, |address| {
-        by_address.get(&address).map(|name| name.to_string())
+        named
     });
     functions.extend(plt.into_iter().map(|s| (false, s)));
     functions

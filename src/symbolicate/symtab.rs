@@ -20,10 +20,63 @@
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 
-use object::Object;
-
 use super::symbols::{without_version, Symbol};
 use crate::binary::{At, Binary};
+use crate::elf::Elf;
+
+/// The string at `offset` of the string table at `strings` (file offset, size), read by
+/// `read` (a file offset, a buffer to fill: how many bytes it got), without a version
+/// suffix; `None` when it cannot be read or is empty.
+fn string_at(
+    strings: (u64, u64),
+    offset: u32,
+    read: &mut dyn FnMut(u64, &mut [u8]) -> Option<usize>,
+) -> Option<String> {
+    let (start, size) = strings;
+    if u64::from(offset) >= size {
+        return None;
+    }
+    let mut pos = start + u64::from(offset);
+    let mut name = Vec::new();
+    let mut chunk = [0u8; NAME_CHUNK];
+    while name.len() < MAX_NAME_BYTES {
+        let n = read(pos, &mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        match chunk[..n].iter().position(|&b| b == 0) {
+            Some(end) => {
+                name.extend_from_slice(&chunk[..end]);
+                break;
+            }
+            None => name.extend_from_slice(&chunk[..n]),
+        }
+        pos += n as u64;
+    }
+    let name = String::from_utf8_lossy(&name);
+    let name = without_version(&name);
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+/// The name of entry `index` of the symbol table `table` (a little-endian `.dynsym`,
+/// whose strings lie at `strings`), read through `at`.
+pub fn name_of_symbol(
+    at: &At,
+    table: &crate::elf::Section<'_>,
+    strings: (u64, u64),
+    index: u64,
+) -> Option<String> {
+    let (offset, size) = table.file_range()?;
+    let entry = index.checked_mul(SYM_BYTES as u64)?;
+    if entry.checked_add(SYM_BYTES as u64)? > size || table.entry_size() != SYM_BYTES as u64 {
+        return None;
+    }
+    let mut name = [0u8; 4];
+    (at.read_into(offset + entry, &mut name)? == 4).then_some(())?;
+    string_at(strings, u32::from_le_bytes(name), &mut |pos, buf| {
+        at.read_into(pos, buf)
+    })
+}
 
 /// The size of an `Elf64_Sym`.
 const SYM_BYTES: usize = 24;
@@ -108,46 +161,35 @@ impl Tables {
     /// The symbol tables of `files` (each an ELF file and its parsed form), in the order
     /// given; `None` when one is not a 64-bit little-endian ELF file, which the caller
     /// reads the general way.
-    pub fn of<'d, R: object::ReadRef<'d>>(
-        files: &[(&Binary, &object::File<'d, R>)],
-    ) -> Option<Tables> {
+    pub fn of<'d, R: object::ReadRef<'d>>(files: &[(&Binary, &Elf<'d, R>)]) -> Option<Tables> {
         let mut tables = Vec::new();
         for (rank, (binary, file)) in files.iter().enumerate() {
-            let object::File::Elf64(elf) = file else {
-                return None;
-            };
             if !file.is_little_endian() {
                 return None;
             }
-            use object::read::elf::SectionHeader;
-            let endian = elf.endian();
-            let headers = elf.elf_section_table();
-            let executable: std::sync::Arc<[bool]> = headers
-                .iter()
-                .map(|h| h.sh_flags(endian).0 & object::elf::SHF_EXECINSTR.0 != 0)
-                .collect();
+            let executable: std::sync::Arc<[bool]> =
+                file.sections().map(|s| s.executable()).collect();
             for kind in [object::elf::SHT_SYMTAB, object::elf::SHT_DYNSYM] {
-                let Some((_, header)) = headers
-                    .iter()
-                    .enumerate()
-                    .find(|(_, h)| h.sh_type(endian) == kind)
-                else {
+                let Some(table) = file.section_of_kind(kind) else {
                     continue;
                 };
-                let Ok(strings) =
-                    headers.section(object::SectionIndex(header.sh_link(endian) as usize))
-                else {
+                let Some(strings) = file.section_at(table.link()) else {
                     continue;
                 };
-                if header.sh_entsize(endian) != SYM_BYTES as u64 {
+                if table.entry_size() != SYM_BYTES as u64 {
                     continue;
                 }
+                let (Some((offset, size)), Some(strings)) =
+                    (table.file_range(), strings.file_range())
+                else {
+                    continue;
+                };
                 tables.push(Table {
                     reader: Reader(binary.at()),
                     file: rank as u8,
-                    offset: header.sh_offset(endian),
-                    count: header.sh_size(endian) / SYM_BYTES as u64,
-                    strings: (strings.sh_offset(endian), strings.sh_size(endian)),
+                    offset,
+                    count: size / SYM_BYTES as u64,
+                    strings,
                     executable: executable.clone(),
                 });
             }
@@ -204,30 +246,9 @@ impl Tables {
     /// how many bytes it got).
     fn name_through(&self, entry: &Entry, read: &mut ReadName<'_>) -> Option<String> {
         let table = self.tables.get(entry.table as usize)?;
-        let (offset, size) = table.strings;
-        if u64::from(entry.name) >= size {
-            return None;
-        }
-        let mut pos = offset + u64::from(entry.name);
-        let mut name = Vec::new();
-        let mut chunk = [0u8; NAME_CHUNK];
-        while name.len() < MAX_NAME_BYTES {
-            let n = read(table, pos, &mut chunk)?;
-            if n == 0 {
-                break;
-            }
-            match chunk[..n].iter().position(|&b| b == 0) {
-                Some(end) => {
-                    name.extend_from_slice(&chunk[..end]);
-                    break;
-                }
-                None => name.extend_from_slice(&chunk[..n]),
-            }
-            pos += n as u64;
-        }
-        let name = String::from_utf8_lossy(&name);
-        let name = without_version(&name);
-        (!name.is_empty()).then(|| name.to_string())
+        string_at(table.strings, entry.name, &mut |pos, buf| {
+            read(table, pos, buf)
+        })
     }
 
     /// The symbols a lookup of `addresses` needs (see the module's description), in

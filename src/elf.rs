@@ -1,0 +1,311 @@
+//! An ELF file's headers and section table, parsed without touching its symbol tables or
+//! relocations. `object::File::parse` reads `.symtab`, `.dynsym` and their relocation
+//! sections whole as it opens a file: through `object`'s read cache that is a copy kept
+//! for as long as the file is open (rustc's driver library: 7 MB of symbols and 3 MB of
+//! dynamic relocations), though sampler reads symbols for a few addresses
+//! ([`crate::symbolicate::symtab`]) and relocations for a few PLT slots. Every reader of
+//! a binary's parts — unwinding's sections, DWARF, symbol tables, PLT stubs — goes
+//! through [`Elf`], which reads a section's bytes only when asked.
+//!
+//! 64-bit ELF only, of either byte order: the files sampler unwinds and names.
+
+use crate::binary::LoadSegment;
+use object::elf::{FileHeader64, SectionHeader64};
+use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _, SectionTable};
+use object::{CompressedFileRange, CompressionFormat, Endianness, ReadRef};
+
+/// The prefix of a section compressed the older GNU way (`.zdebug_info`): the section's
+/// bytes start with `ZLIB` and the inflated size as 8 big-endian bytes.
+const GNU_ZLIB_MAGIC: &[u8; 4] = b"ZLIB";
+const GNU_ZLIB_HEADER_BYTES: u64 = 12;
+
+/// A parsed 64-bit ELF file: its header and section table, over the reader of its bytes.
+pub struct Elf<'d, R: ReadRef<'d>> {
+    data: R,
+    endian: Endianness,
+    header: &'d FileHeader64<Endianness>,
+    table: SectionTable<'d, FileHeader64<Endianness>, R>,
+}
+
+/// One section: its name and header.
+#[derive(Clone, Copy)]
+pub struct Section<'d> {
+    pub name: &'d str,
+    pub index: usize,
+    header: &'d SectionHeader64<Endianness>,
+    endian: Endianness,
+}
+
+impl Section<'_> {
+    /// Its address in the file's address space (SVMA).
+    pub fn address(&self) -> u64 {
+        self.header.sh_addr(self.endian)
+    }
+
+    /// Its size in memory (inflated, for a compressed section's header this is the
+    /// stored size).
+    pub fn size(&self) -> u64 {
+        self.header.sh_size(self.endian)
+    }
+
+    /// Where its bytes lie in the file, `None` when it has none there (`SHT_NOBITS`).
+    pub fn file_range(&self) -> Option<(u64, u64)> {
+        self.header.file_range(self.endian)
+    }
+
+    pub fn kind(&self) -> object::elf::SectionType {
+        self.header.sh_type(self.endian)
+    }
+
+    /// The section its `sh_link` names (a symbol table's strings, a relocation
+    /// section's symbols).
+    pub fn link(&self) -> usize {
+        self.header.sh_link(self.endian) as usize
+    }
+
+    pub fn entry_size(&self) -> u64 {
+        self.header.sh_entsize(self.endian)
+    }
+
+    /// Whether it holds code (`SHF_EXECINSTR`).
+    pub fn executable(&self) -> bool {
+        self.header.sh_flags(self.endian).0 & object::elf::SHF_EXECINSTR.0 != 0
+    }
+}
+
+impl<'d, R: ReadRef<'d>> Elf<'d, R> {
+    /// `None` when `data` is not a 64-bit ELF file or its section table cannot be read.
+    pub fn parse(data: R) -> Option<Elf<'d, R>> {
+        let header = FileHeader64::<Endianness>::parse(data).ok()?;
+        let endian = header.endian().ok()?;
+        let table = header.sections(endian, data).ok()?;
+        Some(Elf {
+            data,
+            endian,
+            header,
+            table,
+        })
+    }
+
+    pub fn is_little_endian(&self) -> bool {
+        self.endian == Endianness::Little
+    }
+
+    pub fn is_x86_64(&self) -> bool {
+        self.header.e_machine(self.endian) == object::elf::EM_X86_64
+    }
+
+    /// The entry point's address.
+    pub fn entry(&self) -> u64 {
+        self.header.e_entry(self.endian)
+    }
+
+    /// Every section, in the table's order (the null section at index 0 included): the
+    /// `n`th is the one at index `n`.
+    pub fn sections(&self) -> impl Iterator<Item = Section<'d>> + '_ {
+        (0..self.table.len()).filter_map(|index| self.section_at(index))
+    }
+
+    /// The section at `index` of the table (named `""` when its name cannot be read).
+    pub fn section_at(&self, index: usize) -> Option<Section<'d>> {
+        let header = self.table.section(object::SectionIndex(index)).ok()?;
+        let name = self.table.section_name(self.endian, header).unwrap_or(&[]);
+        Some(Section {
+            name: std::str::from_utf8(name).unwrap_or(""),
+            index,
+            header,
+            endian: self.endian,
+        })
+    }
+
+    /// The first section named `name`; for a DWARF section (`.debug_*`), its older
+    /// compressed form (`.zdebug_*`) when the file has only that.
+    pub fn section(&self, name: &str) -> Option<Section<'d>> {
+        let by_name = |name: &str| self.sections().find(|s| s.name == name);
+        by_name(name).or_else(|| {
+            let rest = name.strip_prefix(".debug_")?;
+            by_name(&format!(".zdebug_{rest}"))
+        })
+    }
+
+    /// The first section of type `kind` (`SHT_SYMTAB`, `SHT_DYNSYM`).
+    pub fn section_of_kind(&self, kind: object::elf::SectionType) -> Option<Section<'d>> {
+        self.sections().find(|s| s.kind() == kind)
+    }
+
+    /// A section's bytes as stored (compressed ones not inflated), read through the
+    /// file's reader; empty for a section without bytes in the file.
+    pub fn data(&self, section: &Section<'d>) -> Option<&'d [u8]> {
+        section.header.data(self.endian, self.data).ok()
+    }
+
+    /// Where a section's bytes lie and how they are compressed.
+    pub fn compressed_range(&self, section: &Section<'d>) -> Result<CompressedFileRange, String> {
+        let endian = self.endian;
+        if let Some((header, offset, compressed_size)) = section
+            .header
+            .compression(endian, self.data)
+            .map_err(|e| e.to_string())?
+        {
+            let format = match header.ch_type.get(endian) {
+                object::elf::ELFCOMPRESS_ZLIB => CompressionFormat::Zlib,
+                object::elf::ELFCOMPRESS_ZSTD => CompressionFormat::Zstandard,
+                other => return Err(format!("compression type {other} is not supported")),
+            };
+            return Ok(CompressedFileRange {
+                format,
+                offset,
+                compressed_size,
+                uncompressed_size: header.ch_size.get(endian),
+            });
+        }
+        let range = section.file_range();
+        if let (true, Some((offset, size))) = (section.name.starts_with(".zdebug_"), range) {
+            let head = self
+                .data
+                .read_bytes_at(offset, GNU_ZLIB_HEADER_BYTES)
+                .ok()
+                .filter(|h| h.starts_with(GNU_ZLIB_MAGIC))
+                .ok_or("it has no ZLIB header")?;
+            let mut inflated = [0u8; 8];
+            inflated.copy_from_slice(&head[4..]);
+            return Ok(CompressedFileRange {
+                format: CompressionFormat::Zlib,
+                offset: offset + GNU_ZLIB_HEADER_BYTES,
+                compressed_size: size.saturating_sub(GNU_ZLIB_HEADER_BYTES),
+                uncompressed_size: u64::from_be_bytes(inflated),
+            });
+        }
+        Ok(CompressedFileRange::none(range))
+    }
+
+    /// The bytes a compressed range covers, still compressed.
+    pub fn compressed_data(
+        &self,
+        section: &Section<'d>,
+    ) -> Result<object::CompressedData<'d>, String> {
+        self.compressed_range(section)?
+            .data(self.data)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Whether the file has a (non-empty) full symbol table.
+    pub fn has_symtab(&self) -> bool {
+        self.section_of_kind(object::elf::SHT_SYMTAB)
+            .is_some_and(|s| s.file_range().is_some_and(|(_, size)| size > 0))
+    }
+
+    /// The GNU build ID, from the first `NT_GNU_BUILD_ID` note of a note section.
+    pub fn build_id(&self) -> Option<&'d [u8]> {
+        self.table.iter().find_map(|header| {
+            let mut notes = header.notes(self.endian, self.data).ok()??;
+            while let Ok(Some(note)) = notes.next() {
+                if note.name() == object::elf::ELF_NOTE_GNU
+                    && note.n_type(self.endian) == object::elf::NT_GNU_BUILD_ID
+                {
+                    return Some(note.desc());
+                }
+            }
+            None
+        })
+    }
+
+    /// `.gnu_debuglink`: the debug file's name and the CRC-32 of its bytes.
+    pub fn gnu_debuglink(&self) -> Option<(&'d [u8], u32)> {
+        let data = self.data(&self.section(".gnu_debuglink")?)?;
+        let end = data.iter().position(|&b| b == 0)?;
+        // The CRC follows the name's terminating zero, aligned to 4 bytes.
+        let crc_at = (end + 1).next_multiple_of(4);
+        let crc: [u8; 4] = data.get(crc_at..crc_at + 4)?.try_into().ok()?;
+        let crc = match self.endian {
+            Endianness::Little => u32::from_le_bytes(crc),
+            Endianness::Big => u32::from_be_bytes(crc),
+        };
+        Some((&data[..end], crc))
+    }
+
+    /// The loadable segments.
+    pub fn segments(&self) -> Vec<LoadSegment> {
+        let Ok(headers) = self.header.program_headers(self.endian, self.data) else {
+            return Vec::new();
+        };
+        headers
+            .iter()
+            .filter(|h| h.p_type(self.endian) == object::elf::PT_LOAD)
+            .map(|h| LoadSegment {
+                file_offset: h.p_offset(self.endian),
+                file_size: h.p_filesz(self.endian),
+                vaddr: h.p_vaddr(self.endian),
+                executable: h.p_flags(self.endian).0 & object::elf::PF_X.0 != 0,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object::{Object, ObjectSection, ObjectSegment};
+
+    /// Each header fact, as [`Elf`] and as `object::File` read it, for real files: this
+    /// test program (Rust, with `.symtab`), libc (stripped, a build ID) and `ls` (a
+    /// `.gnu_debuglink` on Debian).
+    #[test]
+    fn headers_read_as_object_reads_them() {
+        let mut files = vec![std::env::current_exe().unwrap()];
+        for path in ["/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/ls"] {
+            if std::path::Path::new(path).exists() {
+                files.push(path.into());
+            }
+        }
+        for path in files {
+            let data = std::fs::read(&path).unwrap();
+            let elf = Elf::parse(&*data).unwrap();
+            let file = object::File::parse(&*data).unwrap();
+            let at = path.display();
+            assert_eq!(elf.build_id(), file.build_id().unwrap(), "{at}");
+            assert_eq!(elf.gnu_debuglink(), file.gnu_debuglink().unwrap(), "{at}");
+            assert_eq!(elf.entry(), file.entry(), "{at}");
+            assert_eq!(elf.has_symtab(), file.symbol_table().is_some(), "{at}");
+            assert!(elf.is_x86_64() && elf.is_little_endian(), "{at}");
+            let segments: Vec<(u64, u64, u64)> = file
+                .segments()
+                .map(|s| (s.file_range().0, s.file_range().1, s.address()))
+                .collect();
+            let ours: Vec<(u64, u64, u64)> = elf
+                .segments()
+                .iter()
+                .map(|s| (s.file_offset, s.file_size, s.vaddr))
+                .collect();
+            assert_eq!(ours, segments, "{at}");
+            for section in file.sections() {
+                let name = section.name().unwrap();
+                let mine = elf.section_at(section.index().0).unwrap();
+                assert_eq!(mine.name, name, "{at}");
+                assert_eq!(
+                    (mine.address(), mine.size(), mine.file_range()),
+                    (section.address(), section.size(), section.file_range()),
+                    "{at} {name}"
+                );
+                assert_eq!(
+                    elf.compressed_range(&mine).unwrap(),
+                    section.compressed_file_range().unwrap(),
+                    "{at} {name}"
+                );
+                if !name.is_empty() {
+                    assert_eq!(elf.section(name).unwrap().index, mine.index, "{at} {name}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn what_is_not_a_64_bit_elf_file_is_refused() {
+        assert!(Elf::parse(&b"not an ELF file at all, not even close"[..]).is_none());
+        let mut data = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        // EI_CLASS: ELFCLASS32.
+        data[4] = 1;
+        assert!(Elf::parse(&*data).is_none());
+        assert!(Elf::parse(&data[..40]).is_none());
+    }
+}
