@@ -250,7 +250,7 @@ impl DwarfInfo {
             drop(reader);
             leave_out.apply(Arc::make_mut(&mut info));
             sections.debug_info = EndianArcSlice::new(info, endian).into();
-            let abbrev = leave_out.abbreviations(&sections.debug_abbrev.reader().bytes());
+            let abbrev = leave_out.abbreviations(sections.debug_abbrev.reader().bytes());
             sections.debug_abbrev = EndianArcSlice::new(abbrev, endian).into();
         }
         let sections = Arc::new(sections);
