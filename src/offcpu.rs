@@ -1,0 +1,379 @@
+//! Off-CPU time: the intervals in which a followed thread was switched out, each with the
+//! stack at which it left the CPU and whether it blocked (waited on a lock, I/O, a sleep,
+//! a pipe) or was preempted while it could still run. Built from the context switches
+//! recording sees, in time order: a switch out (the `PERF_RECORD_SWITCH` record, which
+//! says whether the thread was preempted, and the context-switch sample, which carries
+//! the stack; they come in either order, at the same moment), the switch back in, the
+//! thread's samples (it ran: a switch in was lost), and its exit.
+//!
+//! Pure bookkeeping over plain values, generic over what a stack is, so that the rules
+//! below are tested on synthetic sequences:
+//! - out, then in: one interval, from the switch out to the switch in;
+//! - out, then a sample of the thread, or another switch out: the switch in was lost,
+//!   and the interval ends there;
+//! - out, then the thread's exit: the interval ends at the exit;
+//! - out, and nothing until the recording ends: the interval ends with the recording;
+//! - in without an out, for a thread that existed when recording started (`-p`): it was
+//!   blocked from the start, at a stack no switch-out showed.
+
+use std::collections::{HashMap, HashSet};
+
+/// Why a thread was off the CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OffCpuKind {
+    /// It waited for something (it went to sleep).
+    Blocked,
+    /// The scheduler took the CPU from it while it could still run.
+    Preempted,
+}
+
+/// One interval off the CPU. Times are CLOCK_MONOTONIC ns, `start_ns <= end_ns`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OffCpuInterval<S> {
+    pub tid: i32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// `None` when no record said (the switch-out record was lost): counted as blocked.
+    pub kind: Option<OffCpuKind>,
+    /// The stack at which it left the CPU; `None` when no switch-out sample showed it
+    /// (blocked since before the recording, or the sample was lost).
+    pub stack: Option<S>,
+}
+
+impl<S> OffCpuInterval<S> {
+    pub fn duration_ns(&self) -> u64 {
+        self.end_ns - self.start_ns
+    }
+}
+
+/// A thread that is switched out now: since when, and what is known of why and where.
+#[derive(Debug)]
+struct Pending<S> {
+    since_ns: u64,
+    kind: Option<OffCpuKind>,
+    stack: Option<S>,
+}
+
+/// The threads switched out now, and the intervals that ended.
+#[derive(Debug)]
+pub struct OffCpuTracker<S> {
+    start_ns: u64,
+    /// Threads that existed when recording started and have not been seen since: a
+    /// switch in of one of them ends a block that began before the recording.
+    unseen_at_start: HashSet<i32>,
+    out: HashMap<i32, Pending<S>>,
+    done: Vec<OffCpuInterval<S>>,
+}
+
+impl<S> OffCpuTracker<S> {
+    /// A tracker for a recording that starts at `start_ns`, of which `existing` threads
+    /// were already running (attached to; empty for a launched command).
+    pub fn new(start_ns: u64, existing: impl IntoIterator<Item = i32>) -> OffCpuTracker<S> {
+        OffCpuTracker {
+            start_ns,
+            unseen_at_start: existing.into_iter().collect(),
+            out: HashMap::new(),
+            done: Vec::new(),
+        }
+    }
+
+    /// The switch-out record of `tid` at `time_ns`: `preempted` when the thread could
+    /// still run.
+    pub fn switch_out(&mut self, tid: i32, time_ns: u64, preempted: bool) {
+        let kind = match preempted {
+            true => OffCpuKind::Preempted,
+            false => OffCpuKind::Blocked,
+        };
+        self.out_part(tid, time_ns, |p| p.kind.is_none(), |p| p.kind = Some(kind));
+    }
+
+    /// The stack `tid` left the CPU at, `time_ns` (the context-switch sample).
+    pub fn switch_out_stack(&mut self, tid: i32, time_ns: u64, stack: S) {
+        let mut stack = Some(stack);
+        self.out_part(
+            tid,
+            time_ns,
+            |p| p.stack.is_none(),
+            |p| p.stack = stack.take(),
+        );
+    }
+
+    /// One half of a switch out: completes the pending switch out of `tid` when that
+    /// one lacks this half (`lacks`) and is of the same moment, else ends it (a switch in
+    /// was lost) and starts another.
+    fn out_part(
+        &mut self,
+        tid: i32,
+        time_ns: u64,
+        lacks: impl Fn(&Pending<S>) -> bool,
+        mut fill: impl FnMut(&mut Pending<S>),
+    ) {
+        self.unseen_at_start.remove(&tid);
+        if let Some(pending) = self.out.get_mut(&tid) {
+            if lacks(pending) && time_ns.abs_diff(pending.since_ns) <= SAME_SWITCH_NS {
+                fill(pending);
+                return;
+            }
+            self.end(tid, time_ns);
+        }
+        let mut pending = Pending {
+            since_ns: time_ns,
+            kind: None,
+            stack: None,
+        };
+        fill(&mut pending);
+        self.out.insert(tid, pending);
+    }
+
+    /// `tid` was switched back in at `time_ns`.
+    pub fn switch_in(&mut self, tid: i32, time_ns: u64) {
+        if self.unseen_at_start.remove(&tid) && !self.out.contains_key(&tid) {
+            self.done.push(OffCpuInterval {
+                tid,
+                start_ns: self.start_ns,
+                end_ns: time_ns.max(self.start_ns),
+                kind: Some(OffCpuKind::Blocked),
+                stack: None,
+            });
+            return;
+        }
+        self.end(tid, time_ns);
+    }
+
+    /// A sample showed `tid` running at `time_ns`: if it was out, its switch in was lost.
+    pub fn ran(&mut self, tid: i32, time_ns: u64) {
+        self.unseen_at_start.remove(&tid);
+        self.end(tid, time_ns);
+    }
+
+    /// `tid` exited at `time_ns`.
+    pub fn exit(&mut self, tid: i32, time_ns: u64) {
+        self.unseen_at_start.remove(&tid);
+        self.end(tid, time_ns);
+    }
+
+    /// Ends the pending interval of `tid`, if any, at `time_ns`.
+    fn end(&mut self, tid: i32, time_ns: u64) {
+        if let Some(p) = self.out.remove(&tid) {
+            self.done.push(OffCpuInterval {
+                tid,
+                start_ns: p.since_ns,
+                end_ns: time_ns.max(p.since_ns),
+                kind: p.kind,
+                stack: p.stack,
+            });
+        }
+    }
+
+    /// The intervals that ended so far, handed over (in the order they ended).
+    pub fn take_done(&mut self) -> Vec<OffCpuInterval<S>> {
+        std::mem::take(&mut self.done)
+    }
+
+    /// Every interval, once the recording ended at `end_ns`: those still open end there.
+    /// Threads that existed at the start and were never seen (asleep throughout) are not
+    /// among them: their stacks are read apart (see the caller).
+    pub fn finish(mut self, end_ns: u64) -> Vec<OffCpuInterval<S>> {
+        let mut open: Vec<i32> = self.out.keys().copied().collect();
+        open.sort_unstable();
+        for tid in open {
+            self.end(tid, end_ns);
+        }
+        self.done
+    }
+
+    /// Threads that existed when recording started and have not been seen since.
+    pub fn unseen_at_start(&self) -> impl Iterator<Item = i32> + '_ {
+        self.unseen_at_start.iter().copied()
+    }
+}
+
+/// How far apart the two halves of one switch out (its record and its sample) may be
+/// stamped: 100 µs. The kernel writes both within the same call into the scheduler,
+/// microseconds apart; a thread cannot block, run and block again in that time.
+const SAME_SWITCH_NS: u64 = 100_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn interval(
+        tid: i32,
+        start_ms: u64,
+        end_ms: u64,
+        kind: Option<OffCpuKind>,
+        stack: Option<&'static str>,
+    ) -> OffCpuInterval<&'static str> {
+        OffCpuInterval {
+            tid,
+            start_ns: start_ms * MS,
+            end_ns: end_ms * MS,
+            kind,
+            stack,
+        }
+    }
+
+    #[test]
+    fn a_switch_out_then_in_is_one_interval_with_its_stack() {
+        let mut t = OffCpuTracker::new(0, []);
+        t.switch_out(7, 10 * MS, false);
+        t.switch_out_stack(7, 10 * MS, "futex_wait");
+        t.switch_in(7, 25 * MS);
+        assert_eq!(
+            t.finish(100 * MS),
+            [interval(
+                7,
+                10,
+                25,
+                Some(OffCpuKind::Blocked),
+                Some("futex_wait")
+            )]
+        );
+    }
+
+    #[test]
+    fn the_sample_may_come_before_the_record_and_a_little_apart() {
+        let mut t = OffCpuTracker::new(0, []);
+        t.switch_out_stack(7, 10 * MS, "pipe_read");
+        t.switch_out(7, 10 * MS + 3_000, true);
+        t.switch_in(7, 12 * MS);
+        assert_eq!(
+            t.finish(100 * MS),
+            [interval(
+                7,
+                10,
+                12,
+                Some(OffCpuKind::Preempted),
+                Some("pipe_read")
+            )]
+        );
+    }
+
+    #[test]
+    fn preemption_is_told_apart_from_blocking() {
+        let mut t = OffCpuTracker::new(0, []);
+        t.switch_out(1, 0, true);
+        t.switch_out_stack(1, 0, "compute");
+        t.switch_in(1, 2 * MS);
+        t.switch_out(1, 5 * MS, false);
+        t.switch_out_stack(1, 5 * MS, "do_nanosleep");
+        t.switch_in(1, 35 * MS);
+        let kinds: Vec<_> = t
+            .finish(40 * MS)
+            .iter()
+            .map(|i| (i.kind, i.duration_ns()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (Some(OffCpuKind::Preempted), 2 * MS),
+                (Some(OffCpuKind::Blocked), 30 * MS)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_lost_switch_in_ends_at_the_next_sample_or_switch_out() {
+        let mut t = OffCpuTracker::new(0, []);
+        t.switch_out(3, 10 * MS, false);
+        t.switch_out_stack(3, 10 * MS, "a");
+        t.ran(3, 14 * MS);
+        t.switch_out(3, 20 * MS, false);
+        t.switch_out_stack(3, 20 * MS, "b");
+        // Its switch in is lost, and it blocks again.
+        t.switch_out(3, 30 * MS, false);
+        t.switch_out_stack(3, 30 * MS, "c");
+        t.switch_in(3, 31 * MS);
+        assert_eq!(
+            t.finish(100 * MS),
+            [
+                interval(3, 10, 14, Some(OffCpuKind::Blocked), Some("a")),
+                interval(3, 20, 30, Some(OffCpuKind::Blocked), Some("b")),
+                interval(3, 30, 31, Some(OffCpuKind::Blocked), Some("c")),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_thread_exiting_while_switched_out_ends_its_interval_at_the_exit() {
+        let mut t = OffCpuTracker::new(0, []);
+        t.switch_out(4, 10 * MS, false);
+        t.switch_out_stack(4, 10 * MS, "wait");
+        t.exit(4, 50 * MS);
+        // Nothing of it is open when the recording ends.
+        assert_eq!(
+            t.finish(100 * MS),
+            [interval(4, 10, 50, Some(OffCpuKind::Blocked), Some("wait"))]
+        );
+    }
+
+    #[test]
+    fn a_thread_still_out_at_the_end_is_out_until_the_end() {
+        let mut t = OffCpuTracker::new(0, []);
+        t.switch_out(5, 10 * MS, false);
+        t.switch_out_stack(5, 10 * MS, "sleep");
+        t.switch_out(6, 20 * MS, false);
+        assert_eq!(
+            t.finish(100 * MS),
+            [
+                interval(5, 10, 100, Some(OffCpuKind::Blocked), Some("sleep")),
+                interval(6, 20, 100, Some(OffCpuKind::Blocked), None),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_thread_blocked_when_attached_to_is_blocked_from_the_start() {
+        let mut t = OffCpuTracker::new(5 * MS, [10, 11, 12]);
+        // 10 was blocked when recording started; 11 runs first (a sample), so its later
+        // switch in ends a block that began in the recording; 12 is never seen.
+        t.switch_in(10, 40 * MS);
+        t.ran(11, 6 * MS);
+        t.switch_out(11, 7 * MS, false);
+        t.switch_in(11, 9 * MS);
+        let mut unseen: Vec<i32> = t.unseen_at_start().collect();
+        unseen.sort_unstable();
+        assert_eq!(unseen, [12]);
+        assert_eq!(
+            t.finish(100 * MS),
+            [
+                interval(10, 5, 40, Some(OffCpuKind::Blocked), None),
+                interval(11, 7, 9, Some(OffCpuKind::Blocked), None),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_new_threads_first_switch_in_is_no_interval() {
+        let mut t: OffCpuTracker<&str> = OffCpuTracker::new(0, []);
+        t.switch_in(9, 3 * MS);
+        assert!(t.finish(10 * MS).is_empty());
+    }
+
+    #[test]
+    fn the_switches_of_50_30_20_add_up_to_the_shares() {
+        // A thread that computes 50 ms, sleeps 30 ms and waits on a mutex 20 ms, in
+        // slices: what it is off the CPU for, by stack, is exactly the sleep and the wait.
+        let mut t = OffCpuTracker::new(0, []);
+        let mut now = 0;
+        for _ in 0..10 {
+            now += 5 * MS;
+            t.switch_out(1, now, false);
+            t.switch_out_stack(1, now, "do_nanosleep");
+            now += 3 * MS;
+            t.switch_in(1, now);
+            t.switch_out(1, now, false);
+            t.switch_out_stack(1, now, "futex_wait");
+            now += 2 * MS;
+            t.switch_in(1, now);
+        }
+        let mut by_stack: HashMap<&str, u64> = HashMap::new();
+        for i in t.finish(now) {
+            *by_stack.entry(i.stack.unwrap()).or_default() += i.duration_ns();
+        }
+        assert_eq!(by_stack["do_nanosleep"], 30 * MS);
+        assert_eq!(by_stack["futex_wait"], 20 * MS);
+    }
+}
