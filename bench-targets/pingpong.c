@@ -1,0 +1,71 @@
+/* Context switches as fast as two threads can make them: "ping" and "pong" hand a token
+ * back and forth through two pipes for the given time (each handoff wakes the other
+ * thread and puts this one to sleep), then print how many handoffs there were. Both
+ * threads run on one CPU (the first the process may use), where a handoff is a direct
+ * switch from one to the other: some 100,000 switches a second in a VM, where a wakeup
+ * across CPUs costs several times that.
+ * With a rate, ping spins between handoffs to make about that many a second.
+ * Usage: pingpong [seconds] [handoffs per second] (default 2, as many as it can). */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include "now.h"
+
+static int to_pong[2], to_ping[2];
+
+__attribute__((noinline)) static void pace(double until) {
+    while (now() < until) {
+    }
+}
+
+__attribute__((noinline)) static long ping_side(double seconds, double rate) {
+    char token = 't';
+    long handoffs = 0;
+    double start = now(), end = start + seconds;
+    while (now() < end) {
+        if (rate > 0) pace(start + handoffs / rate);
+        if (write(to_pong[1], &token, 1) != 1 || read(to_ping[0], &token, 1) != 1) break;
+        handoffs += 2;
+    }
+    token = 'q';
+    if (write(to_pong[1], &token, 1) != 1) return -1;
+    return handoffs;
+}
+
+__attribute__((noinline)) static void *pong_side(void *arg) {
+    (void)arg;
+    char token;
+    while (read(to_pong[0], &token, 1) == 1 && token != 'q') {
+        if (write(to_ping[1], &token, 1) != 1) break;
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    double seconds = argc > 1 ? atof(argv[1]) : 2.0;
+    if (pipe(to_pong) != 0 || pipe(to_ping) != 0) return 1;
+    cpu_set_t cpus, one;
+    CPU_ZERO(&one);
+    if (sched_getaffinity(0, sizeof cpus, &cpus) == 0) {
+        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+            if (CPU_ISSET(cpu, &cpus)) {
+                CPU_SET(cpu, &one);
+                break;
+            }
+        }
+        sched_setaffinity(0, sizeof one, &one);
+    }
+    pthread_t pong;
+    pthread_create(&pong, NULL, pong_side, NULL);
+    pthread_setname_np(pong, "pong");
+    pthread_setname_np(pthread_self(), "ping");
+    double start = now();
+    long handoffs = ping_side(seconds, argc > 2 ? atof(argv[2]) : 0);
+    pthread_join(pong, NULL);
+    fprintf(stderr, "pingpong: %ld handoffs in %.2f s (%.0f per second)\n", handoffs,
+            now() - start, handoffs / (now() - start));
+    return 0;
+}
