@@ -20,13 +20,21 @@ use crate::elf::{Elf, Section};
 /// few dozen bytes, a static program's some hundred.
 const ENTRY_CODE_BYTES: usize = 4096;
 
-/// Reads an open file whole into one shared buffer, allocated once at its final size.
+/// A shared buffer of `len` bytes that `fill` writes: made once at its final size and
+/// filled in place, never a copy of another buffer.
+fn shared_filled<E>(
+    len: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> Result<Arc<[u8]>, E> {
+    let mut data: Arc<[u8]> = std::iter::repeat_n(0u8, len).collect();
+    fill(Arc::get_mut(&mut data).expect("a new buffer has one owner"))?;
+    Ok(data)
+}
+
+/// Reads an open file whole into one shared buffer.
 fn read_whole(file: &std::fs::File) -> std::io::Result<Arc<[u8]>> {
     let len = usize::try_from(file.metadata()?.len()).map_err(std::io::Error::other)?;
-    let mut data: Arc<[u8]> = std::iter::repeat_n(0u8, len).collect();
-    let buffer = Arc::get_mut(&mut data).expect("a new buffer has one owner");
-    file.read_exact_at(buffer, 0)?;
-    Ok(data)
+    shared_filled(len, |buffer| file.read_exact_at(buffer, 0))
 }
 
 /// One `PT_LOAD` segment.
@@ -112,47 +120,46 @@ pub fn section_shared<'d, R: object::ReadRef<'d>>(
         range.compressed_size,
         range.uncompressed_size,
     )?;
-    // The inflated size is known before reading: the shared buffer is made at its size
-    // and filled in place (it is not a copy of another buffer).
+    // The inflated size is known before reading: the buffer is made at its size.
     let len = usize::try_from(range.uncompressed_size).map_err(|e| unreadable(&e))?;
-    let mut shared: SectionBytes = std::iter::repeat_n(0u8, len).collect();
-    let out = std::sync::Arc::get_mut(&mut shared).ok_or_else(|| unreadable(&"shared"))?;
     let short = || unreadable(&"the file is shorter than its section headers say");
-    if range.format == object::CompressionFormat::None {
-        if at.read_into(range.offset, out) != Some(len) {
-            return Err(short());
+    shared_filled(len, |out| {
+        if range.format == object::CompressionFormat::None {
+            return match at.read_into(range.offset, out) {
+                Some(got) if got == len => Ok(()),
+                _ => Err(short()),
+            };
         }
-        return Ok(shared);
-    }
-    let stored = usize::try_from(range.compressed_size).map_err(|e| unreadable(&e))?;
-    let input = at
-        .read_exact_at(range.offset, stored)
-        .filter(|b| b.len() == stored)
-        .ok_or_else(short)?;
-    let inflated = match range.format {
-        object::CompressionFormat::Zlib => {
-            let mut inflate = flate2::Decompress::new(true);
-            inflate
-                .decompress(&input, out, flate2::FlushDecompress::Finish)
-                .map_err(|e| e.to_string())
-                .map(|_| inflate.total_out())
+        let stored = usize::try_from(range.compressed_size).map_err(|e| unreadable(&e))?;
+        let input = at
+            .read_exact_at(range.offset, stored)
+            .filter(|b| b.len() == stored)
+            .ok_or_else(short)?;
+        let inflated = match range.format {
+            object::CompressionFormat::Zlib => {
+                let mut inflate = flate2::Decompress::new(true);
+                inflate
+                    .decompress(&input, out, flate2::FlushDecompress::Finish)
+                    .map_err(|e| e.to_string())
+                    .map(|_| inflate.total_out())
+            }
+            object::CompressionFormat::Zstandard => {
+                use std::io::Read;
+                ruzstd::decoding::StreamingDecoder::new(&input[..])
+                    .map_err(|e| e.to_string())
+                    .and_then(|mut d| d.read_exact(out).map_err(|e| e.to_string()))
+                    .map(|()| len as u64)
+            }
+            other => Err(format!("{other:?} compression is not supported")),
+        };
+        match inflated {
+            Ok(n) if n == len as u64 => Ok(()),
+            Ok(n) => Err(format!(
+                "its section {name} cannot be inflated: {n} bytes where it says {len}"
+            )),
+            Err(why) => Err(format!("its section {name} cannot be inflated: {why}")),
         }
-        object::CompressionFormat::Zstandard => {
-            use std::io::Read;
-            ruzstd::decoding::StreamingDecoder::new(&input[..])
-                .map_err(|e| e.to_string())
-                .and_then(|mut d| d.read_exact(out).map_err(|e| e.to_string()))
-                .map(|()| len as u64)
-        }
-        other => Err(format!("{other:?} compression is not supported")),
-    };
-    match inflated {
-        Ok(n) if n == len as u64 => Ok(shared),
-        Ok(n) => Err(format!(
-            "its section {name} cannot be inflated: {n} bytes where it says {len}"
-        )),
-        Err(why) => Err(format!("its section {name} cannot be inflated: {why}")),
-    }
+    })
 }
 
 /// Section bytes, shared between the binary and the unwinders of every process mapping it.

@@ -12,7 +12,7 @@
 use crate::binary::LoadSegment;
 use object::elf::{FileHeader64, SectionHeader64};
 use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _, SectionTable};
-use object::{CompressedFileRange, CompressionFormat, Endianness, ReadRef};
+use object::{CompressedFileRange, CompressionFormat, Endian as _, Endianness, ReadRef};
 
 /// The prefix of a section compressed the older GNU way (`.zdebug_info`): the section's
 /// bytes start with `ZLIB` and the inflated size as 8 big-endian bytes.
@@ -42,8 +42,7 @@ impl Section<'_> {
         self.header.sh_addr(self.endian)
     }
 
-    /// Its size in memory (inflated, for a compressed section's header this is the
-    /// stored size).
+    /// Its `sh_size`: for a compressed section, the size of what the file stores.
     pub fn size(&self) -> u64 {
         self.header.sh_size(self.endian)
     }
@@ -87,8 +86,21 @@ impl<'d, R: ReadRef<'d>> Elf<'d, R> {
         })
     }
 
+    /// The file's byte order, which reads its fields (`object::Endian`).
+    pub fn endian(&self) -> Endianness {
+        self.endian
+    }
+
     pub fn is_little_endian(&self) -> bool {
         self.endian == Endianness::Little
+    }
+
+    /// The byte order as gimli takes it, for the file's DWARF and CFI.
+    pub fn gimli_endian(&self) -> gimli::RunTimeEndian {
+        match self.endian {
+            Endianness::Little => gimli::RunTimeEndian::Little,
+            Endianness::Big => gimli::RunTimeEndian::Big,
+        }
     }
 
     pub fn is_x86_64(&self) -> bool {
@@ -216,12 +228,8 @@ impl<'d, R: ReadRef<'d>> Elf<'d, R> {
         let end = data.iter().position(|&b| b == 0)?;
         // The CRC follows the name's terminating zero, aligned to 4 bytes.
         let crc_at = (end + 1).next_multiple_of(4);
-        let crc: [u8; 4] = data.get(crc_at..crc_at + 4)?.try_into().ok()?;
-        let crc = match self.endian {
-            Endianness::Little => u32::from_le_bytes(crc),
-            Endianness::Big => u32::from_be_bytes(crc),
-        };
-        Some((&data[..end], crc))
+        let crc = data.get(crc_at..crc_at + 4)?.try_into().ok()?;
+        Some((&data[..end], self.endian.read_u32(crc)))
     }
 
     /// The loadable segments.

@@ -215,11 +215,22 @@ mod tests {
         }
     }
 
+    /// Both halves of one switch out of `tid`, the record and the sample with `stack`.
+    fn left(
+        t: &mut OffCpuTracker<&'static str>,
+        tid: i32,
+        time_ns: u64,
+        preempted: bool,
+        stack: &'static str,
+    ) {
+        t.switch_out(tid, time_ns, preempted);
+        t.switch_out_stack(tid, time_ns, stack);
+    }
+
     #[test]
     fn a_switch_out_then_in_is_one_interval_with_its_stack() {
         let mut t = OffCpuTracker::new(0, []);
-        t.switch_out(7, 10 * MS, false);
-        t.switch_out_stack(7, 10 * MS, "futex_wait");
+        left(&mut t, 7, 10 * MS, false, "futex_wait");
         t.switch_in(7, 25 * MS);
         assert_eq!(
             t.finish(100 * MS),
@@ -254,11 +265,9 @@ mod tests {
     #[test]
     fn preemption_is_told_apart_from_blocking() {
         let mut t = OffCpuTracker::new(0, []);
-        t.switch_out(1, 0, true);
-        t.switch_out_stack(1, 0, "compute");
+        left(&mut t, 1, 0, true, "compute");
         t.switch_in(1, 2 * MS);
-        t.switch_out(1, 5 * MS, false);
-        t.switch_out_stack(1, 5 * MS, "do_nanosleep");
+        left(&mut t, 1, 5 * MS, false, "do_nanosleep");
         t.switch_in(1, 35 * MS);
         let kinds: Vec<_> = t
             .finish(40 * MS)
@@ -277,14 +286,11 @@ mod tests {
     #[test]
     fn a_lost_switch_in_ends_at_the_next_sample_or_switch_out() {
         let mut t = OffCpuTracker::new(0, []);
-        t.switch_out(3, 10 * MS, false);
-        t.switch_out_stack(3, 10 * MS, "a");
+        left(&mut t, 3, 10 * MS, false, "a");
         t.ran(3, 14 * MS);
-        t.switch_out(3, 20 * MS, false);
-        t.switch_out_stack(3, 20 * MS, "b");
+        left(&mut t, 3, 20 * MS, false, "b");
         // Its switch in is lost, and it blocks again.
-        t.switch_out(3, 30 * MS, false);
-        t.switch_out_stack(3, 30 * MS, "c");
+        left(&mut t, 3, 30 * MS, false, "c");
         t.switch_in(3, 31 * MS);
         assert_eq!(
             t.finish(100 * MS),
@@ -299,8 +305,7 @@ mod tests {
     #[test]
     fn a_thread_exiting_while_switched_out_ends_its_interval_at_the_exit() {
         let mut t = OffCpuTracker::new(0, []);
-        t.switch_out(4, 10 * MS, false);
-        t.switch_out_stack(4, 10 * MS, "wait");
+        left(&mut t, 4, 10 * MS, false, "wait");
         t.exit(4, 50 * MS);
         // Nothing of it is open when the recording ends.
         assert_eq!(
@@ -312,8 +317,7 @@ mod tests {
     #[test]
     fn a_thread_still_out_at_the_end_is_out_until_the_end() {
         let mut t = OffCpuTracker::new(0, []);
-        t.switch_out(5, 10 * MS, false);
-        t.switch_out_stack(5, 10 * MS, "sleep");
+        left(&mut t, 5, 10 * MS, false, "sleep");
         t.switch_out(6, 20 * MS, false);
         assert_eq!(
             t.finish(100 * MS),
@@ -360,12 +364,10 @@ mod tests {
         let mut now = 0;
         for _ in 0..10 {
             now += 5 * MS;
-            t.switch_out(1, now, false);
-            t.switch_out_stack(1, now, "do_nanosleep");
+            left(&mut t, 1, now, false, "do_nanosleep");
             now += 3 * MS;
             t.switch_in(1, now);
-            t.switch_out(1, now, false);
-            t.switch_out_stack(1, now, "futex_wait");
+            left(&mut t, 1, now, false, "futex_wait");
             now += 2 * MS;
             t.switch_in(1, now);
         }

@@ -62,11 +62,7 @@ impl EhFrameSource {
             address,
             bytes,
             text: file.section(".text").map(|s| s.address()),
-            endian: if file.is_little_endian() {
-                RunTimeEndian::Little
-            } else {
-                RunTimeEndian::Big
-            },
+            endian: file.gimli_endian(),
             // Only 64-bit files are read (see [`Elf`]).
             address_size: 8,
         })

@@ -137,14 +137,6 @@ impl LeaveOut {
     }
 }
 
-fn endian_of<'d, R: object::ReadRef<'d>>(file: &Elf<'d, R>) -> RunTimeEndian {
-    if file.is_little_endian() {
-        RunTimeEndian::Little
-    } else {
-        RunTimeEndian::Big
-    }
-}
-
 /// The DWARF of one file: the sections, shared, and a lookup context over them (which
 /// parses units lazily and caches them, so it is used by one thread at a time).
 pub struct DwarfInfo {
@@ -160,7 +152,7 @@ impl DwarfInfo {
         file: &Elf<'d, R>,
         data: &Arc<[u8]>,
     ) -> Result<DwarfInfo, String> {
-        let endian = endian_of(file);
+        let endian = file.gimli_endian();
         let whole = EndianArcSlice::new(data.clone(), endian);
         DwarfInfo::load_with(file, None, &|section| {
             let bytes = crate::binary::section_data(file, section)?;
@@ -190,7 +182,7 @@ impl DwarfInfo {
         at: &crate::binary::At,
         addresses: Option<&[u64]>,
     ) -> Result<DwarfInfo, String> {
-        let endian = endian_of(file);
+        let endian = file.gimli_endian();
         DwarfInfo::load_with(file, addresses, &|section| {
             crate::binary::section_shared(file, section, at)
                 .map(|own| (EndianArcSlice::new(own.clone(), endian), Some(own)))
@@ -208,7 +200,7 @@ impl DwarfInfo {
             return Err("no DWARF in the file".into());
         }
         let refused: std::cell::RefCell<Option<String>> = Default::default();
-        let endian = endian_of(file);
+        let endian = file.gimli_endian();
         let empty = || EndianArcSlice::new(Arc::from(&[][..]), endian);
         let own_info: std::cell::RefCell<Option<Arc<[u8]>>> = Default::default();
         let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {

@@ -171,18 +171,12 @@ fn slot_targets<'d, R: object::ReadRef<'d>>(
     wanted: &HashSet<u64>,
 ) -> HashMap<u64, Target> {
     use object::elf::{R_X86_64_GLOB_DAT, R_X86_64_IRELATIVE, R_X86_64_JUMP_SLOT};
+    use object::Endian as _;
     let dynsym = file.section_of_kind(object::elf::SHT_DYNSYM);
     let symbols_index = dynsym.map_or(0, |s| s.index);
-    let word = |b: &[u8]| {
-        let b: [u8; 8] = b.try_into().unwrap_or_default();
-        if file.is_little_endian() {
-            u64::from_le_bytes(b)
-        } else {
-            u64::from_be_bytes(b)
-        }
-    };
-    // (slot, symbol index or IFUNC address, whether it is an IFUNC)
-    let mut found: Vec<(u64, u64, bool)> = Vec::new();
+    let strings = dynsym.and_then(|s| Some((s, file.section_at(s.link())?.file_range()?)));
+    let word = |b: &[u8]| file.endian().read_u64(b.try_into().unwrap_or_default());
+    let mut targets = HashMap::new();
     let mut chunk = vec![0u8; RELA_CHUNK_BYTES];
     for section in file.sections() {
         if section.kind() != object::elf::SHT_RELA
@@ -198,48 +192,31 @@ fn slot_targets<'d, R: object::ReadRef<'d>>(
         while offset < end {
             let n = ((end - offset) as usize).min(RELA_CHUNK_BYTES);
             let n = n - n % RELA_BYTES;
-            let Some(got) = at.read_into(offset, &mut chunk[..n]).filter(|&g| g == n) else {
+            if n == 0 || at.read_into(offset, &mut chunk[..n]) != Some(n) {
                 break;
-            };
-            for rela in chunk[..got].chunks_exact(RELA_BYTES) {
+            }
+            for rela in chunk[..n].chunks_exact(RELA_BYTES) {
                 let slot = word(&rela[0..8]);
                 if !wanted.contains(&slot) {
                     continue;
                 }
                 let info = word(&rela[8..16]);
                 let (kind, symbol) = (object::elf::RelocationType(info as u32), info >> 32);
-                match kind {
+                let target = match kind {
                     R_X86_64_JUMP_SLOT | R_X86_64_GLOB_DAT if symbol != 0 => {
-                        found.push((slot, symbol, false))
+                        strings.and_then(|(dynsym, strings)| {
+                            symtab::name_of_symbol(at, &dynsym, strings, symbol).map(Target::Import)
+                        })
                     }
-                    R_X86_64_IRELATIVE => found.push((slot, word(&rela[16..24]), true)),
-                    _ => {}
+                    R_X86_64_IRELATIVE => Some(Target::Ifunc(word(&rela[16..24]))),
+                    _ => None,
+                };
+                if let Some(target) = target {
+                    targets.insert(slot, target);
                 }
-            }
-            if n == 0 {
-                break;
             }
             offset += n as u64;
         }
-    }
-    let strings = dynsym.and_then(|s| {
-        let strings = file.section_at(s.link())?;
-        Some((s, strings.file_range()?))
-    });
-    let mut targets = HashMap::new();
-    for (slot, value, ifunc) in found {
-        let target = if ifunc {
-            Target::Ifunc(value)
-        } else {
-            let Some((dynsym, strings)) = &strings else {
-                continue;
-            };
-            match symtab::name_of_symbol(at, dynsym, *strings, value) {
-                Some(name) => Target::Import(name),
-                None => continue,
-            }
-        };
-        targets.insert(slot, target);
     }
     targets
 }

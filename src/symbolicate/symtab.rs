@@ -223,31 +223,22 @@ impl Tables {
     /// The name of `entry`, without a version suffix; `None` when it cannot be read or
     /// is empty.
     fn name(&self, entry: &Entry) -> Option<String> {
-        self.name_through(entry, &mut |table, pos, buf| {
-            let bytes = table.reader.0.read_exact_at(pos, buf.len())?;
-            buf[..bytes.len()].copy_from_slice(&bytes);
-            Some(bytes.len())
+        let table = self.tables.get(entry.table as usize)?;
+        string_at(table.strings, entry.name, &mut |pos, buf| {
+            table.reader.0.read_into(pos, buf)
         })
     }
 
     /// [`Tables::name`] for entries met in table order, whose names mostly follow one
     /// another: read through one reader per table (`readers`), with its read-ahead.
     fn name_in_order(&self, entry: &Entry, readers: &mut HashMap<u8, At>) -> Option<String> {
-        self.name_through(entry, &mut |table, pos, buf| {
-            let at = readers
-                .entry(entry.table)
-                .or_insert_with(|| table.reader.at(0));
+        let table = self.tables.get(entry.table as usize)?;
+        let at = readers
+            .entry(entry.table)
+            .or_insert_with(|| table.reader.at(0));
+        string_at(table.strings, entry.name, &mut |pos, buf| {
             at.seek(SeekFrom::Start(pos)).ok()?;
             at.read(buf).ok()
-        })
-    }
-
-    /// The name of `entry`, read by `read` (a table, a file offset, a buffer to fill:
-    /// how many bytes it got).
-    fn name_through(&self, entry: &Entry, read: &mut ReadName<'_>) -> Option<String> {
-        let table = self.tables.get(entry.table as usize)?;
-        string_at(table.strings, entry.name, &mut |pos, buf| {
-            read(table, pos, buf)
         })
     }
 
@@ -360,10 +351,6 @@ impl Tables {
         }
     }
 }
-
-/// Reads a name's bytes: from a table's string table at a file offset into a buffer,
-/// giving how many bytes it got.
-type ReadName<'a> = dyn FnMut(&Table, u64, &mut [u8]) -> Option<usize> + 'a;
 
 /// The function symbol of one raw `Elf64_Sym` (little-endian) of `table`, the `index`th:
 /// defined in a section, at a non-zero address, with a name, and a function, an IFUNC
