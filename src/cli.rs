@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 use crate::calltree::{self, Transform};
 use crate::emit;
+use crate::profile::TimeView;
 use crate::record::{self, RecordOptions};
 use crate::unwind::UnwindMode;
 
@@ -110,7 +111,36 @@ pub struct ConvertArgs {
     /// folded and svg: start every stack with its process and thread.
     #[arg(long = "thread-roots")]
     pub thread_roots: bool,
+    #[arg(long = "time", value_enum, help = TIME_HELP)]
+    pub time: Option<TimeArg>,
 }
+
+/// Which time a report or an export weighs stacks by (profiles recorded with
+/// `--off-cpu`).
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum TimeArg {
+    /// On-CPU samples only
+    Cpu,
+    /// Time off the CPU only (blocked and preempted)
+    OffCpu,
+    /// Both: each thread's wall-clock time
+    Wall,
+}
+
+impl TimeArg {
+    pub fn view(self) -> TimeView {
+        match self {
+            TimeArg::Cpu => TimeView::Cpu,
+            TimeArg::OffCpu => TimeView::OffCpu,
+            TimeArg::Wall => TimeView::Wall,
+        }
+    }
+}
+
+/// `--time` of `report`, `convert` and `record` (folded, speedscope, svg).
+const TIME_HELP: &str = "Profiles with off-CPU time: weigh stacks by on-CPU samples (cpu), \
+time off the CPU (off-cpu), or both (wall) [default: wall when the profile has off-CPU \
+time, else cpu]";
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum ColorArg {
@@ -169,6 +199,8 @@ pub struct ReportArgs {
     /// Sample counts per source line of the function, instead of the tree.
     #[arg(long = "lines", value_name = "FUNC")]
     pub lines: Option<String>,
+    #[arg(long = "time", value_enum, help = TIME_HELP)]
+    pub time: Option<TimeArg>,
     /// Columns to fit the output in (0: no limit) [default: the terminal's width, else
     /// $COLUMNS, else no limit]
     #[arg(long, value_name = "N")]
@@ -250,6 +282,8 @@ pub struct RecordArgs {
     /// folded and svg: start every stack with its process and thread.
     #[arg(long = "thread-roots")]
     pub thread_roots: bool,
+    #[arg(long = "time", value_enum, help = TIME_HELP)]
+    pub time: Option<TimeArg>,
     /// Data pages per CPU ring buffer (a power of two) [default: what
     /// kernel.perf_event_mlock_kb allows, 128 with its default of 516]
     #[arg(short = 'm', long = "mmap-pages")]
@@ -278,7 +312,18 @@ pub struct RecordArgs {
           default_value_t = crate::record::stack_limit::DEFAULT_MAX_STACK,
           value_parser = clap::value_parser!(u16).range(1..=i64::from(crate::record::stack_limit::MAX_FITTING_FRAMES)))]
     pub max_stack: u16,
-    /// The command to profile, with its arguments.
+    /// Also record where threads wait: every interval a thread spends off the CPU
+    /// (blocked on a lock, I/O, a sleep, a pipe; or preempted) is weighted by its
+    /// duration at the stack where it left the CPU (needs kernel access: root, or
+    /// kernel.perf_event_paranoid <= 1).
+    #[arg(long = "off-cpu")]
+    pub off_cpu: bool,
+    /// With --off-cpu: take the stack of every Nth switch out of a thread only, each
+    /// standing for the off-CPU time since the one before (every switch is still timed);
+    /// for programs that switch more than some 20,000 times a second per CPU.
+    #[arg(long = "off-cpu-every", value_name = "N", requires = "off_cpu",
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub off_cpu_every: Option<u64>,
     /// Under sudo, run the command as root too [default: as the user who ran sudo].
     #[arg(long = "keep-root")]
     pub keep_root: bool,
@@ -355,6 +400,7 @@ impl ReportArgs {
             },
             max_depth: self.depth,
             min_percent: self.min_percent,
+            time: self.time.map(TimeArg::view),
         })
     }
 }
@@ -447,12 +493,14 @@ impl RecordArgs {
                 duration,
                 max_stack: self.max_stack,
                 run_as,
+                off_cpu: self.off_cpu.then_some(self.off_cpu_every.unwrap_or(1)),
             },
             mode,
             format,
             output,
             export: emit::ExportOptions {
                 thread_roots: self.thread_roots,
+                time: self.time.map(TimeArg::view),
             },
             debug: self.debug,
         })

@@ -45,6 +45,21 @@ pub enum EventKind {
     },
     /// The kernel throttled sampling because the event fired too often.
     Throttle,
+    /// A thread left the CPU (`PERF_RECORD_SWITCH`, off-CPU recording): `preempted` when
+    /// it could still run, else it blocked (waited for a lock, I/O, a sleep).
+    SwitchOut {
+        pid: i32,
+        tid: i32,
+        preempted: bool,
+    },
+    /// A thread got the CPU back (`PERF_RECORD_SWITCH`).
+    SwitchIn {
+        pid: i32,
+        tid: i32,
+    },
+    /// The stack at which a thread left the CPU: a sample of the context-switch event,
+    /// taken as it switched out (every `OffCpuRecording::switch_period`th switch).
+    SwitchSample(Sample),
 }
 
 /// The user registers the unwinder needs, at the moment of the sample (for a sample taken
@@ -159,6 +174,29 @@ pub struct RecordingInfo {
     pub sample_bytes: u64,
     /// CPUs of the recording machine.
     pub logical_cpus: u32,
+    /// Whether off-CPU time was recorded (`--off-cpu`), and how.
+    pub off_cpu: OffCpuRecording,
+}
+
+/// Whether the context switches of the followed threads were recorded, to show where
+/// they waited (see [`crate::offcpu`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum OffCpuRecording {
+    /// Not asked for: the profile has on-CPU samples only.
+    #[default]
+    Off,
+    /// Every switch out and back in was recorded, and the stack of every
+    /// `switch_period`th switch out (1: every one).
+    On { switch_period: u64 },
+    /// Asked for, but the kernel would not sample context switches; the reason, said
+    /// once to the user.
+    Refused(String),
+}
+
+impl OffCpuRecording {
+    pub fn recorded(&self) -> bool {
+        matches!(self, OffCpuRecording::On { .. })
+    }
 }
 
 /// What a recording may be missing, and why: stack frames beyond the frame limit,

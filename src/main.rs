@@ -64,6 +64,9 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     if let Some(path) = std::env::var_os(CAPTURE_ENV) {
         builder.capture_samples(PathBuf::from(path));
     }
+    if let Some(period) = plan.options.off_cpu {
+        builder.record_off_cpu(period);
+    }
     let (info, ended) = record::record(&plan.options, &mut |events| builder.add_events(events))?;
     let exited = Instant::now();
     // Where the kernel's text starts, which places kernel frames, read only when a sample
@@ -237,8 +240,16 @@ fn convert_main(args: ConvertArgs) -> Result<()> {
     let sudo = output::SudoUser::from_env();
     output::check_destination(&output_path, root, sudo)?;
     let profile = emit::load::read_profile(&args.file)?;
+    let time = args.time.map(cli::TimeArg::view);
+    if time.is_some_and(|t| t != sampler::profile::TimeView::Cpu) && !profile.meta.off_cpu {
+        anyhow::bail!(
+            "{} has no off-CPU time (record with --off-cpu); only --time cpu can be written",
+            args.file.display()
+        );
+    }
     let export = emit::ExportOptions {
         thread_roots: args.thread_roots,
+        time,
     };
     emit::write(&profile, format, &export, &output_path, sudo)
         .with_context(|| format!("converting {}", args.file.display()))?;

@@ -77,6 +77,16 @@ impl<S> OffCpuTracker<S> {
         }
     }
 
+    /// When the recording started.
+    pub fn start_ns(&self) -> u64 {
+        self.start_ns
+    }
+
+    /// `tid` was there when recording started (described as `-p` attached).
+    pub fn existed_at_start(&mut self, tid: i32) {
+        self.unseen_at_start.insert(tid);
+    }
+
     /// The switch-out record of `tid` at `time_ns`: `preempted` when the thread could
     /// still run.
     pub fn switch_out(&mut self, tid: i32, time_ns: u64, preempted: bool) {

@@ -288,6 +288,7 @@ mod tests {
             stopped_for: None,
             sample_bytes: 0,
             logical_cpus: 2,
+            off_cpu: Default::default(),
         }
     }
 

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use sampler::calltree::{CallTree, Transform};
 use sampler::emit::{self, Format};
-use sampler::profile::Profile;
+use sampler::profile::{Profile, SampleWeight, TimeView};
 use sampler::symbolicate::LibSymbols;
 
 /// Bytes live at once that no case may exceed.
@@ -143,6 +143,7 @@ fn use_profile(p: &Profile) {
         color: false,
         max_depth: None,
         min_percent: 0.0,
+        time: None,
     };
     emit::report::render_tree(&tree, &opts, &mut text);
     for name in ["main", "work", "nosuch"] {
@@ -155,10 +156,12 @@ fn use_profile(p: &Profile) {
             let _ = sampler::calltree::transform::apply_all(CallTree::all_threads(p), &[t]);
         }
     }
-    let _ = emit::folded::to_folded(p, true);
-    let _ = emit::speedscope::to_json(p);
+    for view in [TimeView::Cpu, TimeView::OffCpu, TimeView::Wall] {
+        let _ = emit::folded::to_folded(p, true, view);
+        let _ = emit::speedscope::to_json(p, view);
+        let _ = emit::svg::to_svg(p, true, view);
+    }
     let _ = emit::pprof::to_pprof(p);
-    let _ = emit::svg::to_svg(p, true);
     let _ = emit::firefox::to_json(p);
 }
 
@@ -212,7 +215,7 @@ fn mutated_profiles_never_panic() {
         &["main", "work", "level2"],
         &["main", "other"],
     ]);
-    p.threads[0].samples[1].weight = 3;
+    p.threads[0].samples[1].weight = SampleWeight::OnCpu(3);
     let dir = std::env::temp_dir().join(format!("sampler-mutation-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("seed.json");

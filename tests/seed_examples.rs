@@ -55,6 +55,7 @@ fn recording(events: Vec<Event>) -> Recording {
         stopped_for: None,
         sample_bytes: 0,
         logical_cpus: 2,
+        off_cpu: Default::default(),
         gaps: Default::default(),
     };
     Recording { info, events }

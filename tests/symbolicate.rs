@@ -399,12 +399,12 @@ fn a_function_both_inlined_and_called_is_one_func() {
                 SampleRow {
                     time_ms: 0.0,
                     stack: RawStackIndex(0),
-                    weight: 1,
+                    weight: sampler::profile::SampleWeight::OnCpu(1),
                 },
                 SampleRow {
                     time_ms: 1.0,
                     stack: RawStackIndex(1),
-                    weight: 1,
+                    weight: sampler::profile::SampleWeight::OnCpu(1),
                 },
             ],
         }],

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::transform::name_matches;
-use crate::profile::{FuncIndex, Profile};
+use crate::profile::{FuncIndex, Profile, TimeView};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LineRow {
@@ -34,7 +34,9 @@ pub fn function_lines(
     profile: &Profile,
     threads: &[usize],
     query: &str,
+    view: TimeView,
 ) -> Result<Vec<FunctionLines>, String> {
+    let interval_ns = profile.meta.interval_ns();
     let wanted: Vec<bool> = profile
         .funcs
         .iter()
@@ -49,7 +51,7 @@ pub fn function_lines(
     let mut seen: Vec<(FuncIndex, Option<u32>)> = Vec::new();
     for &t in threads {
         for sample in &profile.threads[t].samples {
-            let weight = u64::from(sample.weight);
+            let weight = view.weight(sample.weight, interval_ns);
             seen.clear();
             let mut stack = Some(sample.stack);
             let mut leaf = true;
@@ -165,7 +167,7 @@ mod tests {
     #[test]
     fn lines_of_main_count_self_and_running() {
         let p = profile_with_lines();
-        let out = function_lines(&p, &[0], "main").unwrap();
+        let out = function_lines(&p, &[0], "main", TimeView::Cpu).unwrap();
         assert_eq!(out.len(), 1);
         let main = &out[0];
         assert_eq!((main.self_weight, main.running_weight), (1, 5));
@@ -183,16 +185,16 @@ mod tests {
                 (Some(9), 0, 1)
             ]
         );
-        let some = &function_lines(&p, &[0], "doSomething").unwrap()[0];
+        let some = &function_lines(&p, &[0], "doSomething", TimeView::Cpu).unwrap()[0];
         assert_eq!((some.self_weight, some.running_weight), (3, 3));
         assert_eq!(some.rows.len(), 1);
-        assert!(function_lines(&p, &[0], "nothing").is_err());
+        assert!(function_lines(&p, &[0], "nothing", TimeView::Cpu).is_err());
     }
 
     #[test]
     fn recursion_counts_a_line_once_per_sample() {
         let p = Profile::from_named_stacks(&[&["f", "f", "f"], &["g", "f"]]);
-        let f = &function_lines(&p, &[0], "f").unwrap()[0];
+        let f = &function_lines(&p, &[0], "f", TimeView::Cpu).unwrap()[0];
         assert_eq!((f.self_weight, f.running_weight), (2, 2));
         assert_eq!(
             f.rows,

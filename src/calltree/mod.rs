@@ -12,7 +12,7 @@ pub mod transform;
 
 use std::collections::HashMap;
 
-use crate::profile::{index_type, CodeKind, FuncIndex, Profile};
+use crate::profile::{index_type, CodeKind, FuncIndex, Profile, TimeView};
 
 pub use transform::{parse_path, Transform};
 
@@ -150,8 +150,9 @@ impl TreeBuilder {
 
 impl CallTree {
     /// The call tree of the samples of the threads `threads` (indexes into
-    /// `profile.threads`) merged together.
-    pub fn build(profile: &Profile, threads: &[usize]) -> CallTree {
+    /// `profile.threads`) merged together, weighed as `view` says.
+    pub fn build(profile: &Profile, threads: &[usize], view: TimeView) -> CallTree {
+        let interval_ns = profile.meta.interval_ns();
         let mut b = TreeBuilder {
             funcs: profile
                 .funcs
@@ -180,16 +181,22 @@ impl CallTree {
         for &t in threads {
             for s in &profile.threads[t].samples {
                 let node = stack_node[s.stack.index()];
-                b.nodes[node.index()].self_weight += u64::from(s.weight);
+                b.nodes[node.index()].self_weight += view.weight(s.weight, interval_ns);
             }
         }
         b.finish(None)
     }
 
-    /// The call tree of every thread merged.
+    /// The call tree of every thread merged, in the profile's default view (see
+    /// [`TimeView::default_for`]).
     pub fn all_threads(profile: &Profile) -> CallTree {
+        CallTree::all_threads_in(profile, TimeView::default_for(&profile.meta))
+    }
+
+    /// The call tree of every thread merged, weighed as `view` says.
+    pub fn all_threads_in(profile: &Profile, view: TimeView) -> CallTree {
         let threads: Vec<usize> = (0..profile.threads.len()).collect();
-        CallTree::build(profile, &threads)
+        CallTree::build(profile, &threads, view)
     }
 
     pub fn node(&self, id: CallNodeIndex) -> &CallNode {

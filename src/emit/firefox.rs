@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::fxformat::{self as fx, ExtraEntry, ExtraSection, ProcessedProfile};
-use crate::profile::{CodeKind, Lib, Missing, Profile};
+use crate::profile::{
+    CodeKind, FrameIndex, Lib, Missing, OffCpuKind, Profile, SampleWeight, StackIndex,
+};
 
 pub use super::fxformat::PROCESSED_PROFILE_VERSION;
 
@@ -19,6 +21,22 @@ const GECKO_VERSION: u32 = 24;
 pub const CATEGORY_OTHER: u32 = 0;
 pub const CATEGORY_USER: u32 = 1;
 pub const CATEGORY_KERNEL: u32 = 2;
+/// Off-CPU time (profiles recorded with `--off-cpu` only): every frame of an off-CPU
+/// stack has it, so that the profiler's category filter leaves on-CPU time alone.
+/// Its subcategories are [`OffCpuKind`]s, in the order of [`off_cpu_subcategory`].
+pub const CATEGORY_OFF_CPU: u32 = 3;
+pub const CATEGORY_OFF_CPU_NAME: &str = "Off-CPU";
+pub const SUBCATEGORY_BLOCKED: &str = "Blocked";
+pub const SUBCATEGORY_PREEMPTED: &str = "Preempted";
+/// `samples.weightType` of a profile with off-CPU time: every row weighs milliseconds.
+pub const WEIGHT_TRACING_MS: &str = "tracing-ms";
+
+pub fn off_cpu_subcategory(kind: OffCpuKind) -> u32 {
+    match kind {
+        OffCpuKind::Blocked => 0,
+        OffCpuKind::Preempted => 1,
+    }
+}
 
 /// Labels of the `meta.extra` sections (the profile's info panel), which
 /// [`super::load`] reads back.
@@ -184,21 +202,132 @@ pub fn to_processed(profile: &Profile) -> ProcessedProfile {
         length: source_count,
     };
 
+    let copies = OffCpuCopies::of(profile);
+    let mut stack_table = stack_table(profile);
+    let mut frame_table = frame_table(profile);
+    copies.append_to(profile, &mut frame_table, &mut stack_table);
     ProcessedProfile {
         meta: meta(profile),
         libs: profile.libs.iter().map(lib_entry).collect(),
         shared: fx::Shared {
             string_array: strings.into_list(),
-            stack_table: stack_table(profile),
-            frame_table: frame_table(profile),
+            stack_table,
+            frame_table,
             func_table,
             resource_table,
             native_symbols,
             sources,
             source_location_table: fx::SourceLocationTable::default(),
         },
-        threads: threads(profile),
+        threads: threads(profile, &copies),
     }
+}
+
+/// The off-CPU stacks' own frames and stacks: a copy of each frame and stack that
+/// off-CPU rows use, per [`OffCpuKind`], in the Off-CPU category, after the profile's
+/// own (frames and stacks at `profile.frames.len()` and `profile.stacks.len()` on).
+#[derive(Default)]
+struct OffCpuCopies {
+    frames: Vec<(FrameIndex, OffCpuKind)>,
+    frame_of: HashMap<(FrameIndex, OffCpuKind), u32>,
+    /// (prefix, frame) as Firefox table indexes.
+    stacks: Vec<(Option<u32>, u32)>,
+    stack_of: HashMap<(StackIndex, OffCpuKind), u32>,
+}
+
+impl OffCpuCopies {
+    fn of(profile: &Profile) -> OffCpuCopies {
+        let mut copies = OffCpuCopies::default();
+        for t in &profile.threads {
+            for s in &t.samples {
+                if let SampleWeight::OffCpu { kind, .. } = s.weight {
+                    copies.stack(profile, s.stack, kind);
+                }
+            }
+        }
+        copies
+    }
+
+    /// The Firefox index of the off-CPU copy of `stack`, made with its prefixes'.
+    fn stack(&mut self, profile: &Profile, stack: StackIndex, kind: OffCpuKind) -> u32 {
+        if let Some(&i) = self.stack_of.get(&(stack, kind)) {
+            return i;
+        }
+        let st = profile.stacks[stack.index()];
+        let prefix = st.prefix.map(|p| self.stack(profile, p, kind));
+        let frames = profile.frames.len();
+        let frame = *self.frame_of.entry((st.frame, kind)).or_insert_with(|| {
+            self.frames.push((st.frame, kind));
+            index(frames + self.frames.len() - 1)
+        });
+        self.stacks.push((prefix, frame));
+        let i = index(profile.stacks.len() + self.stacks.len() - 1);
+        self.stack_of.insert((stack, kind), i);
+        i
+    }
+
+    /// The Firefox stack of a sample row.
+    fn of_row(&self, stack: StackIndex, weight: SampleWeight) -> u32 {
+        match weight {
+            SampleWeight::OnCpu(_) => index(stack.index()),
+            SampleWeight::OffCpu { kind, .. } => self.stack_of[&(stack, kind)],
+        }
+    }
+
+    fn append_to(
+        &self,
+        profile: &Profile,
+        frames: &mut fx::FrameTable,
+        stacks: &mut fx::StackTable,
+    ) {
+        for &(f, kind) in &self.frames {
+            let i = f.index();
+            frames.address.push(frames.address[i]);
+            frames.lib.push(frames.lib[i]);
+            frames.inline_depth.push(frames.inline_depth[i]);
+            frames.category.push(Some(CATEGORY_OFF_CPU));
+            frames.subcategory.push(Some(off_cpu_subcategory(kind)));
+            frames.func.push(frames.func[i]);
+            frames.native_symbol.push(frames.native_symbol[i]);
+            frames.inner_window_id.push(frames.inner_window_id[i]);
+            frames.line.push(frames.line[i]);
+            frames.column.push(None);
+            frames.original_location.push(None);
+        }
+        frames.length = frames.func.len();
+        let base = profile.stacks.len();
+        for (k, &(prefix, frame)) in self.stacks.iter().enumerate() {
+            let i = base + k;
+            stacks.frame.push(frame);
+            stacks
+                .prefix_offset
+                .push(prefix.map_or(0, |p| index(i - p as usize)));
+        }
+        stacks.length = stacks.frame.len();
+    }
+}
+
+/// Each row's CPU time since the row before (ns): the time between them less the
+/// previous row's time off the CPU (the first value is not read by the profiler).
+fn thread_cpu_deltas(rows: &[crate::profile::SampleRow<StackIndex>]) -> Vec<Option<u64>> {
+    let mut deltas = Vec::with_capacity(rows.len());
+    let mut previous: Option<(f64, u64)> = None;
+    for r in rows {
+        let delta = match previous {
+            None => 0,
+            Some((time_ms, off_ns)) => {
+                let gap_ns = ((r.time_ms - time_ms).max(0.0) * 1e6).round() as u64;
+                gap_ns.saturating_sub(off_ns)
+            }
+        };
+        deltas.push(Some(delta));
+        let off_ns = match r.weight {
+            SampleWeight::OnCpu(_) => 0,
+            SampleWeight::OffCpu { ns, .. } => ns,
+        };
+        previous = Some((r.time_ms, off_ns));
+    }
+    deltas
 }
 
 /// Table indexes are u32 in the model (the profile's own indexes are u32 too).
@@ -246,7 +375,9 @@ fn stack_table(profile: &Profile) -> fx::StackTable {
     }
 }
 
-fn threads(profile: &Profile) -> Vec<fx::Thread> {
+fn threads(profile: &Profile, copies: &OffCpuCopies) -> Vec<fx::Thread> {
+    let off_cpu = profile.meta.off_cpu;
+    let interval_ms = profile.meta.interval_ms;
     profile
         .threads
         .iter()
@@ -268,12 +399,33 @@ fn threads(profile: &Profile) -> Vec<fx::Thread> {
                     stack: t
                         .samples
                         .iter()
-                        .map(|s| Some(index(s.stack.index())))
+                        .map(|s| Some(copies.of_row(s.stack, s.weight)))
                         .collect(),
                     time: t.samples.iter().map(|s| s.time_ms).collect(),
-                    weight: (!t.samples.iter().all(|s| s.weight == 1))
-                        .then(|| t.samples.iter().map(|s| s.weight).collect()),
-                    weight_type: "samples".into(),
+                    weight: if off_cpu {
+                        Some(
+                            t.samples
+                                .iter()
+                                .map(|s| match s.weight {
+                                    SampleWeight::OnCpu(n) => f64::from(n) * interval_ms,
+                                    SampleWeight::OffCpu { ns, .. } => ns as f64 / 1e6,
+                                })
+                                .collect(),
+                        )
+                    } else {
+                        let count = |s: &crate::profile::SampleRow<StackIndex>| match s.weight {
+                            SampleWeight::OnCpu(n) => n,
+                            SampleWeight::OffCpu { .. } => 0,
+                        };
+                        (!t.samples.iter().all(|s| count(s) == 1))
+                            .then(|| t.samples.iter().map(|s| f64::from(count(s))).collect())
+                    },
+                    weight_type: if off_cpu {
+                        WEIGHT_TRACING_MS.into()
+                    } else {
+                        "samples".into()
+                    },
+                    thread_cpu_delta: off_cpu.then(|| thread_cpu_deltas(&t.samples)),
                     length: t.samples.len(),
                 },
                 markers: fx::Markers::default(),
@@ -320,11 +472,21 @@ fn meta(profile: &Profile) -> fx::Meta {
             thread_cpu_delta: "ns".into(),
         },
         // In the order of the CATEGORY_* indexes.
-        categories: vec![
-            category("Other", "grey"),
-            category("User", "yellow"),
-            category("Kernel", "orange"),
-        ],
+        categories: {
+            let mut categories = vec![
+                category("Other", "grey"),
+                category("User", "yellow"),
+                category("Kernel", "orange"),
+            ];
+            if meta.off_cpu {
+                categories.push(fx::Category {
+                    name: CATEGORY_OFF_CPU_NAME.into(),
+                    color: "blue".into(),
+                    subcategories: vec![SUBCATEGORY_BLOCKED.into(), SUBCATEGORY_PREEMPTED.into()],
+                });
+            }
+            categories
+        },
         marker_schema: Vec::new(),
         extra: vec![
             ExtraSection {

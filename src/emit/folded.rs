@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::profile::Profile;
+use crate::profile::{Profile, TimeView, WeightUnit};
 
 /// A function name as a folded frame: `;` separates frames and a line ends the stack,
 /// so neither may appear inside one.
@@ -26,13 +26,15 @@ pub fn thread_root(profile: &Profile, thread: usize) -> String {
     )
 }
 
-/// Every thread's samples as folded stacks; with `thread_roots`, each stack starts
+/// Every thread's samples as folded stacks, weighed as `view` says: sample counts, or
+/// microseconds for time (off-CPU or wall-clock); with `thread_roots`, each stack starts
 /// with its process and thread.
-pub fn to_folded(profile: &Profile, thread_roots: bool) -> String {
+pub fn to_folded(profile: &Profile, thread_roots: bool, view: TimeView) -> String {
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+    let interval_ns = profile.meta.interval_ns();
     for (i, t) in profile.threads.iter().enumerate() {
         let root = thread_roots.then(|| thread_root(profile, i));
-        for (stack, weight) in super::stack_weights(t) {
+        for (stack, weight) in super::stack_weights(t, view, interval_ns) {
             let mut names: Vec<String> = root.iter().cloned().collect();
             names.extend(
                 super::func_path(profile, stack)
@@ -44,6 +46,13 @@ pub fn to_folded(profile: &Profile, thread_roots: bool) -> String {
     }
     let mut out = String::new();
     for (stack, weight) in lines {
+        let weight = match view.unit() {
+            WeightUnit::Samples => weight,
+            WeightUnit::Nanoseconds => (weight + 500) / 1000,
+        };
+        if weight == 0 {
+            continue;
+        }
         out.push_str(&stack);
         out.push(' ');
         out.push_str(&weight.to_string());
@@ -66,9 +75,9 @@ mod tests {
             &["A", "x;y"],
         ]);
         assert_eq!(
-            to_folded(&p, false),
+            to_folded(&p, false, TimeView::Cpu),
             "A;B;C;D;E 1\nA;B;C;F;G 1\nA;B;H;F 2\nA;x:y 1\n"
         );
-        assert!(to_folded(&p, true).starts_with("synthetic (1);synthetic (1);A;B;C;D;E 1\n"));
+        assert!(to_folded(&p, true, TimeView::Cpu).starts_with("synthetic (1);synthetic (1);A;B;C;D;E 1\n"));
     }
 }

@@ -243,9 +243,19 @@ pub struct Samples {
     /// Index into `stackTable`; null for a sample without a stack.
     pub stack: Vec<Option<u32>>,
     pub time: Vec<f64>,
-    /// Null when every sample weighs 1.
-    pub weight: Option<Vec<u32>>,
+    /// Null when every sample weighs 1; in `weightType` units (samples, or milliseconds
+    /// for `tracing-ms`).
+    pub weight: Option<Vec<f64>>,
     pub weight_type: String,
+    /// CPU time of the thread since the sample before, in `meta.sampleUnits`'s unit
+    /// (ns); what the thread's CPU usage graph is drawn from. Written for profiles with
+    /// off-CPU time, whose rows are not all time on the CPU.
+    #[serde(
+        rename = "threadCPUDelta",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub thread_cpu_delta: Option<Vec<Option<u64>>>,
     pub length: usize,
 }
 

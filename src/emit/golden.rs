@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use super::report::{render_tree, ReportOptions};
 use super::{firefox, folded, pprof, speedscope, svg};
 use crate::calltree::CallTree;
-use crate::profile::Profile;
+use crate::profile::{Profile, TimeView};
 
 /// Set to 1 to write the golden files instead of comparing with them.
 const BLESS_ENV: &str = "SAMPLER_BLESS";
@@ -55,26 +55,27 @@ fn every_export(name: &str, profile: &Profile) {
     );
     check(
         &format!("{name}.speedscope.json"),
-        &pretty(&speedscope::to_json(profile)),
+        &pretty(&speedscope::to_json(profile, TimeView::Cpu)),
     );
     check(
         &format!("{name}.folded"),
-        &folded::to_folded(profile, false),
+        &folded::to_folded(profile, false, TimeView::Cpu),
     );
     check(
         &format!("{name}.roots.folded"),
-        &folded::to_folded(profile, true),
+        &folded::to_folded(profile, true, TimeView::Cpu),
     );
     check(
         &format!("{name}.pprof.txt"),
         &format!("{:#?}\n", pprof::to_pprof(profile)),
     );
-    check(&format!("{name}.svg"), &svg::to_svg(profile, false));
+    check(&format!("{name}.svg"), &svg::to_svg(profile, false, TimeView::Cpu));
     let opts = ReportOptions {
         width: Some(100),
         color: false,
         max_depth: None,
         min_percent: 0.0,
+        time: None,
     };
     let mut report = String::new();
     let tree = CallTree::all_threads(profile);

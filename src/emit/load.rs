@@ -16,9 +16,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::firefox::{
-    CATEGORY_KERNEL, CATEGORY_OTHER, EXTRA_LOST_BY_THREAD, EXTRA_RECORDING, EXTRA_SYMBOLS,
-    GAP_DEBUG_INFO, GAP_SYMBOLS, PROCESSED_PROFILE_VERSION, RECORDING_EVENT, RECORDING_FREQUENCY,
-    RECORDING_KERNEL, RECORDING_LOST, RECORDING_RESTORED, RECORDING_THROTTLED, RECORDING_TRUNCATED,
+    CATEGORY_KERNEL, CATEGORY_OFF_CPU, CATEGORY_OFF_CPU_NAME, CATEGORY_OTHER, EXTRA_LOST_BY_THREAD,
+    EXTRA_RECORDING, EXTRA_SYMBOLS, GAP_DEBUG_INFO, GAP_SYMBOLS, PROCESSED_PROFILE_VERSION,
+    RECORDING_EVENT, RECORDING_FREQUENCY, RECORDING_KERNEL, RECORDING_LOST, RECORDING_RESTORED,
+    RECORDING_THROTTLED, RECORDING_TRUNCATED, WEIGHT_TRACING_MS,
 };
 use super::fxformat::{self as fx, ExtraEntry, ProcessedProfile};
 use crate::profile::*;
@@ -190,14 +191,18 @@ pub fn from_processed(p: &ProcessedProfile) -> Result<Profile> {
     let source_files = read_sources(&shared.sources, &strings)?;
     let funcs = read_funcs(&shared.func_table, &strings, &resource_lib, &source_files)?;
     let native_symbols = read_native_symbols(&shared.native_symbols, &strings, libs.len())?;
-    let frames = read_frames(
+    let (frames, frames_off_cpu) = read_frames(
         &shared.frame_table,
         funcs.len(),
-        libs.len(),
+        &libs,
         native_symbols.len(),
     )?;
     let stacks = read_stacks(&shared.stack_table, frames.len())?;
-    let (processes, threads) = read_threads(p, stacks.len())?;
+    let leaf_off_cpu: Vec<Option<OffCpuKind>> = stacks
+        .iter()
+        .map(|s| frames_off_cpu[s.frame.index()])
+        .collect();
+    let (processes, threads) = read_threads(p, &leaf_off_cpu)?;
     Ok(Profile {
         meta: read_meta(&p.meta),
         symbol_gaps: read_symbol_gaps(&p.meta, &lib_by_name),
@@ -297,12 +302,15 @@ fn read_native_symbols(
         .collect::<Result<_>>()
 }
 
+/// The frames, and for each whether it is an off-CPU stack's copy of a frame (in the
+/// Off-CPU category; see [`super::firefox::CATEGORY_OFF_CPU`]) and of which kind.
 fn read_frames(
     fr: &fx::FrameTable,
     funcs: usize,
-    libs: usize,
+    lib_list: &[Lib],
     native_symbols: usize,
-) -> Result<Vec<Frame>> {
+) -> Result<(Vec<Frame>, Vec<Option<OffCpuKind>>)> {
+    let libs = lib_list.len();
     same_length(
         "frameTable",
         fr.length,
@@ -316,16 +324,31 @@ fn read_frames(
             ("line", fr.line.len()),
         ],
     )?;
-    (0..fr.length)
+    let mut off_cpu = Vec::with_capacity(fr.length);
+    let frames = (0..fr.length)
         .map(|i| {
+            let lib = signed_index("frameTable.lib", i, fr.lib[i], libs)?.map(LibIndex::new);
             let kind = match fr.category[i] {
                 Some(CATEGORY_KERNEL) => CodeKind::Kernel,
                 Some(CATEGORY_OTHER) => CodeKind::Marker,
+                // An off-CPU copy: its code kind from where it is.
+                Some(CATEGORY_OFF_CPU) => match lib {
+                    Some(l) if lib_list[l.index()].kind == LibKind::Kernel => CodeKind::Kernel,
+                    None if fr.address[i] < 0 => CodeKind::Marker,
+                    _ => CodeKind::User,
+                },
                 _ => CodeKind::User,
             };
+            off_cpu.push(
+                match (fr.category[i], fr.subcategory.get(i).copied().flatten()) {
+                    (Some(CATEGORY_OFF_CPU), Some(1)) => Some(OffCpuKind::Preempted),
+                    (Some(CATEGORY_OFF_CPU), _) => Some(OffCpuKind::Blocked),
+                    _ => None,
+                },
+            );
             Ok(Frame {
                 func: FuncIndex::new(index("frameTable.func", i, fr.func[i], funcs)?),
-                lib: signed_index("frameTable.lib", i, fr.lib[i], libs)?.map(LibIndex::new),
+                lib,
                 address: u64::try_from(fr.address[i]).ok(),
                 inline_depth: fr.inline_depth[i],
                 native_symbol: optional_index(
@@ -339,7 +362,8 @@ fn read_frames(
                 kind,
             })
         })
-        .collect::<Result<_>>()
+        .collect::<Result<_>>()?;
+    Ok((frames, off_cpu))
 }
 
 fn read_stacks(st: &fx::StackTable, frames: usize) -> Result<Vec<Stack>> {
@@ -366,9 +390,15 @@ fn read_stacks(st: &fx::StackTable, frames: usize) -> Result<Vec<Stack>> {
 /// Threads, and their processes (by pid, in order of first appearance).
 fn read_threads(
     p: &ProcessedProfile,
-    stacks: usize,
+    leaf_off_cpu: &[Option<OffCpuKind>],
 ) -> Result<(Vec<Process>, Vec<Thread<StackIndex>>)> {
+    let stacks = leaf_off_cpu.len();
     let meta = &p.meta;
+    let interval_ms = if meta.interval > 0.0 {
+        meta.interval
+    } else {
+        1.0
+    };
     let lost_by_thread: HashMap<&str, u64> = section(meta, EXTRA_LOST_BY_THREAD)
         .iter()
         .filter_map(|e| Some((e.label.as_str(), e.value.as_u64()?)))
@@ -401,10 +431,22 @@ fn read_threads(
             else {
                 continue;
             };
+            let w = samples.weight.as_ref().map_or(1.0, |w| w[i]);
+            if !w.is_finite() || w < 0.0 {
+                bail!("{what}.weight[{i}] = {w} is not a weight");
+            }
+            let weight = match (samples.weight_type.as_str(), leaf_off_cpu[stack]) {
+                (WEIGHT_TRACING_MS, Some(kind)) => SampleWeight::OffCpu {
+                    kind,
+                    ns: (w * 1e6).round() as u64,
+                },
+                (WEIGHT_TRACING_MS, None) => SampleWeight::OnCpu((w / interval_ms).round() as u32),
+                _ => SampleWeight::OnCpu(w.round() as u32),
+            };
             rows.push(SampleRow {
                 time_ms: samples.time[i],
                 stack: StackIndex::new(stack),
-                weight: samples.weight.as_ref().map_or(1, |w| w[i]),
+                weight,
             });
         }
         let tid = i32::try_from(t.tid)
@@ -466,6 +508,10 @@ fn read_meta(meta: &fx::Meta) -> Meta {
         truncated_stacks: count(RECORDING_TRUNCATED),
         restored_callers: count(RECORDING_RESTORED),
         logical_cpus: meta.logical_cpus,
+        off_cpu: meta
+            .categories
+            .iter()
+            .any(|c| c.name == CATEGORY_OFF_CPU_NAME),
     }
 }
 
@@ -541,7 +587,7 @@ pub(crate) mod tests {
                 _ => fr.address = Some(0x2000),
             }
         }
-        p.threads[0].samples[1].weight = 3;
+        p.threads[0].samples[1].weight = SampleWeight::OnCpu(3);
         p.threads[0].lost_samples = 7;
         let mut other = p.threads[0].clone();
         other.tid = 99;
@@ -581,6 +627,7 @@ pub(crate) mod tests {
             truncated_stacks: 2,
             restored_callers: 1,
             logical_cpus: 2,
+            off_cpu: false,
         };
         p
     }

@@ -22,7 +22,7 @@ use anyhow::{bail, Context, Result};
 
 use flate2::write::GzEncoder;
 
-use crate::profile::{FuncIndex, Profile, StackIndex, Thread};
+use crate::profile::{FuncIndex, Profile, StackIndex, Thread, TimeView, WeightUnit};
 
 /// The formats a profile can be written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +87,9 @@ pub struct ExportOptions {
     /// Folded stacks and flame graphs: start every stack with its process and thread
     /// (`name (pid)`, `name (tid)`), so threads stay apart.
     pub thread_roots: bool,
+    /// Folded stacks, speedscope and flame graphs: which time they carry; `None`: the
+    /// profile's default (see [`TimeView::default_for`]). pprof and Firefox carry both.
+    pub time: Option<TimeView>,
 }
 
 /// Writes `profile` in `format` at `path`, atomically (see [`output`]): a new file in the
@@ -114,6 +117,13 @@ fn write_to(
     out: &mut dyn Write,
 ) -> std::io::Result<()> {
     let mut out = BufWriter::new(out);
+    // A recording whose off-CPU time the kernel refused (it said so) has on-CPU
+    // samples only, whatever was asked.
+    let view = match opts.time {
+        Some(_) if !profile.meta.off_cpu => TimeView::Cpu,
+        Some(view) => view,
+        None => TimeView::default_for(&profile.meta),
+    };
     match format {
         Format::Firefox => {
             let model = firefox::to_processed(profile);
@@ -133,11 +143,11 @@ fn write_to(
             }
         }
         Format::Folded => {
-            out.write_all(folded::to_folded(profile, opts.thread_roots).as_bytes())?
+            out.write_all(folded::to_folded(profile, opts.thread_roots, view).as_bytes())?
         }
-        Format::Speedscope => serde_json::to_writer(&mut out, &speedscope::to_json(profile))?,
+        Format::Speedscope => serde_json::to_writer(&mut out, &speedscope::to_json(profile, view))?,
         Format::Pprof => out.write_all(&pprof::to_pprof(profile).to_gzipped_bytes()?)?,
-        Format::Svg => out.write_all(svg::to_svg(profile, opts.thread_roots).as_bytes())?,
+        Format::Svg => out.write_all(svg::to_svg(profile, opts.thread_roots, view).as_bytes())?,
     }
     out.flush()
 }
@@ -230,21 +240,49 @@ impl StringTable {
     }
 }
 
-/// A thread's samples summed per leaf stack, in the order stacks were first sampled.
-pub(crate) fn stack_weights<S>(thread: &Thread<S>) -> Vec<(S, u64)>
+/// A thread's samples summed per leaf stack as `view` weighs them (`interval_ns`: the
+/// sampling interval), in the order stacks were first sampled; stacks of no weight in
+/// the view are left out.
+pub(crate) fn stack_weights<S>(
+    thread: &Thread<S>,
+    view: TimeView,
+    interval_ns: u64,
+) -> Vec<(S, u64)>
 where
     S: Copy + Eq + std::hash::Hash,
 {
     let mut weights: Vec<(S, u64)> = Vec::new();
     let mut index: HashMap<S, usize> = HashMap::new();
     for s in &thread.samples {
+        let weight = view.weight(s.weight, interval_ns);
+        if weight == 0 {
+            continue;
+        }
         let i = *index.entry(s.stack).or_insert_with(|| {
             weights.push((s.stack, 0));
             weights.len() - 1
         });
-        weights[i].1 += u64::from(s.weight);
+        weights[i].1 += weight;
     }
     weights
+}
+
+/// A weight as people read it: `12 samples`, or milliseconds (`3.5 ms`) for time.
+pub(crate) fn amount(unit: WeightUnit, weight: u64) -> String {
+    match unit {
+        WeightUnit::Samples => format!("{weight} samples"),
+        WeightUnit::Nanoseconds => format!("{} ms", ms_text(weight)),
+    }
+}
+
+/// Nanoseconds as milliseconds, with a decimal below 100 ms.
+pub(crate) fn ms_text(ns: u64) -> String {
+    let ms = ns as f64 / 1e6;
+    if ms < 100.0 {
+        format!("{ms:.1}")
+    } else {
+        format!("{ms:.0}")
+    }
 }
 
 /// The funcs of a stack's frames, root first (inlined functions are frames too).

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use prost::Message;
 
-use crate::profile::{Profile, StackIndex};
+use crate::profile::{OffCpuKind, Profile, SampleWeight, StackIndex};
 
 #[derive(Clone, PartialEq, Message)]
 pub struct PprofProfile {
@@ -140,6 +140,9 @@ impl Strings {
     }
 }
 
+/// A pprof sample's stack and, for off-CPU time, its kind.
+type RowKey = (StackIndex, Option<OffCpuKind>);
+
 /// The profile as a pprof message.
 pub fn to_pprof(profile: &Profile) -> PprofProfile {
     let mut strings = Strings::new();
@@ -152,6 +155,11 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
         r#type: strings.get("cpu"),
         unit: strings.get("nanoseconds"),
     };
+    // Off-CPU time (`--off-cpu`): `go tool pprof -sample_index=off-cpu`.
+    let off_cpu_type = profile.meta.off_cpu.then(|| ValueType {
+        r#type: strings.get("off-cpu"),
+        unit: strings.get("nanoseconds"),
+    });
 
     // Functions: ids are func index + 1.
     let function: Vec<Function> = profile
@@ -265,6 +273,7 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
     let tid_key = strings.get("tid");
     let pid_key = strings.get("pid");
     let process_key = strings.get("process");
+    let state_key = profile.meta.off_cpu.then(|| strings.get("off-cpu state"));
     let mut sample = Vec::new();
     for t in &profile.threads {
         let process = &profile.processes[t.process.index()];
@@ -290,17 +299,47 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
                 num: i64::from(process.pid),
             },
         ];
-        for (leaf, weight) in super::stack_weights(t) {
+        // Per (stack, off-CPU kind): on-CPU samples and off-CPU nanoseconds, in
+        // first-seen order.
+        let mut rows: Vec<(RowKey, (u64, u64))> = Vec::new();
+        let mut row_of: HashMap<RowKey, usize> = HashMap::new();
+        for s in &t.samples {
+            let key = (s.stack, s.weight.off_cpu_kind());
+            let i = *row_of.entry(key).or_insert_with(|| {
+                rows.push((key, (0, 0)));
+                rows.len() - 1
+            });
+            match s.weight {
+                SampleWeight::OnCpu(n) => rows[i].1 .0 += u64::from(n),
+                SampleWeight::OffCpu { ns, .. } => rows[i].1 .1 += ns,
+            }
+        }
+        for ((leaf, kind), (count, off_ns)) in rows {
+            let mut labels = labels.clone();
+            if let (Some(kind), Some(state_key)) = (kind, state_key) {
+                labels.push(Label {
+                    key: state_key,
+                    str: strings.get(match kind {
+                        OffCpuKind::Blocked => "blocked",
+                        OffCpuKind::Preempted => "preempted",
+                    }),
+                    num: 0,
+                });
+            }
             let mut ids = Vec::new();
             let mut at = Some(leaf);
             while let Some(s) = at {
                 ids.push(location_of(s, &mut location));
                 at = run_start[s.index()].and_then(|first| profile.stacks[first.index()].prefix);
             }
+            let mut value = vec![count as i64, count as i64 * interval_ns];
+            if profile.meta.off_cpu {
+                value.push(off_ns as i64);
+            }
             sample.push(Sample {
                 location_id: ids,
-                value: vec![weight as i64, weight as i64 * interval_ns],
-                label: labels.clone(),
+                value,
+                label: labels,
             });
         }
     }
@@ -316,7 +355,10 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
         }
     ))];
     PprofProfile {
-        sample_type: vec![samples_type, cpu_type.clone()],
+        sample_type: [samples_type, cpu_type.clone()]
+            .into_iter()
+            .chain(off_cpu_type)
+            .collect(),
         sample,
         mapping,
         location,

@@ -8,7 +8,7 @@ use crate::calltree::lines::FunctionLines;
 use std::path::Path;
 
 use crate::calltree::{CallNodeIndex, CallTree, Transform};
-use crate::profile::Profile;
+use crate::profile::{Profile, SampleWeight, TimeView, WeightUnit};
 
 #[derive(Clone, Debug)]
 pub struct ReportOptions {
@@ -20,6 +20,29 @@ pub struct ReportOptions {
     /// Nodes whose running weight is below this share of the total are left out (and
     /// counted in a `…` line under their parent).
     pub min_percent: f64,
+    /// Which time the tree weighs; `None`: the profile's default (wall-clock time when
+    /// it has off-CPU time, else on-CPU samples).
+    pub time: Option<TimeView>,
+}
+
+impl ReportOptions {
+    /// What the weights drawn count (a tree is built in the view `time` says).
+    fn unit(&self) -> WeightUnit {
+        self.time.map_or(WeightUnit::Samples, TimeView::unit)
+    }
+
+    /// A weight as a column shows it: a count, or milliseconds for time.
+    fn number(&self, weight: u64) -> String {
+        match self.unit() {
+            WeightUnit::Samples => weight.to_string(),
+            WeightUnit::Nanoseconds => format!("{:.1}", weight as f64 / 1e6),
+        }
+    }
+
+    /// A weight with its unit, for sentences.
+    fn amount(&self, weight: u64) -> String {
+        super::amount(self.unit(), weight)
+    }
 }
 
 impl Default for ReportOptions {
@@ -29,6 +52,7 @@ impl Default for ReportOptions {
             color: false,
             max_depth: None,
             min_percent: 0.0,
+            time: None,
         }
     }
 }
@@ -168,7 +192,7 @@ pub fn shorten(name: &str, max: usize) -> String {
 /// Draws a call tree: a header line, then one line per node shown.
 pub fn render_tree(tree: &CallTree, opts: &ReportOptions, out: &mut String) {
     let total = tree.total();
-    let digits = total.to_string().len().max(4);
+    let digits = opts.number(total).len().max(4);
     let _ = writeln!(
         out,
         "{:>w$} {:>6}  {:>w$} {:>6}  {}",
@@ -243,9 +267,9 @@ impl TreeRenderer<'_> {
         let c = self.opts.color;
         format!(
             "{:>w$} {}  {:>w$} {}  ",
-            running,
+            self.opts.number(running),
             paint(&format!("{rp:5.1}%"), heat(rp), c),
-            self_w,
+            self.opts.number(self_w),
             paint(&format!("{sp:5.1}%"), heat(sp), c),
             w = self.digits
         )
@@ -393,9 +417,9 @@ impl TreeRenderer<'_> {
             paint(guides.unwrap_or(""), DIM, self.opts.color),
             paint(
                 &format!(
-                    "… {} more, {} samples ({:.1}%), each below {}%",
+                    "… {} more, {} ({:.1}%), each below {}%",
                     hidden.len(),
-                    weight,
+                    self.opts.amount(weight),
                     percent(weight, self.total),
                     self.opts.min_percent
                 ),
@@ -427,12 +451,12 @@ pub fn render_lines(
             "{}{}\n  running {} ({:.1}%), self {} ({:.1}%)",
             f.name,
             paint(&place, DIM, opts.color),
-            f.running_weight,
+            opts.amount(f.running_weight),
             percent(f.running_weight, total),
-            f.self_weight,
+            opts.amount(f.self_weight),
             percent(f.self_weight, total)
         );
-        let w = total.to_string().len().max(7);
+        let w = opts.number(total).len().max(7);
         let _ = writeln!(
             out,
             "{:>6}  {:>w$} {:>6}  {:>w$} {:>6}  source",
@@ -463,9 +487,9 @@ pub fn render_lines(
             let _ = writeln!(
                 out,
                 "{line:>6}  {:>w$} {}  {:>w$} {}  {}",
-                row.running_weight,
+                opts.number(row.running_weight),
                 paint(&format!("{rp:5.1}%"), heat(rp), opts.color),
-                row.self_weight,
+                opts.number(row.self_weight),
                 paint(&format!("{sp:5.1}%"), heat(sp), opts.color),
                 paint(&text, DIM, opts.color)
             );
@@ -506,23 +530,50 @@ pub fn render_report(
     } else {
         vec![threads]
     };
-    let opts = &request.options;
-    let mut out = String::new();
     let m = &profile.meta;
+    let view = request
+        .options
+        .time
+        .unwrap_or_else(|| TimeView::default_for(m));
+    if view != TimeView::Cpu && !m.off_cpu {
+        return Err(format!(
+            "{} has no off-CPU time (record with --off-cpu); only --time cpu can be shown",
+            request.file.display()
+        ));
+    }
+    let opts = &ReportOptions {
+        time: Some(view),
+        ..request.options.clone()
+    };
+    let interval_ns = m.interval_ns();
+    let mut out = String::new();
     let _ = writeln!(
         out,
-        "{}: {} ({} Hz, {:.2} s)",
+        "{}: {} ({} Hz, {:.2} s){}",
         request.file.display(),
         m.event,
         m.frequency_hz,
-        m.duration_ms / 1000.0
+        m.duration_ms / 1000.0,
+        if m.off_cpu {
+            format!("; showing {} (--time cpu|off-cpu|wall)", view.name())
+        } else {
+            String::new()
+        }
     );
     for group in groups {
-        let samples: u64 = group
-            .iter()
-            .flat_map(|&t| &profile.threads[t].samples)
-            .map(|s| u64::from(s.weight))
+        let rows = || group.iter().flat_map(|&t| &profile.threads[t].samples);
+        let samples: u64 = rows().map(|s| view.weight(s.weight, interval_ns)).sum();
+        let on_cpu: u64 = rows()
+            .map(|s| TimeView::Cpu.weight(s.weight, interval_ns))
             .sum();
+        let off_ns = |kind| -> u64 {
+            rows()
+                .filter_map(|s| match s.weight {
+                    SampleWeight::OffCpu { kind: k, ns } if k == kind => Some(ns),
+                    _ => None,
+                })
+                .sum()
+        };
         let who = match group.as_slice() {
             [t] => {
                 let th = &profile.threads[*t];
@@ -542,24 +593,37 @@ pub fn render_report(
                 )
             }
         };
-        let _ = writeln!(out, "{who}: {samples} samples");
+        if m.off_cpu {
+            let blocked = off_ns(crate::profile::OffCpuKind::Blocked);
+            let preempted = off_ns(crate::profile::OffCpuKind::Preempted);
+            let _ = writeln!(
+                out,
+                "{who}: {on_cpu} samples on the CPU ({} ms), {} ms off it ({} ms blocked, {} ms preempted)",
+                super::ms_text(on_cpu * interval_ns),
+                super::ms_text(blocked + preempted),
+                super::ms_text(blocked),
+                super::ms_text(preempted),
+            );
+        } else {
+            let _ = writeln!(out, "{who}: {samples} samples");
+        }
         if let Some(func) = request.lines {
-            let lines = crate::calltree::lines::function_lines(profile, &group, func)?;
+            let lines = crate::calltree::lines::function_lines(profile, &group, func, view)?;
             render_lines(&lines, samples, opts, source_line, &mut out);
             continue;
         }
         let tree = crate::calltree::transform::apply_all(
-            CallTree::build(profile, &group),
+            CallTree::build(profile, &group, view),
             request.transforms,
         )?;
         if !request.transforms.is_empty() {
             let names: Vec<String> = request.transforms.iter().map(|t| t.to_string()).collect();
             let _ = writeln!(
                 out,
-                "after {}: {} of {} samples",
+                "after {}: {} of {}",
                 names.join(", then "),
-                tree.total(),
-                samples
+                opts.number(tree.total()),
+                opts.amount(samples)
             );
         }
         let tree = if request.invert {

@@ -1,25 +1,29 @@
 //! speedscope's file format (`https://www.speedscope.app/file-format-schema.json`): shared
 //! frames, one per function, and one `sampled` profile per thread with samples in time
-//! order, weighted in milliseconds of sampling interval, so that speedscope's time-order
-//! view shows the thread's timeline.
+//! order, weighted in milliseconds (of sampling interval for on-CPU samples, of the time
+//! off the CPU for off-CPU rows), so that speedscope's time-order view shows the
+//! thread's timeline.
 
 use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use crate::profile::{FuncIndex, Profile};
+use crate::profile::{FuncIndex, Profile, TimeView, WeightUnit};
 
 /// The schema every speedscope file names.
 pub const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
 
 /// The profile as a speedscope file.
-pub fn to_json(profile: &Profile) -> Value {
+pub fn to_json(profile: &Profile, view: TimeView) -> Value {
+    let interval_ns = profile.meta.interval_ns();
     let mut frames: Vec<Value> = Vec::new();
     let mut frame_of: HashMap<FuncIndex, usize> = HashMap::new();
     let mut profiles = Vec::new();
-    let interval = profile.meta.interval_ms;
     for t in &profile.threads {
-        if t.samples.is_empty() {
+        if t.samples
+            .iter()
+            .all(|s| view.weight(s.weight, interval_ns) == 0)
+        {
             continue;
         }
         // A stack's frame list is made once, however many samples share it.
@@ -27,6 +31,11 @@ pub fn to_json(profile: &Profile) -> Value {
         let mut samples = Vec::with_capacity(t.samples.len());
         let mut weights = Vec::with_capacity(t.samples.len());
         for s in &t.samples {
+            let ms = match view.weight(s.weight, interval_ns) {
+                0 => continue,
+                w if view.unit() == WeightUnit::Samples => w as f64 * profile.meta.interval_ms,
+                w => w as f64 / 1e6,
+            };
             let path = paths.entry(s.stack).or_insert_with(|| {
                 super::func_path(profile, s.stack)
                     .into_iter()
@@ -47,7 +56,7 @@ pub fn to_json(profile: &Profile) -> Value {
                     .collect()
             });
             samples.push(path.clone());
-            weights.push(f64::from(s.weight) * interval);
+            weights.push(ms);
         }
         let process = &profile.processes[t.process.index()];
         let end: f64 = weights.iter().sum();
@@ -83,7 +92,7 @@ mod tests {
             &["A", "B", "C", "F", "G"],
             &["A", "B", "H", "F"],
         ]);
-        let v = to_json(&p);
+        let v = to_json(&p, TimeView::Cpu);
         assert_eq!(v["$schema"], SCHEMA);
         let names: Vec<&str> = v["shared"]["frames"]
             .as_array()

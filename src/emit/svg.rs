@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use crate::calltree::{CallNodeIndex, CallTree};
-use crate::profile::{CodeKind, Profile};
+use crate::profile::{CodeKind, Profile, TimeView, WeightUnit};
 
 /// Pixel width of the image, and the margin on each side.
 const WIDTH: f64 = 1200.0;
@@ -39,7 +39,7 @@ pub struct FlameBox {
 
 /// Lays out the boxes: an `all` root, optionally process and thread rows, then each
 /// call tree.
-pub fn layout(profile: &Profile, thread_roots: bool) -> Vec<FlameBox> {
+pub fn layout(profile: &Profile, thread_roots: bool, view: TimeView) -> Vec<FlameBox> {
     let mut boxes = Vec::new();
     let label = |depth, start, samples, name: String| FlameBox {
         depth,
@@ -52,7 +52,7 @@ pub fn layout(profile: &Profile, thread_roots: bool) -> Vec<FlameBox> {
         inlined: false,
     };
     if !thread_roots {
-        let tree = CallTree::all_threads(profile);
+        let tree = CallTree::all_threads_in(profile, view);
         boxes.push(label(0, 0, tree.total(), "all".into()));
         add_tree(&tree, 0, 1, &mut boxes);
         return boxes;
@@ -60,7 +60,7 @@ pub fn layout(profile: &Profile, thread_roots: bool) -> Vec<FlameBox> {
     let mut offset = 0;
     let mut processes: Vec<FlameBox> = Vec::new();
     for (i, t) in profile.threads.iter().enumerate() {
-        let tree = CallTree::build(profile, &[i]);
+        let tree = CallTree::build(profile, &[i], view);
         let total = tree.total();
         if total == 0 {
             continue;
@@ -154,8 +154,9 @@ fn colour(b: &FlameBox, hues: &HashMap<&str, u64>) -> String {
 }
 
 /// The flame graph of `profile` as SVG text.
-pub fn to_svg(profile: &Profile, thread_roots: bool) -> String {
-    let boxes = layout(profile, thread_roots);
+pub fn to_svg(profile: &Profile, thread_roots: bool, view: TimeView) -> String {
+    let boxes = layout(profile, thread_roots, view);
+    let amount = |w: u64| super::amount(view.unit(), w);
     let total = boxes.first().map_or(0, |b| b.samples).max(1);
     let rows = boxes.iter().map(|b| b.depth + 1).max().unwrap_or(1);
     let height = HEADER + rows as f64 * ROW + MARGIN;
@@ -189,11 +190,21 @@ g.f text {{ pointer-events: none; }}
     let samples: u64 = boxes.first().map_or(0, |b| b.samples);
     let _ = writeln!(
         out,
-        r#"<text class="sub" x="{}" y="40">{samples} samples, {} at {} Hz, {:.2} s; box width = running samples, hover for counts</text>"#,
+        r#"<text class="sub" x="{}" y="40">{}{}, {} at {} Hz, {:.2} s; box width = running {}, hover for amounts</text>"#,
         WIDTH / 2.0,
+        amount(samples),
+        match view {
+            TimeView::Cpu => "",
+            TimeView::OffCpu => " off-CPU",
+            TimeView::Wall => " on and off CPU",
+        },
         escape(&m.event),
         m.frequency_hz,
-        m.duration_ms / 1000.0
+        m.duration_ms / 1000.0,
+        match view.unit() {
+            WeightUnit::Samples => "samples",
+            WeightUnit::Nanoseconds => "time",
+        }
     );
     // Legend: the libraries with most samples at the root of their run of frames.
     let mut by_lib: HashMap<&str, u64> = HashMap::new();
@@ -237,9 +248,12 @@ g.f text {{ pointer-events: none; }}
         let _ = write!(
             out,
             r#"<g class="f"><title>{title}
-{} samples ({pct:.2}%), self {} ({self_pct:.2}%)</title><rect x="{bx:.3}" y="{by:.1}" width="{bw:.3}" height="{:.1}" rx="2" fill="{}"/>"#,
-            b.samples,
-            b.self_samples,
+{} ({pct:.2}%), self {} ({self_pct:.2}%)</title><rect x="{bx:.3}" y="{by:.1}" width="{bw:.3}" height="{:.1}" rx="2" fill="{}"/>"#,
+            amount(b.samples),
+            match view.unit() {
+                WeightUnit::Samples => b.self_samples.to_string(),
+                WeightUnit::Nanoseconds => amount(b.self_samples),
+            },
             ROW - 1.0,
             colour(b, &hues)
         );
@@ -276,7 +290,7 @@ mod tests {
             &["A", "B", "C", "F", "G"],
             &["A", "B", "H", "F"],
         ]);
-        let boxes = layout(&p, false);
+        let boxes = layout(&p, false, TimeView::Cpu);
         let find = |depth: usize, name: &str| {
             boxes
                 .iter()
@@ -289,9 +303,9 @@ mod tests {
         assert_eq!(find(3, "H"), Some((2, 1, 0)));
         assert_eq!(find(4, "F").map(|f| f.1), Some(1));
         assert_eq!(boxes.len(), 10);
-        let with_threads = layout(&p, true);
+        let with_threads = layout(&p, true, TimeView::Cpu);
         assert_eq!(with_threads.iter().map(|b| b.depth).max(), Some(7));
-        let svg = to_svg(&p, false);
+        let svg = to_svg(&p, false, TimeView::Cpu);
         assert!(svg.contains("<title>C\n2 samples (66.67%), self 0 (0.00%)</title>"));
         assert!(svg.ends_with("</svg>\n"));
     }
@@ -299,7 +313,7 @@ mod tests {
     #[test]
     fn names_are_escaped() {
         let p = Profile::from_named_stacks(&[&["std::vector<int>::push_back&\"x\""]]);
-        let svg = to_svg(&p, false);
+        let svg = to_svg(&p, false, TimeView::Cpu);
         assert!(svg.contains("std::vector&lt;int&gt;::push_back&amp;&quot;x&quot;"));
         assert!(!svg.contains("vector<int>"));
     }

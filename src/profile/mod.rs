@@ -9,10 +9,27 @@
 //! Invariants, for both stages: every index is in range; a stack's prefix comes before it
 //! in the stack table, so one pass from last to first can accumulate times.
 
+pub use crate::offcpu::OffCpuKind;
+
 /// Name of the library that holds kernel frames (perf's name for it).
 pub const KERNEL_LIB_NAME: &str = "[kernel.kallsyms]";
 /// Name of the marker frame at the root of a stack whose outer frames are missing.
 pub const TRUNCATED_MARKER: &str = "[truncated]";
+/// Name of the marker frame of off-CPU time whose stack is unknown: a thread blocked
+/// since before `-p` attached, or whose switch-out sample was lost.
+pub const UNKNOWN_OFF_CPU_MARKER: &str = "[off-CPU, stack unknown]";
+
+/// The `address` of a raw marker frame ([`CodeKind::Marker`]) says which marker it is.
+pub const TRUNCATED_MARKER_ADDRESS: u64 = 0;
+pub const UNKNOWN_OFF_CPU_MARKER_ADDRESS: u64 = 1;
+
+/// The name of the marker frame at `address` (see [`TRUNCATED_MARKER_ADDRESS`]).
+pub fn marker_name(address: u64) -> &'static str {
+    match address {
+        UNKNOWN_OFF_CPU_MARKER_ADDRESS => UNKNOWN_OFF_CPU_MARKER,
+        _ => TRUNCATED_MARKER,
+    }
+}
 /// The pseudo-path of the kernel's vdso mapping, and the name of its library.
 pub const VDSO_NAME: &str = "[vdso]";
 
@@ -119,13 +136,97 @@ pub struct RawStack {
     pub frame: AddressFrameIndex,
 }
 
-/// One sample of a thread. `S` is the stack index type of the profile stage.
+/// What one sample row stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampleWeight {
+    /// Running: this many samples of the sampling event at the stack (each one sampling
+    /// interval of CPU time for cpu-clock, about that for cycles).
+    OnCpu(u32),
+    /// Off the CPU for `ns` nanoseconds from the row's time, having left it at the
+    /// row's stack (`--off-cpu`).
+    OffCpu { kind: OffCpuKind, ns: u64 },
+}
+
+impl SampleWeight {
+    pub fn off_cpu_kind(self) -> Option<OffCpuKind> {
+        match self {
+            SampleWeight::OnCpu(_) => None,
+            SampleWeight::OffCpu { kind, .. } => Some(kind),
+        }
+    }
+}
+
+/// Which time call trees and exports weigh samples by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeView {
+    /// On-CPU samples only, counted (what a profile without off-CPU time has).
+    Cpu,
+    /// Off-CPU time only, in nanoseconds.
+    OffCpu,
+    /// Both: on-CPU samples as their sampling interval and off-CPU time, in
+    /// nanoseconds (wall-clock time of each thread).
+    Wall,
+}
+
+/// What a [`TimeView`]'s weights count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightUnit {
+    Samples,
+    Nanoseconds,
+}
+
+impl TimeView {
+    /// The view a profile is shown in unless another is asked for: wall-clock time when
+    /// it has off-CPU time, else on-CPU samples.
+    pub fn default_for(meta: &Meta) -> TimeView {
+        match meta.off_cpu {
+            true => TimeView::Wall,
+            false => TimeView::Cpu,
+        }
+    }
+
+    pub fn unit(self) -> WeightUnit {
+        match self {
+            TimeView::Cpu => WeightUnit::Samples,
+            TimeView::OffCpu | TimeView::Wall => WeightUnit::Nanoseconds,
+        }
+    }
+
+    /// What `w` weighs in this view; `interval_ns` is the sampling interval.
+    pub fn weight(self, w: SampleWeight, interval_ns: u64) -> u64 {
+        match (self, w) {
+            (TimeView::Cpu, SampleWeight::OnCpu(n)) => u64::from(n),
+            (TimeView::Wall, SampleWeight::OnCpu(n)) => u64::from(n) * interval_ns,
+            (TimeView::OffCpu | TimeView::Wall, SampleWeight::OffCpu { ns, .. }) => ns,
+            (TimeView::OffCpu, SampleWeight::OnCpu(_))
+            | (TimeView::Cpu, SampleWeight::OffCpu { .. }) => 0,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TimeView::Cpu => "on-CPU samples",
+            TimeView::OffCpu => "off-CPU time",
+            TimeView::Wall => "wall-clock time (on-CPU and off-CPU)",
+        }
+    }
+}
+
+impl Meta {
+    /// The sampling interval in nanoseconds (what an on-CPU sample stands for in time).
+    pub fn interval_ns(&self) -> u64 {
+        (self.interval_ms * 1e6).round() as u64
+    }
+}
+
+/// One sample of a thread. `S` is the stack index type of the profile stage. A thread's
+/// rows are in time order.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SampleRow<S> {
-    /// Milliseconds since the start of the profile.
+    /// Milliseconds since the start of the profile (for off-CPU time: when it began).
     pub time_ms: f64,
     pub stack: S,
-    pub weight: u32,
+    pub weight: SampleWeight,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -193,6 +294,8 @@ pub struct Meta {
     pub restored_callers: u64,
     /// CPUs of the machine that recorded it.
     pub logical_cpus: u32,
+    /// Whether off-CPU time was recorded (`--off-cpu`): threads have off-CPU rows.
+    pub off_cpu: bool,
 }
 
 /// The profile before symbolication.
@@ -363,7 +466,7 @@ impl Profile {
                 rows.push(SampleRow {
                     time_ms: i as f64,
                     stack,
-                    weight: 1,
+                    weight: SampleWeight::OnCpu(1),
                 });
             }
         }
@@ -381,6 +484,7 @@ impl Profile {
                 truncated_stacks: 0,
                 restored_callers: 0,
                 logical_cpus: 1,
+                off_cpu: false,
             },
             libs: Vec::new(),
             funcs: funcs.items,

@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use nix::sys::signal::Signal;
 use perf_event_open_sys::bindings as pb;
 
-use crate::events::{Event, RecordingInfo, SamplingEvent};
+use crate::events::{Event, OffCpuRecording, RecordingInfo, SamplingEvent};
 pub use launch::{Credentials, NotRun};
 pub use sys::tune_allocator;
 
@@ -52,6 +52,9 @@ pub struct RecordOptions {
     /// Who the launched command runs as (under sudo, the user who ran it); `None`: as
     /// sampler runs.
     pub run_as: Option<Credentials>,
+    /// Record off-CPU time (`--off-cpu`): every context switch of the followed threads,
+    /// and the stack of every `n`th switch out (`Some(n)`).
+    pub off_cpu: Option<u64>,
 }
 
 /// Why the launched command ended.
@@ -140,7 +143,10 @@ fn base_attr(
             | pb::PERF_SAMPLE_PERIOD
             | pb::PERF_SAMPLE_CALLCHAIN
             | pb::PERF_SAMPLE_REGS_USER
-            | pb::PERF_SAMPLE_STACK_USER) as u64,
+            | pb::PERF_SAMPLE_STACK_USER
+            // Every sample starts with its event's id: the sampling event and the
+            // context-switch event write into one ring (see `OpenEvents::switch_ids`).
+            | pb::PERF_SAMPLE_IDENTIFIER) as u64,
         sample_regs_user: USER_REGS_MASK,
         sample_stack_user: stack_bytes,
         sample_max_stack: max_stack,
@@ -175,7 +181,78 @@ struct OpenEvents {
     /// The events (indexes into `fds`) that own the rings: the ones to poll.
     ring_owners: Vec<usize>,
     ring_pages: usize,
+    /// The ids of the context-switch events (off-CPU recording), whose samples are the
+    /// stacks at which threads left the CPU.
+    switch_ids: HashSet<u64>,
+    off_cpu: OffCpuRecording,
 }
+
+/// Bytes of user stack copied with each context-switch sample, at most: 2 KiB. A
+/// thread that blocks is in a system call, a few library frames below the code that
+/// called it (the lock, sleep or read wrapper and its helpers use a few hundred bytes);
+/// CFI needs only those before the frame-pointer chain can take over. A full sampling
+/// copy (8 KiB in hybrid mode) at every switch would multiply the ring traffic of a
+/// program that switches 50,000 times a second by four.
+const SWITCH_STACK_BYTES: u32 = 2048;
+
+/// The attribute of the context-switch event beside the sampling event `sampling`: a
+/// sample at every `period`th switch out of a followed thread, with the same sample
+/// layout (one parser reads both) but a smaller stack copy, and `PERF_RECORD_SWITCH`
+/// records for every switch out and in. The side-band records (maps, names, forks) come
+/// from the sampling event only.
+fn switch_attr(sampling: &pb::perf_event_attr, period: u64) -> pb::perf_event_attr {
+    let mut attr = *sampling;
+    attr.type_ = pb::PERF_TYPE_SOFTWARE;
+    attr.config = pb::PERF_COUNT_SW_CONTEXT_SWITCHES as u64;
+    attr.set_freq(0);
+    attr.__bindgen_anon_1.sample_period = period.max(1);
+    attr.sample_stack_user = attr.sample_stack_user.min(SWITCH_STACK_BYTES);
+    attr.set_mmap(0);
+    attr.set_mmap2(0);
+    attr.set_comm(0);
+    attr.set_comm_exec(0);
+    attr.set_task(0);
+    attr.set_build_id(0);
+    attr.set_context_switch(1);
+    attr
+}
+
+/// Opens the context-switch events beside the sampling events on the same tasks and
+/// CPUs, and their ids. Kernel frames are needed: the event fires in the scheduler, so a
+/// counter that excludes the kernel never fires.
+fn open_switch_events(
+    sampling: &pb::perf_event_attr,
+    period: u64,
+    kernel_included: bool,
+    tasks: &[i32],
+    cpus: &[i32],
+) -> std::result::Result<(CpuEvents, HashSet<u64>), String> {
+    let what_to_do =
+        "run sampler with sudo, or lower it with `sudo sysctl kernel.perf_event_paranoid=1`";
+    if !kernel_included {
+        let paranoid = read_sysctl("perf_event_paranoid").map_or("?".into(), |v| v.to_string());
+        return Err(format!(
+            "context switches happen in the kernel, which kernel.perf_event_paranoid = {paranoid} \
+             does not let sampler see: {what_to_do}"
+        ));
+    }
+    let attr = switch_attr(sampling, period);
+    let fds = open_for_tasks(&attr, tasks, cpus).map_err(|e| match e.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) => {
+            format!("the kernel refused to sample context switches ({e}): {what_to_do}")
+        }
+        _ => format!("the kernel refused to sample context switches: {e}"),
+    })?;
+    let ids = fds
+        .iter()
+        .map(|(_, fd)| sys::event_id(fd))
+        .collect::<std::io::Result<HashSet<u64>>>()
+        .map_err(|e| format!("could not read a context-switch event's id: {e}"))?;
+    Ok((fds, ids))
+}
+
+/// Events with the index of their CPU (in [`online_cpus`]).
+type CpuEvents = Vec<(usize, std::os::fd::OwnedFd)>;
 
 /// One event per (task, CPU). A task that has exited since it was listed is skipped;
 /// any other failure fails the whole set.
@@ -270,6 +347,7 @@ fn open_events(
     stack_bytes: u32,
     mmap_pages: usize,
     attach: bool,
+    off_cpu: Option<u64>,
 ) -> Result<OpenEvents> {
     let cpus = online_cpus();
     let mut last_error = None;
@@ -305,7 +383,23 @@ fn open_events(
             }
         }
         match open_for_tasks(&attr, tasks, &cpus) {
-            Ok(fds) => {
+            Ok(mut fds) => {
+                let mut switch_ids = HashSet::new();
+                let off_cpu = match off_cpu {
+                    None => OffCpuRecording::Off,
+                    Some(period) => {
+                        match open_switch_events(&attr, period, include_kernel, tasks, &cpus) {
+                            Ok((switch_fds, ids)) => {
+                                fds.extend(switch_fds);
+                                switch_ids = ids;
+                                OffCpuRecording::On {
+                                    switch_period: period,
+                                }
+                            }
+                            Err(why) => OffCpuRecording::Refused(why),
+                        }
+                    }
+                };
                 let (rings, ring_owners, ring_pages) = map_rings(&fds, cpus.len(), mmap_pages)?;
                 return Ok(OpenEvents {
                     event,
@@ -315,6 +409,8 @@ fn open_events(
                     rings,
                     ring_owners,
                     ring_pages,
+                    switch_ids,
+                    off_cpu,
                 });
             }
             Err(e) => {

@@ -1,10 +1,13 @@
 //! The translation of perf records into the recording's plain events
 //! ([`crate::events`]), parsing through `linux-perf-event-reader`.
 
+use std::collections::HashSet;
+
 use linux_perf_event_reader::{
-    AttrFlags, BranchSampleFormat, CpuMode, Endianness, EventRecord, Mmap2FileId, PerfClock,
-    PerfEventAttr, PerfEventType, RawData, RawEventRecord, ReadFormat, RecordParseInfo, RecordType,
-    SampleFormat, SamplingPolicy, SoftwareCounterType, WakeupPolicy,
+    AttrFlags, BranchSampleFormat, ContextSwitchRecord, CpuMode, Endianness, EventRecord,
+    Mmap2FileId, PerfClock, PerfEventAttr, PerfEventType, RawData, RawEventRecord, ReadFormat,
+    RecordParseInfo, RecordType, SampleFormat, SamplingPolicy, SoftwareCounterType,
+    TaskWasPreempted, WakeupPolicy,
 };
 use perf_event_open_sys::bindings as pb;
 
@@ -23,10 +26,12 @@ const PROT_EXEC: u32 = 4;
 pub struct Parser {
     info: RecordParseInfo,
     max_stack: usize,
+    /// The ids of the context-switch events: their samples are switch-out stacks.
+    switch_ids: HashSet<u64>,
 }
 
 impl Parser {
-    pub fn new(attr: &pb::perf_event_attr) -> Parser {
+    pub fn new(attr: &pb::perf_event_attr, switch_ids: HashSet<u64>) -> Parser {
         // Only the fields that determine the record layout matter to the reader.
         let mut flags = AttrFlags::SAMPLE_ID_ALL;
         if attr.exclude_kernel() != 0 {
@@ -52,6 +57,7 @@ impl Parser {
         Parser {
             info: RecordParseInfo::new(&reader_attr, Endianness::NATIVE),
             max_stack: attr.sample_max_stack as usize,
+            switch_ids,
         }
     }
 
@@ -75,7 +81,25 @@ impl Parser {
                 }
             }
             _ => match raw.parse().ok()? {
-                EventRecord::Sample(s) => EventKind::Sample(self.sample(&s)?),
+                EventRecord::Sample(s) => {
+                    let sample = self.sample(&s)?;
+                    match s.id.is_some_and(|id| self.switch_ids.contains(&id)) {
+                        true => EventKind::SwitchSample(sample),
+                        false => EventKind::Sample(sample),
+                    }
+                }
+                EventRecord::ContextSwitch(switch) => {
+                    let common = raw.common_data().ok()?;
+                    let (pid, tid) = (common.pid?, common.tid?);
+                    match switch {
+                        ContextSwitchRecord::Out { preempted, .. } => EventKind::SwitchOut {
+                            pid,
+                            tid,
+                            preempted: preempted == TaskWasPreempted::Yes,
+                        },
+                        ContextSwitchRecord::In { .. } => EventKind::SwitchIn { pid, tid },
+                    }
+                }
                 EventRecord::Mmap2(m) => EventKind::Mmap(Mapping {
                     pid: m.pid,
                     start: m.address,

@@ -14,7 +14,9 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use perf_event_open_sys::bindings as pb;
 
 use super::*;
-use crate::events::{Event, EventKind, RecordingGaps, RecordingInfo, SamplingEvent};
+use crate::events::{
+    Event, EventKind, OffCpuRecording, RecordingGaps, RecordingInfo, SamplingEvent,
+};
 
 /// How often the loop wakes up to drain buffers and refresh the status line even when the
 /// kernel has not signalled a full watermark.
@@ -122,6 +124,7 @@ impl Session {
                 opts.stack_bytes,
                 ring_pages,
                 attach,
+                opts.off_cpu,
             )
         };
         let started = match &opts.target {
@@ -166,7 +169,10 @@ impl Session {
                 d.as_secs_f64() * 1000.0
             )),
         );
-        let parser = parse::Parser::new(&events.attr);
+        if let OffCpuRecording::Refused(why) = &events.off_cpu {
+            say!("sampler: no off-CPU time: {why}; the profile has on-CPU samples only");
+        }
+        let parser = parse::Parser::new(&events.attr, events.switch_ids.clone());
         Ok(Session {
             signal_fd,
             deeper,
@@ -315,6 +321,7 @@ impl Session {
             stopped_for: self.stopped_for,
             sample_bytes: progress.sample_bytes,
             logical_cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            off_cpu: self.events.off_cpu.clone(),
         }
     }
 }

@@ -74,6 +74,20 @@ pub fn disable(fd: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// The kernel's id of an event (`PERF_EVENT_IOC_ID`): what `PERF_SAMPLE_IDENTIFIER`
+/// writes into each of its records, and into those of the events `inherit` creates from
+/// it in new threads (the kernel writes the parent event's id for them).
+pub fn event_id(fd: &OwnedFd) -> io::Result<u64> {
+    let mut id = 0u64;
+    // SAFETY: the ioctl writes one u64 through the pointer, which points at `id`, live
+    // for the call; `fd` is a live perf event descriptor.
+    let rc = unsafe { sys::ioctls::ID(fd.as_raw_fd(), &mut id) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(id)
+}
+
 /// Sets this process's nice value (lower runs first); needs root to go below zero.
 pub fn set_nice(nice: i32) -> io::Result<()> {
     // SAFETY: setpriority takes plain integers; `who = 0` is the calling process.

@@ -16,6 +16,7 @@ use crate::binary::Binary;
 use crate::events::{Event, EventKind, Mapping, Recording, RecordingInfo, Sample};
 use crate::locate::{FileFinder, MappedFile};
 use crate::maps::Region;
+use crate::offcpu::{OffCpuInterval, OffCpuKind, OffCpuTracker};
 use crate::profile::*;
 use crate::unwind::{
     CodeAddress, CodeModule, FileCode, ProcessMemory, TruncatedBy, Truncation, UnwindMode, Unwinder,
@@ -56,7 +57,22 @@ struct ThreadState {
     start_ns: u64,
     end_ns: Option<u64>,
     samples: Vec<(u64, RawStackIndex)>,
+    /// Intervals off the CPU: start, the stack it was left at, why, and how long (ns).
+    off_cpu: Vec<(u64, RawStackIndex, OffCpuKind, u64)>,
     lost_samples: u64,
+}
+
+/// Off-CPU time while it is recorded (`--off-cpu`).
+struct OffCpu {
+    /// Created at the first event: its time is the start of the recording.
+    tracker: Option<OffCpuTracker<RawStackIndex>>,
+    /// That time.
+    start_ns: u64,
+    /// The stack of every `switch_period`th switch out was taken.
+    switch_period: u64,
+    /// Per thread, the off-CPU time (ns) of intervals without a stack that the next
+    /// interval with one stands for, by kind (when not every switch's stack is taken).
+    carried: HashMap<i32, [u64; 2]>,
 }
 
 struct ProcessState {
@@ -113,6 +129,8 @@ pub struct ProfileBuilder {
     /// Counts the changes of every process's code mappings: what a shared prefix was
     /// interned as holds only while the addresses resolve as they did.
     map_generation: u64,
+    /// Off-CPU time, when it is recorded.
+    off_cpu: Option<OffCpu>,
     /// Processes whose main thread has exited, with the time of their last event: what
     /// the unwinder holds of each (its mappings, the CFI and rules it looked up) is
     /// dropped once none has come for [`EXITED_GRACE_NS`]. A build runs hundreds of
@@ -181,7 +199,19 @@ impl ProfileBuilder {
             exited: HashMap::new(),
             map_generation: 0,
             capture: None,
+            off_cpu: None,
         }
+    }
+
+    /// Also builds off-CPU time from the context switches in the events (a recording
+    /// with `--off-cpu`, taking the stack of every `switch_period`th switch out).
+    pub fn record_off_cpu(&mut self, switch_period: u64) {
+        self.off_cpu = Some(OffCpu {
+            tracker: None,
+            start_ns: 0,
+            switch_period: switch_period.max(1),
+            carried: HashMap::new(),
+        });
     }
 
     /// Also writes an unwinder fixture of the first samples to `path` (see
@@ -193,6 +223,12 @@ impl ProfileBuilder {
     /// Replays `events`, which come after every event fed before, in time order.
     pub fn add_events(&mut self, events: &[Event]) {
         self.read_jit_dumps();
+        if let (Some(off), Some(first)) = (&mut self.off_cpu, events.first()) {
+            if off.tracker.is_none() {
+                off.tracker = Some(OffCpuTracker::new(first.time_ns, []));
+                off.start_ns = first.time_ns;
+            }
+        }
         for event in events {
             let t = event.time_ns;
             match &event.kind {
@@ -209,8 +245,15 @@ impl ProfileBuilder {
                         self.unwinder.exec(*pid);
                         self.map_generation += 1;
                     }
+                    let new = !self.thread_by_tid.contains_key(tid);
                     let th = self.thread(*pid, *tid, t, None);
                     self.threads[th].name = name.clone();
+                    // A thread described as it was when `-p` attached, at the start.
+                    if let Some(tracker) = self.off_cpu.as_mut().and_then(|o| o.tracker.as_mut()) {
+                        if new && !*exec && t <= tracker.start_ns() {
+                            tracker.existed_at_start(*tid);
+                        }
+                    }
                     if pid == tid {
                         let p = self.threads[th].process;
                         self.processes[p.index()].name = name.clone();
@@ -236,6 +279,9 @@ impl ProfileBuilder {
                 }
                 EventKind::Exit { pid, tid } => {
                     self.last_stacks.remove(tid);
+                    if let Some(tracker) = self.tracker() {
+                        tracker.exit(*tid, t);
+                    }
                     if let Some(&th) = self.thread_by_tid.get(tid) {
                         self.threads[th].end_ns = Some(t);
                     }
@@ -250,7 +296,39 @@ impl ProfileBuilder {
                     if let Some(last) = self.exited.get_mut(&s.pid) {
                         *last = t;
                     }
+                    if let Some(tracker) = self.tracker() {
+                        tracker.ran(s.tid, t);
+                    }
                     self.sample(t, s)
+                }
+                EventKind::SwitchSample(s) => {
+                    if let Some(last) = self.exited.get_mut(&s.pid) {
+                        *last = t;
+                    }
+                    self.thread(s.pid, s.tid, t, None);
+                    if self.off_cpu.is_some() {
+                        if let Some(stack) = self.stack_of(s) {
+                            if let Some(tracker) = self.tracker() {
+                                tracker.switch_out_stack(s.tid, t, stack);
+                            }
+                        }
+                    }
+                }
+                EventKind::SwitchOut {
+                    pid,
+                    tid,
+                    preempted,
+                } => {
+                    self.thread(*pid, *tid, t, None);
+                    if let Some(tracker) = self.tracker() {
+                        tracker.switch_out(*tid, t, *preempted);
+                    }
+                }
+                EventKind::SwitchIn { pid, tid } => {
+                    self.thread(*pid, *tid, t, None);
+                    if let Some(tracker) = self.tracker() {
+                        tracker.switch_in(*tid, t);
+                    }
                 }
                 EventKind::Lost {
                     count,
@@ -266,6 +344,76 @@ impl ProfileBuilder {
         if let Some(last) = events.last() {
             self.forget_exited(last.time_ns);
         }
+        let done = match self.tracker() {
+            Some(tracker) => tracker.take_done(),
+            None => Vec::new(),
+        };
+        for interval in done {
+            self.add_off_cpu(interval);
+        }
+    }
+
+    fn tracker(&mut self) -> Option<&mut OffCpuTracker<RawStackIndex>> {
+        self.off_cpu.as_mut()?.tracker.as_mut()
+    }
+
+    /// One interval off the CPU becomes a row of its thread. Without a stack: when not
+    /// every switch's stack is taken, its time goes with the thread's next interval that
+    /// has one; else (a lost sample, a thread blocked since before `-p` attached) it is
+    /// shown under the unknown-stack marker.
+    fn add_off_cpu(&mut self, interval: OffCpuInterval<RawStackIndex>) {
+        let start = self.start_of_tracking();
+        let Some(off) = &mut self.off_cpu else {
+            return;
+        };
+        let kind = interval.kind.unwrap_or(OffCpuKind::Blocked);
+        let slot = match kind {
+            OffCpuKind::Blocked => 0,
+            OffCpuKind::Preempted => 1,
+        };
+        let mut ns = interval.duration_ns();
+        let stack = match interval.stack {
+            Some(stack) => {
+                if let Some(carried) = off.carried.get_mut(&interval.tid) {
+                    ns += std::mem::take(&mut carried[slot]);
+                }
+                stack
+            }
+            None if off.switch_period > 1 && interval.start_ns > start => {
+                off.carried.entry(interval.tid).or_default()[slot] += ns;
+                return;
+            }
+            None => self.unknown_off_cpu_stack(),
+        };
+        if ns == 0 {
+            return;
+        }
+        if let Some(&th) = self.thread_by_tid.get(&interval.tid) {
+            self.threads[th]
+                .off_cpu
+                .push((interval.start_ns, stack, kind, ns));
+        }
+    }
+
+    fn start_of_tracking(&self) -> u64 {
+        self.off_cpu.as_ref().map_or(0, |o| o.start_ns)
+    }
+
+    /// The stack of off-CPU time whose stack is unknown: the marker frame alone.
+    fn unknown_off_cpu_stack(&mut self) -> RawStackIndex {
+        let marker = AddressFrame {
+            lib: None,
+            address: UNKNOWN_OFF_CPU_MARKER_ADDRESS,
+            kind: CodeKind::Marker,
+        };
+        let frame = self.frames.intern(marker, AddressFrameIndex::new);
+        self.stacks.intern(
+            RawStack {
+                prefix: None,
+                frame,
+            },
+            RawStackIndex::new,
+        )
     }
 
     /// Drops the unwinding state of the processes that exited, and of which nothing has
@@ -322,6 +470,7 @@ impl ProfileBuilder {
     /// the kernel's text start (from kallsyms, read once after recording), or to the
     /// start of the kernel's half of the address space when it is unknown.
     pub fn finish(mut self, info: &RecordingInfo, kernel_base: Option<u64>) -> Built {
+        self.finish_off_cpu(info.end_ns);
         self.relocate_kernel_frames(kernel_base.unwrap_or(KERNEL_SPACE_START));
         // Unwinding is over: what it read of each file's CFI goes (the files stay, for
         // naming).
@@ -357,13 +506,11 @@ impl ProfileBuilder {
                 start_ms: ms(t.start_ns),
                 end_ms: t.end_ns.map(ms),
                 lost_samples: t.lost_samples,
-                samples: t
-                    .samples
-                    .into_iter()
-                    .map(|(time, stack)| SampleRow {
+                samples: rows_in_time_order(t.samples, t.off_cpu)
+                    .map(|(time, stack, weight)| SampleRow {
                         time_ms: ms(time),
                         stack,
-                        weight: 1,
+                        weight,
                     })
                     .collect(),
             })
@@ -382,6 +529,7 @@ impl ProfileBuilder {
                 truncated_stacks: self.truncated.total(),
                 restored_callers: self.restored_callers,
                 logical_cpus: info.logical_cpus,
+                off_cpu: self.off_cpu.is_some() && info.off_cpu.recorded(),
             },
             libs: self.libs.items,
             address_frames: self.frames.items,
@@ -406,6 +554,55 @@ impl ProfileBuilder {
             truncated: self.truncated,
             jit_dumps: self.jit_dumps,
             no_unwind_info_in,
+        }
+    }
+
+    /// Ends the off-CPU intervals still open at `end_ns` (the end of the recording),
+    /// including those of threads asleep since before `-p` attached and never seen since,
+    /// and hands out the time still carried (see [`Self::add_off_cpu`]).
+    fn finish_off_cpu(&mut self, end_ns: u64) {
+        let Some(tracker) = self.off_cpu.as_mut().and_then(|o| o.tracker.take()) else {
+            return;
+        };
+        let start_ns = tracker.start_ns();
+        let mut asleep: Vec<i32> = tracker.unseen_at_start().collect();
+        asleep.sort_unstable();
+        let mut intervals = tracker.finish(end_ns);
+        intervals.extend(asleep.into_iter().map(|tid| OffCpuInterval {
+            tid,
+            start_ns,
+            end_ns: end_ns.max(start_ns),
+            kind: Some(OffCpuKind::Blocked),
+            stack: None,
+        }));
+        for interval in intervals {
+            self.add_off_cpu(interval);
+        }
+        let carried = self
+            .off_cpu
+            .as_mut()
+            .map(|o| std::mem::take(&mut o.carried))
+            .unwrap_or_default();
+        let mut carried: Vec<(i32, [u64; 2])> = carried.into_iter().collect();
+        carried.sort_unstable_by_key(|(tid, _)| *tid);
+        for (tid, [blocked, preempted]) in carried {
+            let Some(&th) = self.thread_by_tid.get(&tid) else {
+                continue;
+            };
+            // The time goes with the thread's last stack off the CPU, else the marker.
+            let last = self.threads[th].off_cpu.last().map(|r| r.1);
+            let stack = match last {
+                Some(stack) => stack,
+                None => self.unknown_off_cpu_stack(),
+            };
+            for (kind, ns) in [
+                (OffCpuKind::Blocked, blocked),
+                (OffCpuKind::Preempted, preempted),
+            ] {
+                if ns > 0 {
+                    self.threads[th].off_cpu.push((end_ns, stack, kind, ns));
+                }
+            }
         }
     }
 
@@ -443,6 +640,7 @@ impl ProfileBuilder {
             end_ns: None,
             samples: Vec::new(),
             lost_samples: 0,
+            off_cpu: Vec::new(),
         });
         self.thread_by_tid.insert(tid, self.threads.len() - 1);
         self.threads.len() - 1
@@ -590,6 +788,15 @@ impl ProfileBuilder {
         if let Some(capture) = &mut self.capture {
             capture.sample(s);
         }
+        let stack = self.stack_of(s);
+        let th = self.thread(s.pid, s.tid, time_ns, None);
+        if let Some(stack) = stack {
+            self.threads[th].samples.push((time_ns, stack));
+        }
+    }
+
+    /// The interned stack of a sample, unwound.
+    fn stack_of(&mut self, s: &Sample) -> Option<RawStackIndex> {
         let stack = self.unwinder.unwind(s);
         if let Some(cause) = stack.truncated {
             self.truncated.count(cause);
@@ -651,10 +858,7 @@ impl ProfileBuilder {
                     .intern(RawStack { prefix, frame }, RawStackIndex::new),
             );
         }
-        let th = self.thread(s.pid, s.tid, time_ns, None);
-        if let Some(stack) = prefix {
-            self.threads[th].samples.push((time_ns, stack));
-        }
+        prefix
     }
 
     /// The (library, address in the file's own address space) of an absolute address.
@@ -719,6 +923,30 @@ impl ProfileBuilder {
 }
 
 /// Where a JIT writes the names of process `pid`'s code for profilers.
+/// A thread's on-CPU samples and off-CPU intervals as rows in time order (an interval
+/// at its start; an on-CPU sample before an interval of the same time).
+fn rows_in_time_order(
+    samples: Vec<(u64, RawStackIndex)>,
+    off_cpu: Vec<(u64, RawStackIndex, OffCpuKind, u64)>,
+) -> impl Iterator<Item = (u64, RawStackIndex, SampleWeight)> {
+    let mut off: Vec<(u64, RawStackIndex, SampleWeight)> = off_cpu
+        .into_iter()
+        .map(|(t, stack, kind, ns)| (t, stack, SampleWeight::OffCpu { kind, ns }))
+        .collect();
+    off.sort_by_key(|r| r.0);
+    let mut on = samples
+        .into_iter()
+        .map(|(t, stack)| (t, stack, SampleWeight::OnCpu(1)))
+        .peekable();
+    let mut off = off.into_iter().peekable();
+    std::iter::from_fn(move || match (on.peek(), off.peek()) {
+        (Some(a), Some(b)) if a.0 <= b.0 => on.next(),
+        (Some(_), Some(_)) => off.next(),
+        (Some(_), None) => on.next(),
+        (None, _) => off.next(),
+    })
+}
+
 fn perf_map_path(pid: i32) -> String {
     format!("/tmp/perf-{pid}.map")
 }

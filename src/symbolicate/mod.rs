@@ -30,7 +30,7 @@ use crate::elf::Elf;
 pub use crate::locate::DEFAULT_DEBUG_ROOT;
 use crate::locate::{build_id_path, debug_file_at, find_debug_file, Candidate};
 use crate::profile::*;
-use crate::profile::{TRUNCATED_MARKER, VDSO_NAME};
+use crate::profile::{marker_name, VDSO_NAME};
 use crate::replay::LibFile;
 pub use cfi::{EhFrameBytes, EhFrameSource, FunctionRanges, UNNAMED_PREFIX};
 pub use dwarf::{DwarfInfo, SourceFrame};
@@ -745,12 +745,11 @@ impl Tables {
             kind: raw.kind,
         };
         if raw.kind == CodeKind::Marker {
-            let func = self.func(FuncKey::Named(None, TRUNCATED_MARKER.into(), None), || {
-                Func {
-                    name: TRUNCATED_MARKER.into(),
-                    file: None,
-                    lib: None,
-                }
+            let name = marker_name(raw.address);
+            let func = self.func(FuncKey::Named(None, name.into(), None), || Func {
+                name: name.into(),
+                file: None,
+                lib: None,
             });
             out.push(self.frames.intern(plain(func, None), FrameIndex::new));
             return;
