@@ -5,7 +5,10 @@
  * switch from one to the other: some 100,000 switches a second in a VM, where a wakeup
  * across CPUs costs several times that.
  * With a rate, ping spins between handoffs to make about that many a second.
- * Usage: pingpong [seconds] [handoffs per second] (default 2, as many as it can). */
+ * With -n, a fixed amount of work instead (for wall-time comparisons): that many
+ * handoffs, ping spinning the given number of loop iterations before each.
+ * Usage: pingpong [seconds] [handoffs per second] (default 2, as many as it can)
+ *        pingpong -n HANDOFFS SPIN */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -19,6 +22,25 @@ static int to_pong[2], to_ping[2];
 __attribute__((noinline)) static void pace(double until) {
     while (now() < until) {
     }
+}
+
+/* Work that takes the same CPU time however the program is observed. */
+__attribute__((noinline)) static void spin(long iterations) {
+    for (volatile long i = 0; i < iterations; i++) {
+    }
+}
+
+__attribute__((noinline)) static long ping_fixed(long handoffs, long iterations) {
+    char token = 't';
+    long done = 0;
+    while (done < handoffs) {
+        spin(iterations);
+        if (write(to_pong[1], &token, 1) != 1 || read(to_ping[0], &token, 1) != 1) break;
+        done += 2;
+    }
+    token = 'q';
+    if (write(to_pong[1], &token, 1) != 1) return -1;
+    return done;
 }
 
 __attribute__((noinline)) static long ping_side(double seconds, double rate) {
@@ -45,7 +67,8 @@ __attribute__((noinline)) static void *pong_side(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    double seconds = argc > 1 ? atof(argv[1]) : 2.0;
+    int fixed = argc > 2 && argv[1][0] == '-' && argv[1][1] == 'n';
+    double seconds = argc > 1 && !fixed ? atof(argv[1]) : 2.0;
     if (pipe(to_pong) != 0 || pipe(to_ping) != 0) return 1;
     cpu_set_t cpus, one;
     CPU_ZERO(&one);
@@ -63,7 +86,8 @@ int main(int argc, char **argv) {
     pthread_setname_np(pong, "pong");
     pthread_setname_np(pthread_self(), "ping");
     double start = now();
-    long handoffs = ping_side(seconds, argc > 2 ? atof(argv[2]) : 0);
+    long handoffs = fixed ? ping_fixed(atol(argv[2]), argc > 3 ? atol(argv[3]) : 0)
+                          : ping_side(seconds, argc > 2 ? atof(argv[2]) : 0);
     pthread_join(pong, NULL);
     fprintf(stderr, "pingpong: %ld handoffs in %.2f s (%.0f per second)\n", handoffs,
             now() - start, handoffs / (now() - start));

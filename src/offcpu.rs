@@ -94,7 +94,18 @@ impl<S> OffCpuTracker<S> {
             true => OffCpuKind::Preempted,
             false => OffCpuKind::Blocked,
         };
-        self.out_part(tid, time_ns, |p| p.kind.is_none(), |p| p.kind = Some(kind));
+        // The record is written as the thread leaves the CPU; the sample is taken a few
+        // microseconds before, and taking it (the callchain, the stack copy) is time the
+        // thread spent on the CPU. So the interval starts at the record.
+        self.out_part(
+            tid,
+            time_ns,
+            |p| p.kind.is_none(),
+            |p| {
+                p.kind = Some(kind);
+                p.since_ns = p.since_ns.max(time_ns);
+            },
+        );
     }
 
     /// The stack `tid` left the CPU at, `time_ns` (the context-switch sample).
@@ -256,20 +267,21 @@ mod tests {
 
     #[test]
     fn the_sample_may_come_before_the_record_and_a_little_apart() {
+        // The interval starts at the record: taking the sample was time on the CPU.
         let mut t = OffCpuTracker::new(0, []);
         t.switch_out_stack(7, 10 * MS, "pipe_read");
         t.switch_out(7, 10 * MS + 3_000, true);
         t.switch_in(7, 12 * MS);
-        assert_eq!(
-            t.finish(100 * MS),
-            [interval(
-                7,
-                10,
-                12,
-                Some(OffCpuKind::Preempted),
-                Some("pipe_read")
-            )]
-        );
+        let mut expected = interval(7, 10, 12, Some(OffCpuKind::Preempted), Some("pipe_read"));
+        expected.start_ns += 3_000;
+        assert_eq!(t.finish(100 * MS), [expected]);
+        // The other order: the record first, then its sample.
+        let mut t = OffCpuTracker::new(0, []);
+        t.switch_out(7, 10 * MS, false);
+        t.switch_out_stack(7, 10 * MS + 2_000, "pipe_read");
+        t.switch_in(7, 12 * MS);
+        let expected = interval(7, 10, 12, Some(OffCpuKind::Blocked), Some("pipe_read"));
+        assert_eq!(t.finish(100 * MS), [expected]);
     }
 
     #[test]

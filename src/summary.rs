@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use crate::emit::Format;
-use crate::events::{RecordingInfo, StackLimit};
-use crate::profile::{Missing, Profile};
+use crate::events::{OffCpuRecording, RecordingInfo, StackLimit};
+use crate::profile::{Missing, OffCpuKind, Profile, SampleWeight};
 use crate::record::{CommandExit, DetachReason, Ended};
 use crate::unwind::{TruncatedBy, UnwindMode};
 
@@ -34,11 +34,48 @@ pub struct Summary<'a> {
 }
 
 impl Summary<'_> {
+    /// With `--off-cpu`: how much time the threads spent off the CPU, and how often they
+    /// left it.
+    fn off_cpu_line(&self) -> Option<String> {
+        let OffCpuRecording::On { switch_period } = self.info.off_cpu else {
+            return None;
+        };
+        let (mut blocked, mut preempted, mut switches) = (0u64, 0u64, 0u64);
+        for s in self.profile.threads.iter().flat_map(|t| &t.samples) {
+            match s.weight {
+                SampleWeight::OffCpu {
+                    kind: OffCpuKind::Blocked,
+                    ns,
+                } => blocked += ns,
+                SampleWeight::OffCpu {
+                    kind: OffCpuKind::Preempted,
+                    ns,
+                } => preempted += ns,
+                SampleWeight::OnCpu(_) => continue,
+            }
+            switches += 1;
+        }
+        Some(format!(
+            "off-CPU: {} ms blocked, {} ms preempted, {switches} stacks where threads left the CPU{}",
+            crate::emit::ms_text(blocked),
+            crate::emit::ms_text(preempted),
+            match switch_period {
+                1 => String::new(),
+                n => format!(" (every {n}th switch's)"),
+            }
+        ))
+    }
+
     /// The summary's lines, each starting with `sampler: `.
     pub fn lines(&self) -> Vec<String> {
         let (info, profile) = (self.info, self.profile);
         let m = &profile.meta;
-        let samples: usize = profile.threads.iter().map(|t| t.samples.len()).sum();
+        let samples: usize = profile
+            .threads
+            .iter()
+            .flat_map(|t| &t.samples)
+            .filter(|s| s.weight.off_cpu_kind().is_none())
+            .count();
         let mut out = vec![match self.ended {
             Ended::Command(CommandExit::Code(c)) => format!("command exited with code {c}"),
             Ended::Command(CommandExit::Signal(s)) => format!("command was killed by signal {s}"),
@@ -74,6 +111,7 @@ impl Summary<'_> {
                 info.sample_bytes / samples as u64
             ));
         }
+        out.extend(self.off_cpu_line());
         out.extend(lost_by_thread(profile));
         out.extend(self.truncated_lines());
         out.extend(self.why_incomplete(samples));

@@ -43,14 +43,6 @@ fn uselibs_profile() -> &'static Path {
     })
 }
 
-/// Whether `go` works (for `go tool pprof`).
-fn go_present() -> bool {
-    Command::new("go")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// speedscope's published schema: where scripts/install-consumers puts it, or
 /// `SAMPLER_SPEEDSCOPE_SCHEMA`.
 fn speedscope_schema() -> Option<String> {
@@ -488,25 +480,7 @@ fn go_tool_pprof_reads_the_pprof_file() {
     let profile_path = uselibs_profile();
     let out = tempdir().join("p.pb.gz");
     convert(profile_path, "pprof", &out);
-    let o = Command::new("go")
-        .args([
-            "tool",
-            "pprof",
-            "-top",
-            "-nodecount=200",
-            "-sample_index=samples",
-        ])
-        .arg(&out)
-        .env("HOME", tempdir())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{}{}",
-        text,
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let text = go_pprof_top(&out, "samples");
     assert!(text.contains("Type: samples"), "{text}");
     let profile = load::read_profile(profile_path).unwrap();
     let total = CallTree::all_threads(&profile).total();

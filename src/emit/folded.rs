@@ -78,6 +78,7 @@ mod tests {
             to_folded(&p, false, TimeView::Cpu),
             "A;B;C;D;E 1\nA;B;C;F;G 1\nA;B;H;F 2\nA;x:y 1\n"
         );
-        assert!(to_folded(&p, true, TimeView::Cpu).starts_with("synthetic (1);synthetic (1);A;B;C;D;E 1\n"));
+        assert!(to_folded(&p, true, TimeView::Cpu)
+            .starts_with("synthetic (1);synthetic (1);A;B;C;D;E 1\n"));
     }
 }

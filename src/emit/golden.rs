@@ -69,7 +69,10 @@ fn every_export(name: &str, profile: &Profile) {
         &format!("{name}.pprof.txt"),
         &format!("{:#?}\n", pprof::to_pprof(profile)),
     );
-    check(&format!("{name}.svg"), &svg::to_svg(profile, false, TimeView::Cpu));
+    check(
+        &format!("{name}.svg"),
+        &svg::to_svg(profile, false, TimeView::Cpu),
+    );
     let opts = ReportOptions {
         width: Some(100),
         color: false,

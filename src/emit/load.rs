@@ -633,6 +633,38 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn reads_back_off_cpu_time_with_its_kind() {
+        let mut p = rich_profile();
+        p.meta.off_cpu = true;
+        let stack = p.threads[0].samples[0].stack;
+        for (kind, ns) in [
+            (OffCpuKind::Blocked, 2_500_000),
+            (OffCpuKind::Preempted, 125_000),
+        ] {
+            p.threads[0].samples.push(SampleRow {
+                time_ms: 2.5,
+                stack,
+                weight: SampleWeight::OffCpu { kind, ns },
+            });
+        }
+        let json = super::super::firefox::to_json(&p);
+        assert_eq!(json["threads"][0]["samples"]["weightType"], "tracing-ms");
+        let back = from_json(&json).unwrap();
+        // The off-CPU rows' frames are copies in the Off-CPU category: the same functions.
+        let tree = |p: &Profile, view| {
+            let t = crate::calltree::CallTree::all_threads_in(p, view);
+            (t.total(), t.roots.len())
+        };
+        for view in [TimeView::Cpu, TimeView::OffCpu, TimeView::Wall] {
+            assert_eq!(tree(&back, view), tree(&p, view), "{view:?}");
+        }
+        let weights: Vec<SampleWeight> = back.threads[0].samples.iter().map(|s| s.weight).collect();
+        let expected: Vec<SampleWeight> = p.threads[0].samples.iter().map(|s| s.weight).collect();
+        assert_eq!(weights, expected);
+        assert!(back.meta.off_cpu);
+    }
+
+    #[test]
     fn reads_back_what_the_writer_wrote() {
         let p = rich_profile();
         let back = from_json(&super::super::firefox::to_json(&p)).unwrap();

@@ -200,13 +200,16 @@ const SWITCH_STACK_BYTES: u32 = 2048;
 /// layout (one parser reads both) but a smaller stack copy, and `PERF_RECORD_SWITCH`
 /// records for every switch out and in. The side-band records (maps, names, forks) come
 /// from the sampling event only.
-fn switch_attr(sampling: &pb::perf_event_attr, period: u64) -> pb::perf_event_attr {
+pub(crate) fn switch_attr(sampling: &pb::perf_event_attr, period: u64) -> pb::perf_event_attr {
     let mut attr = *sampling;
     attr.type_ = pb::PERF_TYPE_SOFTWARE;
     attr.config = pb::PERF_COUNT_SW_CONTEXT_SWITCHES as u64;
     attr.set_freq(0);
     attr.__bindgen_anon_1.sample_period = period.max(1);
     attr.sample_stack_user = attr.sample_stack_user.min(SWITCH_STACK_BYTES);
+    // With the period in the sample, the kernel writes a sample at every software event
+    // whatever the period asked for (perf_swevent_event): the period would be ignored.
+    attr.sample_type &= !(pb::PERF_SAMPLE_PERIOD as u64);
     attr.set_mmap(0);
     attr.set_mmap2(0);
     attr.set_comm(0);

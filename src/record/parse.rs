@@ -25,13 +25,52 @@ const PROT_EXEC: u32 = 4;
 /// Turns ring-buffer records into [`Event`]s for one attribute.
 pub struct Parser {
     info: RecordParseInfo,
+    /// The context-switch events' records (their samples lack the period).
+    switch_info: RecordParseInfo,
     max_stack: usize,
     /// The ids of the context-switch events: their samples are switch-out stacks.
     switch_ids: HashSet<u64>,
 }
 
 impl Parser {
-    pub fn new(attr: &pb::perf_event_attr, switch_ids: HashSet<u64>) -> Parser {
+    /// A parser of the records of the sampling event `attr` and of the context-switch
+    /// events (`switch_attr`, ids `switch_ids`) that share its rings.
+    pub fn new(
+        attr: &pb::perf_event_attr,
+        switch_attr: &pb::perf_event_attr,
+        switch_ids: HashSet<u64>,
+    ) -> Parser {
+        Parser {
+            info: parse_info(attr),
+            switch_info: parse_info(switch_attr),
+            max_stack: attr.sample_max_stack as usize,
+            switch_ids,
+        }
+    }
+
+    /// Parses one record; records we do not use, and malformed ones, give `None`.
+    pub fn parse(&self, record: RingRecord<'_>) -> Option<Event> {
+        let data = if record.body.1.is_empty() {
+            RawData::Single(record.body.0)
+        } else {
+            RawData::Split(record.body.0, record.body.1)
+        };
+        // A sample starts with its event's id (PERF_SAMPLE_IDENTIFIER), which says
+        // whose layout it has; other records have the same layout for both events.
+        let switch = record.kind == pb::PERF_RECORD_SAMPLE && {
+            let mut id = [0u8; 8];
+            let mut body = data;
+            body.read_exact(&mut id).is_ok() && self.switch_ids.contains(&u64::from_ne_bytes(id))
+        };
+        let info = if switch { self.switch_info } else { self.info };
+        let raw = RawEventRecord::new(RecordType(record.kind), record.misc, data, info);
+        self.parse_raw(&raw, data, switch)
+    }
+}
+
+/// The reader's description of the records of `attr`.
+fn parse_info(attr: &pb::perf_event_attr) -> RecordParseInfo {
+    {
         // Only the fields that determine the record layout matter to the reader.
         let mut flags = AttrFlags::SAMPLE_ID_ALL;
         if attr.exclude_kernel() != 0 {
@@ -54,23 +93,19 @@ impl Parser {
             aux_sample_size: 0,
             sig_data: 0,
         };
-        Parser {
-            info: RecordParseInfo::new(&reader_attr, Endianness::NATIVE),
-            max_stack: attr.sample_max_stack as usize,
-            switch_ids,
-        }
+        RecordParseInfo::new(&reader_attr, Endianness::NATIVE)
     }
+}
 
-    /// Parses one record; records we do not use, and malformed ones, give `None`.
-    pub fn parse(&self, record: RingRecord<'_>) -> Option<Event> {
-        let data = if record.body.1.is_empty() {
-            RawData::Single(record.body.0)
-        } else {
-            RawData::Split(record.body.0, record.body.1)
-        };
-        let raw = RawEventRecord::new(RecordType(record.kind), record.misc, data, self.info);
+impl Parser {
+    fn parse_raw(
+        &self,
+        raw: &RawEventRecord<'_>,
+        data: RawData<'_>,
+        switch: bool,
+    ) -> Option<Event> {
         let time_ns = raw.timestamp().unwrap_or(0);
-        let kind = match record.kind {
+        let kind = match raw.record_type.0 {
             k if k == pb::PERF_RECORD_LOST_SAMPLES => {
                 let mut count = [0u8; 8];
                 let mut body = data;
@@ -83,7 +118,7 @@ impl Parser {
             _ => match raw.parse().ok()? {
                 EventRecord::Sample(s) => {
                     let sample = self.sample(&s)?;
-                    match s.id.is_some_and(|id| self.switch_ids.contains(&id)) {
+                    match switch {
                         true => EventKind::SwitchSample(sample),
                         false => EventKind::Sample(sample),
                     }

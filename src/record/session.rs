@@ -172,7 +172,11 @@ impl Session {
         if let OffCpuRecording::Refused(why) = &events.off_cpu {
             say!("sampler: no off-CPU time: {why}; the profile has on-CPU samples only");
         }
-        let parser = parse::Parser::new(&events.attr, events.switch_ids.clone());
+        let parser = parse::Parser::new(
+            &events.attr,
+            &switch_attr(&events.attr, 1),
+            events.switch_ids.clone(),
+        );
         Ok(Session {
             signal_fd,
             deeper,

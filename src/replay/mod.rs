@@ -70,9 +70,10 @@ struct OffCpu {
     start_ns: u64,
     /// The stack of every `switch_period`th switch out was taken.
     switch_period: u64,
-    /// Per thread, the off-CPU time (ns) of intervals without a stack that the next
-    /// interval with one stands for, by kind (when not every switch's stack is taken).
-    carried: HashMap<i32, [u64; 2]>,
+    /// Per thread, the off-CPU time (ns) of intervals without a stack, by kind, when
+    /// not every switch's stack is taken: shared out at the end over the thread's
+    /// intervals of that kind with a stack, in proportion to their durations.
+    unstacked: HashMap<i32, [u64; 2]>,
 }
 
 struct ProcessState {
@@ -210,7 +211,7 @@ impl ProfileBuilder {
             tracker: None,
             start_ns: 0,
             switch_period: switch_period.max(1),
-            carried: HashMap::new(),
+            unstacked: HashMap::new(),
         });
     }
 
@@ -358,9 +359,9 @@ impl ProfileBuilder {
     }
 
     /// One interval off the CPU becomes a row of its thread. Without a stack: when not
-    /// every switch's stack is taken, its time goes with the thread's next interval that
-    /// has one; else (a lost sample, a thread blocked since before `-p` attached) it is
-    /// shown under the unknown-stack marker.
+    /// every switch's stack is taken, its time is shared out at the end (see
+    /// [`OffCpu::unstacked`]); else (a lost sample, a thread blocked since before `-p`
+    /// attached) it is shown under the unknown-stack marker.
     fn add_off_cpu(&mut self, interval: OffCpuInterval<RawStackIndex>) {
         let start = self.start_of_tracking();
         let Some(off) = &mut self.off_cpu else {
@@ -371,16 +372,11 @@ impl ProfileBuilder {
             OffCpuKind::Blocked => 0,
             OffCpuKind::Preempted => 1,
         };
-        let mut ns = interval.duration_ns();
+        let ns = interval.duration_ns();
         let stack = match interval.stack {
-            Some(stack) => {
-                if let Some(carried) = off.carried.get_mut(&interval.tid) {
-                    ns += std::mem::take(&mut carried[slot]);
-                }
-                stack
-            }
+            Some(stack) => stack,
             None if off.switch_period > 1 && interval.start_ns > start => {
-                off.carried.entry(interval.tid).or_default()[slot] += ns;
+                off.unstacked.entry(interval.tid).or_default()[slot] += ns;
                 return;
             }
             None => self.unknown_off_cpu_stack(),
@@ -559,7 +555,7 @@ impl ProfileBuilder {
 
     /// Ends the off-CPU intervals still open at `end_ns` (the end of the recording),
     /// including those of threads asleep since before `-p` attached and never seen since,
-    /// and hands out the time still carried (see [`Self::add_off_cpu`]).
+    /// and shares out the time of intervals without a stack (see [`OffCpu::unstacked`]).
     fn finish_off_cpu(&mut self, end_ns: u64) {
         let Some(tracker) = self.off_cpu.as_mut().and_then(|o| o.tracker.take()) else {
             return;
@@ -578,29 +574,38 @@ impl ProfileBuilder {
         for interval in intervals {
             self.add_off_cpu(interval);
         }
-        let carried = self
+        let unstacked = self
             .off_cpu
             .as_mut()
-            .map(|o| std::mem::take(&mut o.carried))
+            .map(|o| std::mem::take(&mut o.unstacked))
             .unwrap_or_default();
-        let mut carried: Vec<(i32, [u64; 2])> = carried.into_iter().collect();
-        carried.sort_unstable_by_key(|(tid, _)| *tid);
-        for (tid, [blocked, preempted]) in carried {
+        let mut unstacked: Vec<(i32, [u64; 2])> = unstacked.into_iter().collect();
+        unstacked.sort_unstable_by_key(|(tid, _)| *tid);
+        for (tid, amounts) in unstacked {
             let Some(&th) = self.thread_by_tid.get(&tid) else {
                 continue;
             };
-            // The time goes with the thread's last stack off the CPU, else the marker.
-            let last = self.threads[th].off_cpu.last().map(|r| r.1);
-            let stack = match last {
-                Some(stack) => stack,
-                None => self.unknown_off_cpu_stack(),
-            };
-            for (kind, ns) in [
-                (OffCpuKind::Blocked, blocked),
-                (OffCpuKind::Preempted, preempted),
-            ] {
-                if ns > 0 {
-                    self.threads[th].off_cpu.push((end_ns, stack, kind, ns));
+            for (kind, extra) in [OffCpuKind::Blocked, OffCpuKind::Preempted]
+                .into_iter()
+                .zip(amounts)
+            {
+                let rows = &mut self.threads[th].off_cpu;
+                let stacked: u64 = rows.iter().filter(|r| r.2 == kind).map(|r| r.3).sum();
+                if extra == 0 {
+                    continue;
+                }
+                if stacked == 0 {
+                    let stack = self.unknown_off_cpu_stack();
+                    self.threads[th]
+                        .off_cpu
+                        .push((start_ns, stack, kind, extra));
+                    continue;
+                }
+                // Each stacked interval stands for the unstacked time in proportion to
+                // its own; the thread's total stays exact.
+                let scale = (stacked + extra) as f64 / stacked as f64;
+                for row in rows.iter_mut().filter(|r| r.2 == kind) {
+                    row.3 = (row.3 as f64 * scale).round() as u64;
                 }
             }
         }

@@ -788,3 +788,30 @@ pub fn build_id_path(root: &Path, binary: &Path) -> PathBuf {
     let id = file.build_id().unwrap().expect("the file has a build ID");
     sampler::locate::build_id_path(root, id)
 }
+
+/// Whether `go` works (for `go tool pprof`).
+pub fn go_present() -> bool {
+    Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// What `go tool pprof -top` prints of a pprof file for one of its sample types
+/// (`-sample_index`), asserting that it read the file.
+pub fn go_pprof_top(file: &Path, sample_index: &str) -> String {
+    let o = Command::new("go")
+        .args(["tool", "pprof", "-top", "-nodecount=200"])
+        .arg(format!("-sample_index={sample_index}"))
+        .arg(file)
+        .env("HOME", tempdir())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    text
+}

@@ -1,0 +1,299 @@
+//! End-to-end: off-CPU recording (`--off-cpu`) of the `waiter` bench target, whose
+//! thread "waiter" computes 50%, sleeps 30% and waits on a mutex 20% of each 10 ms
+//! cycle, while "reader" blocks in read() on a pipe and the main thread in
+//! pthread_join throughout. The shares are read from the Firefox Profiler's own call
+//! tree (`ffp-check --json`), and from sampler's report and pprof export.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use common::*;
+use serde_json::Value;
+
+/// How far the shares may be from what the target does: 3 percentage points.
+const SHARE_TOLERANCE: f64 = 3.0;
+
+/// The profile of `waiter 2` recorded with --off-cpu (once for the tests of this file).
+fn waiter_profile() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let (o, path) = record(&["--off-cpu"], &[&target("waiter"), "2"]);
+        assert!(o.status.success(), "recording waiter: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("sampler: off-CPU: "),
+            "no off-CPU summary line: {}",
+            stderr(&o)
+        );
+        path
+    })
+}
+
+/// The Firefox Profiler's own reading of a profile: `ffp-check --json --top 400`, which
+/// must load it (exit 0), with every function's running and self time per thread.
+fn profiler_view(path: &Path) -> Value {
+    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/ffp-check");
+    let out = Command::new(&tool)
+        .args(["--json", "--top", "400"])
+        .arg(path)
+        .output()
+        .unwrap_or_else(|e| panic!("{} runs: {e}", tool.display()));
+    assert!(
+        out.status.success(),
+        "the Firefox Profiler's loader rejects {}: {}{}",
+        path.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("ffp-check --json prints JSON")
+}
+
+/// The running time (ms) of function `name` in the profiler's thread `t`.
+fn running(t: &Value, name: &str) -> f64 {
+    t["topTotal"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == name)
+        .map_or(0.0, |f| f["total"].as_f64().unwrap())
+}
+
+/// Whether the profiler's thread `t` is its process's main thread.
+fn is_main(t: &Value) -> bool {
+    t["pid"].as_str().and_then(|p| p.parse::<i64>().ok()) == t["tid"].as_i64()
+}
+
+/// The profiler's threads named `name`.
+fn threads_named<'a>(view: &'a Value, name: &str) -> Vec<&'a Value> {
+    view["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"] == name)
+        .collect()
+}
+
+fn the_firefox_profiler_shows_50_30_20_and_the_threads_blocked_throughout() {
+    let view = profiler_view(waiter_profile());
+    // Off-CPU time has its own category, with blocked and preempted apart.
+    let file = load_checked(waiter_profile());
+    let off_cpu = file["meta"]["categories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "Off-CPU")
+        .expect("an Off-CPU category");
+    assert_eq!(
+        off_cpu["subcategories"],
+        serde_json::json!(["Blocked", "Preempted"])
+    );
+    // The worker is the "waiter" thread that is not the main thread.
+    let worker = threads_named(&view, "waiter")
+        .into_iter()
+        .find(|t| !is_main(t))
+        .expect("the worker thread");
+    assert_eq!(worker["weightType"], "tracing-ms");
+    let total = running(worker, "waiter");
+    let shares: Vec<f64> = ["compute_part", "sleep_part", "lock_part"]
+        .iter()
+        .map(|f| 100.0 * running(worker, f) / total)
+        .collect();
+    eprintln!(
+        "waiter: {total:.0} ms; compute {:.1}%, sleep {:.1}%, lock {:.1}%",
+        shares[0], shares[1], shares[2]
+    );
+    // The thread's whole life is there: about 2 s, on and off the CPU.
+    assert!((1900.0..2300.0).contains(&total), "waiter ran {total} ms");
+    for (share, want) in shares.iter().zip([50.0, 30.0, 20.0]) {
+        assert!(
+            (share - want).abs() <= SHARE_TOLERANCE,
+            "shares {shares:?}, want 50/30/20"
+        );
+    }
+    // The reasons show: the kernel functions the thread waited in.
+    for f in ["do_nanosleep", "futex_wait"] {
+        assert!(
+            running(worker, &format!("[kernel] {f}")) > 0.1 * total,
+            "{f} missing from the worker's tree"
+        );
+    }
+    // "reader" blocks in read() on a pipe for the whole run, and the main thread in
+    // pthread_join: each appears, with its stack, for (nearly) the whole recording.
+    let reader = threads_named(&view, "reader")[0];
+    let main = threads_named(&view, "waiter")
+        .into_iter()
+        .find(|t| is_main(t))
+        .expect("the main thread");
+    for (t, function, wait) in [
+        (reader, "reader", "[kernel] anon_pipe_read"),
+        (main, "main", "[kernel] futex_wait"),
+    ] {
+        let whole = running(t, function);
+        let waiting = running(t, wait);
+        eprintln!(
+            "{}: {function} {whole:.0} ms, {wait} {waiting:.0} ms",
+            t["name"]
+        );
+        assert!(whole > 1900.0, "{function}: {whole} ms");
+        assert!(waiting > 0.95 * whole, "{wait}: {waiting} of {whole} ms");
+    }
+}
+
+fn report_shows_on_off_and_wall_time() {
+    let path = waiter_profile();
+    let report = |time: &str| {
+        let o = Command::new(sampler_bin())
+            .args(["report", "--thread", "reader", "--time", time])
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let wall = report("wall");
+    assert!(wall.contains("showing wall-clock time"), "{wall}");
+    assert!(wall.contains("ms off it ("), "{wall}");
+    assert!(wall.contains("anon_pipe_read"), "{wall}");
+    let off = report("off-cpu");
+    assert!(off.contains("showing off-CPU time"), "{off}");
+    // On the CPU, the reader did (nearly) nothing: no pipe read in its tree.
+    let cpu = report("cpu");
+    assert!(!cpu.contains("anon_pipe_read"), "{cpu}");
+    // The default is wall-clock time.
+    let o = Command::new(sampler_bin())
+        .args(["report", "--thread", "reader"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("showing wall-clock time"));
+    // --lines and the transforms work on off-CPU time.
+    let o = Command::new(sampler_bin())
+        .args(["report", "--time", "off-cpu", "--lines", "waiter"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let lines = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && lines.contains("waiter.c"), "{lines}");
+    let o = Command::new(sampler_bin())
+        .args([
+            "report",
+            "--time",
+            "off-cpu",
+            "--focus-function",
+            "lock_part",
+        ])
+        .arg(path)
+        .output()
+        .unwrap();
+    let focused = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && focused.contains("futex_wait") && !focused.contains("do_nanosleep"),
+        "{focused}"
+    );
+}
+
+fn folded_carries_either_time() {
+    let path = waiter_profile();
+    let folded = |time: &str| {
+        let out = tempdir().join("w.folded");
+        let o = Command::new(sampler_bin())
+            .args(["convert", "--time", time, "-o"])
+            .arg(&out)
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        std::fs::read_to_string(out).unwrap()
+    };
+    let sum = |text: &str, function: &str| -> u64 {
+        text.lines()
+            .filter(|l| {
+                l.contains(&format!(";{function};")) || l.contains(&format!(";{function} "))
+            })
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+            .sum()
+    };
+    // cpu: sample counts; off-cpu: microseconds.
+    let cpu = folded("cpu");
+    let off = folded("off-cpu");
+    // Asleep is not on the CPU: a few samples as it enters and leaves the sleep.
+    let on_cpu_asleep = sum(&cpu, "sleep_part");
+    assert!(on_cpu_asleep < 20, "{on_cpu_asleep} samples in sleep_part");
+    assert!(
+        sum(&cpu, "compute_part") > 800,
+        "{}",
+        sum(&cpu, "compute_part")
+    );
+    let asleep_us = sum(&off, "sleep_part");
+    assert!((500_000..700_000).contains(&asleep_us), "{asleep_us} µs");
+}
+
+fn go_tool_pprof_reads_off_cpu_time() {
+    let out = tempdir().join("w.pb.gz");
+    let o = Command::new(sampler_bin())
+        .args(["convert", "-o"])
+        .arg(&out)
+        .arg(waiter_profile())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = go_pprof_top(&out, "off-cpu");
+    assert!(text.contains("Type: off-cpu"), "{text}");
+    assert!(text.contains("[kernel] schedule"), "{text}");
+}
+
+fn attaching_shows_threads_blocked_since_before() {
+    let target = Running::start("waiter", &["4"]);
+    let out = tempdir().join("attached.json");
+    let o = Command::new(sampler_bin())
+        .args(["record", "--off-cpu", "-d", "1", "-o"])
+        .arg(&out)
+        .args(["-p", &target.pid()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let view = profiler_view(&out);
+    // The reader was blocked in read() when sampler attached and stays so: it is off
+    // the CPU for the whole second, with its stack.
+    let reader = threads_named(&view, "reader")[0];
+    let whole = running(reader, "reader");
+    eprintln!("reader: {whole:.0} ms in reader()");
+    assert!((900.0..1200.0).contains(&whole), "{whole} ms");
+    assert!(running(reader, "[kernel] anon_pipe_read") > 0.9 * whole);
+    assert_eq!(target.wait(), Some(0));
+}
+
+fn without_kernel_access_one_line_says_so_and_the_profile_is_written() {
+    let test = "without_kernel_access_one_line_says_so_and_the_profile_is_written";
+    let Some((o, path)) = record_as_nobody(test, &["--off-cpu", "--", &target("waiter"), "0.3"])
+    else {
+        return;
+    };
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("no off-CPU time"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains("perf_event_paranoid"), "{err}");
+    assert!(lines[0].contains("sudo"), "{err}");
+    let p = load_checked(&path);
+    assert!(sample_count(&p) > 0);
+}
+
+fn main() {
+    run_tests(tests![
+        the_firefox_profiler_shows_50_30_20_and_the_threads_blocked_throughout: Need::Perf,
+            Need::KernelFrames;
+        report_shows_on_off_and_wall_time: Need::Perf, Need::KernelFrames;
+        folded_carries_either_time: Need::Perf, Need::KernelFrames;
+        go_tool_pprof_reads_off_cpu_time: Need::Perf, Need::KernelFrames,
+            Need::Consumer("go (scripts/install-consumers installs it)", go_present);
+        attaching_shows_threads_blocked_since_before: Need::Perf, Need::KernelFrames;
+        without_kernel_access_one_line_says_so_and_the_profile_is_written: Need::Nobody,
+            Need::UserPerf;
+    ]);
+}
