@@ -14,7 +14,8 @@
 //! - out, then the thread's exit: the interval ends at the exit;
 //! - out, and nothing until the recording ends: the interval ends with the recording;
 //! - in without an out, for a thread that existed when recording started (`-p`): it was
-//!   blocked from the start, at a stack no switch-out showed.
+//!   blocked from the start, at a stack no switch-out showed;
+//! - such a thread never seen at all was blocked from the start to the end.
 
 use std::collections::{HashMap, HashSet};
 
@@ -25,6 +26,20 @@ pub enum OffCpuKind {
     Blocked,
     /// The scheduler took the CPU from it while it could still run.
     Preempted,
+}
+
+impl OffCpuKind {
+    /// Every kind, in the order of [`OffCpuKind::index`].
+    pub const ALL: [OffCpuKind; 2] = [OffCpuKind::Blocked, OffCpuKind::Preempted];
+
+    /// Its place in [`OffCpuKind::ALL`] (and in per-kind arrays, and the Firefox
+    /// profile's Off-CPU subcategories).
+    pub fn index(self) -> usize {
+        match self {
+            OffCpuKind::Blocked => 0,
+            OffCpuKind::Preempted => 1,
+        }
+    }
 }
 
 /// One interval off the CPU. Times are CLOCK_MONOTONIC ns, `start_ns <= end_ns`.
@@ -191,21 +206,28 @@ impl<S> OffCpuTracker<S> {
         std::mem::take(&mut self.done)
     }
 
-    /// Every interval, once the recording ended at `end_ns`: those still open end there.
-    /// Threads that existed at the start and were never seen (asleep throughout) are not
-    /// among them: their stacks are read apart (see the caller).
-    pub fn finish(mut self, end_ns: u64) -> Vec<OffCpuInterval<S>> {
+    /// Every interval not yet handed over, once the recording ended at `end_ns`: those
+    /// still open end there, and threads that existed at the start and were never seen
+    /// since (asleep throughout, at a stack no switch out showed) were blocked from the
+    /// start to the end.
+    pub fn finish(&mut self, end_ns: u64) -> Vec<OffCpuInterval<S>> {
         let mut open: Vec<i32> = self.out.keys().copied().collect();
         open.sort_unstable();
         for tid in open {
             self.end(tid, end_ns);
         }
-        self.done
-    }
-
-    /// Threads that existed when recording started and have not been seen since.
-    pub fn unseen_at_start(&self) -> impl Iterator<Item = i32> + '_ {
-        self.unseen_at_start.iter().copied()
+        let mut asleep: Vec<i32> = self.unseen_at_start.drain().collect();
+        asleep.sort_unstable();
+        for tid in asleep {
+            self.done.push(OffCpuInterval {
+                tid,
+                start_ns: self.start_ns,
+                end_ns: end_ns.max(self.start_ns),
+                kind: Some(OffCpuKind::Blocked),
+                stack: None,
+            });
+        }
+        std::mem::take(&mut self.done)
     }
 }
 
@@ -359,14 +381,13 @@ mod tests {
         t.ran(11, 6 * MS);
         t.switch_out(11, 7 * MS, false);
         t.switch_in(11, 9 * MS);
-        let mut unseen: Vec<i32> = t.unseen_at_start().collect();
-        unseen.sort_unstable();
-        assert_eq!(unseen, [12]);
         assert_eq!(
             t.finish(100 * MS),
             [
                 interval(10, 5, 40, Some(OffCpuKind::Blocked), None),
                 interval(11, 7, 9, Some(OffCpuKind::Blocked), None),
+                // 12 was asleep throughout: blocked from the start to the end.
+                interval(12, 5, 100, Some(OffCpuKind::Blocked), None),
             ]
         );
     }

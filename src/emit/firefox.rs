@@ -23,18 +23,17 @@ pub const CATEGORY_USER: u32 = 1;
 pub const CATEGORY_KERNEL: u32 = 2;
 /// Off-CPU time (profiles recorded with `--off-cpu` only): every frame of an off-CPU
 /// stack has it, so that the profiler's category filter leaves on-CPU time alone.
-/// Its subcategories are [`OffCpuKind`]s, in the order of [`off_cpu_subcategory`].
+/// Its subcategories are the [`OffCpuKind`]s, at their [`OffCpuKind::index`].
 pub const CATEGORY_OFF_CPU: u32 = 3;
 pub const CATEGORY_OFF_CPU_NAME: &str = "Off-CPU";
-pub const SUBCATEGORY_BLOCKED: &str = "Blocked";
-pub const SUBCATEGORY_PREEMPTED: &str = "Preempted";
 /// `samples.weightType` of a profile with off-CPU time: every row weighs milliseconds.
 pub const WEIGHT_TRACING_MS: &str = "tracing-ms";
 
-pub fn off_cpu_subcategory(kind: OffCpuKind) -> u32 {
+/// The name of an Off-CPU subcategory.
+fn off_cpu_subcategory_name(kind: OffCpuKind) -> &'static str {
     match kind {
-        OffCpuKind::Blocked => 0,
-        OffCpuKind::Preempted => 1,
+        OffCpuKind::Blocked => "Blocked",
+        OffCpuKind::Preempted => "Preempted",
     }
 }
 
@@ -286,7 +285,7 @@ impl OffCpuCopies {
             frames.lib.push(frames.lib[i]);
             frames.inline_depth.push(frames.inline_depth[i]);
             frames.category.push(Some(CATEGORY_OFF_CPU));
-            frames.subcategory.push(Some(off_cpu_subcategory(kind)));
+            frames.subcategory.push(Some(kind.index() as u32));
             frames.func.push(frames.func[i]);
             frames.native_symbol.push(frames.native_symbol[i]);
             frames.inner_window_id.push(frames.inner_window_id[i]);
@@ -482,7 +481,9 @@ fn meta(profile: &Profile) -> fx::Meta {
                 categories.push(fx::Category {
                     name: CATEGORY_OFF_CPU_NAME.into(),
                     color: "blue".into(),
-                    subcategories: vec![SUBCATEGORY_BLOCKED.into(), SUBCATEGORY_PREEMPTED.into()],
+                    subcategories: OffCpuKind::ALL
+                        .map(|k| off_cpu_subcategory_name(k).to_string())
+                        .to_vec(),
                 });
             }
             categories

@@ -341,8 +341,11 @@ fn read_frames(
             };
             off_cpu.push(
                 match (fr.category[i], fr.subcategory.get(i).copied().flatten()) {
-                    (Some(CATEGORY_OFF_CPU), Some(1)) => Some(OffCpuKind::Preempted),
-                    (Some(CATEGORY_OFF_CPU), _) => Some(OffCpuKind::Blocked),
+                    // An unknown subcategory counts as blocked.
+                    (Some(CATEGORY_OFF_CPU), sub) => Some(
+                        sub.and_then(|s| OffCpuKind::ALL.get(s as usize).copied())
+                            .unwrap_or(OffCpuKind::Blocked),
+                    ),
                     _ => None,
                 },
             );

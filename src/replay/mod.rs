@@ -66,8 +66,6 @@ struct ThreadState {
 struct OffCpu {
     /// Created at the first event: its time is the start of the recording.
     tracker: Option<OffCpuTracker<RawStackIndex>>,
-    /// That time.
-    start_ns: u64,
     /// The stack of every `switch_period`th switch out was taken.
     switch_period: u64,
     /// Per thread, the off-CPU time (ns) of intervals without a stack, by kind, when
@@ -209,7 +207,6 @@ impl ProfileBuilder {
     pub fn record_off_cpu(&mut self, switch_period: u64) {
         self.off_cpu = Some(OffCpu {
             tracker: None,
-            start_ns: 0,
             switch_period: switch_period.max(1),
             unstacked: HashMap::new(),
         });
@@ -225,10 +222,8 @@ impl ProfileBuilder {
     pub fn add_events(&mut self, events: &[Event]) {
         self.read_jit_dumps();
         if let (Some(off), Some(first)) = (&mut self.off_cpu, events.first()) {
-            if off.tracker.is_none() {
-                off.tracker = Some(OffCpuTracker::new(first.time_ns, []));
-                off.start_ns = first.time_ns;
-            }
+            off.tracker
+                .get_or_insert_with(|| OffCpuTracker::new(first.time_ns, []));
         }
         for event in events {
             let t = event.time_ns;
@@ -368,15 +363,11 @@ impl ProfileBuilder {
             return;
         };
         let kind = interval.kind.unwrap_or(OffCpuKind::Blocked);
-        let slot = match kind {
-            OffCpuKind::Blocked => 0,
-            OffCpuKind::Preempted => 1,
-        };
         let ns = interval.duration_ns();
         let stack = match interval.stack {
             Some(stack) => stack,
             None if off.switch_period > 1 && interval.start_ns > start => {
-                off.unstacked.entry(interval.tid).or_default()[slot] += ns;
+                off.unstacked.entry(interval.tid).or_default()[kind.index()] += ns;
                 return;
             }
             None => self.unknown_off_cpu_stack(),
@@ -392,7 +383,10 @@ impl ProfileBuilder {
     }
 
     fn start_of_tracking(&self) -> u64 {
-        self.off_cpu.as_ref().map_or(0, |o| o.start_ns)
+        self.off_cpu
+            .as_ref()
+            .and_then(|o| o.tracker.as_ref())
+            .map_or(0, |t| t.start_ns())
     }
 
     /// The stack of off-CPU time whose stack is unknown: the marker frame alone.
@@ -557,21 +551,11 @@ impl ProfileBuilder {
     /// including those of threads asleep since before `-p` attached and never seen since,
     /// and shares out the time of intervals without a stack (see [`OffCpu::unstacked`]).
     fn finish_off_cpu(&mut self, end_ns: u64) {
-        let Some(tracker) = self.off_cpu.as_mut().and_then(|o| o.tracker.take()) else {
+        let start_ns = self.start_of_tracking();
+        let Some(tracker) = self.tracker() else {
             return;
         };
-        let start_ns = tracker.start_ns();
-        let mut asleep: Vec<i32> = tracker.unseen_at_start().collect();
-        asleep.sort_unstable();
-        let mut intervals = tracker.finish(end_ns);
-        intervals.extend(asleep.into_iter().map(|tid| OffCpuInterval {
-            tid,
-            start_ns,
-            end_ns: end_ns.max(start_ns),
-            kind: Some(OffCpuKind::Blocked),
-            stack: None,
-        }));
-        for interval in intervals {
+        for interval in tracker.finish(end_ns) {
             self.add_off_cpu(interval);
         }
         let unstacked = self
@@ -585,15 +569,12 @@ impl ProfileBuilder {
             let Some(&th) = self.thread_by_tid.get(&tid) else {
                 continue;
             };
-            for (kind, extra) in [OffCpuKind::Blocked, OffCpuKind::Preempted]
-                .into_iter()
-                .zip(amounts)
-            {
-                let rows = &mut self.threads[th].off_cpu;
-                let stacked: u64 = rows.iter().filter(|r| r.2 == kind).map(|r| r.3).sum();
+            for (kind, extra) in OffCpuKind::ALL.into_iter().zip(amounts) {
                 if extra == 0 {
                     continue;
                 }
+                let rows = &mut self.threads[th].off_cpu;
+                let stacked: u64 = rows.iter().filter(|r| r.2 == kind).map(|r| r.3).sum();
                 if stacked == 0 {
                     let stack = self.unknown_off_cpu_stack();
                     self.threads[th]
