@@ -22,7 +22,8 @@ const PERF_CONTEXT_USER: u64 = (-512i64) as u64;
 /// `PROT_EXEC` in an MMAP2 record's protection field.
 const PROT_EXEC: u32 = 4;
 
-/// Turns ring-buffer records into [`Event`]s for one attribute.
+/// Turns ring-buffer records into [`Event`]s for the sampling event and the
+/// context-switch events beside it.
 pub struct Parser {
     info: RecordParseInfo,
     /// The context-switch events' records (their samples lack the period).
@@ -57,64 +58,16 @@ impl Parser {
         };
         // A sample starts with its event's id (PERF_SAMPLE_IDENTIFIER), which says
         // whose layout it has; other records have the same layout for both events.
-        let switch = record.kind == pb::PERF_RECORD_SAMPLE && {
-            let mut id = [0u8; 8];
-            let mut body = data;
-            body.read_exact(&mut id).is_ok() && self.switch_ids.contains(&u64::from_ne_bytes(id))
-        };
+        let switch = record.kind == pb::PERF_RECORD_SAMPLE
+            && first_u64(data).is_some_and(|id| self.switch_ids.contains(&id));
         let info = if switch { self.switch_info } else { self.info };
         let raw = RawEventRecord::new(RecordType(record.kind), record.misc, data, info);
-        self.parse_raw(&raw, data, switch)
-    }
-}
-
-/// The reader's description of the records of `attr`.
-fn parse_info(attr: &pb::perf_event_attr) -> RecordParseInfo {
-    {
-        // Only the fields that determine the record layout matter to the reader.
-        let mut flags = AttrFlags::SAMPLE_ID_ALL;
-        if attr.exclude_kernel() != 0 {
-            flags |= AttrFlags::EXCLUDE_KERNEL;
-        }
-        let reader_attr = PerfEventAttr {
-            type_: PerfEventType::Software(SoftwareCounterType::CpuClock),
-            sampling_policy: SamplingPolicy::Frequency(1000),
-            sample_format: SampleFormat::from_bits_truncate(attr.sample_type),
-            read_format: ReadFormat::from_bits_truncate(attr.read_format),
-            flags,
-            wakeup_policy: WakeupPolicy::EventCount(1),
-            branch_sample_format: BranchSampleFormat::empty(),
-            sample_regs_user: attr.sample_regs_user,
-            sample_stack_user: attr.sample_stack_user,
-            clock: PerfClock::Default,
-            sample_regs_intr: 0,
-            aux_watermark: 0,
-            sample_max_stack: attr.sample_max_stack,
-            aux_sample_size: 0,
-            sig_data: 0,
-        };
-        RecordParseInfo::new(&reader_attr, Endianness::NATIVE)
-    }
-}
-
-impl Parser {
-    fn parse_raw(
-        &self,
-        raw: &RawEventRecord<'_>,
-        data: RawData<'_>,
-        switch: bool,
-    ) -> Option<Event> {
         let time_ns = raw.timestamp().unwrap_or(0);
-        let kind = match raw.record_type.0 {
-            k if k == pb::PERF_RECORD_LOST_SAMPLES => {
-                let mut count = [0u8; 8];
-                let mut body = data;
-                body.read_exact(&mut count).ok()?;
-                EventKind::Lost {
-                    count: u64::from_ne_bytes(count),
-                    tid: raw.common_data().ok().and_then(|c| c.tid),
-                }
-            }
+        let kind = match record.kind {
+            k if k == pb::PERF_RECORD_LOST_SAMPLES => EventKind::Lost {
+                count: first_u64(data)?,
+                tid: raw.common_data().ok().and_then(|c| c.tid),
+            },
             _ => match raw.parse().ok()? {
                 EventRecord::Sample(s) => {
                     let sample = self.sample(&s)?;
@@ -230,4 +183,40 @@ impl Parser {
         }
         Some(sample)
     }
+}
+
+/// The reader's description of the records of `attr`.
+fn parse_info(attr: &pb::perf_event_attr) -> RecordParseInfo {
+    // Only the fields that determine the record layout matter to the reader.
+    let mut flags = AttrFlags::SAMPLE_ID_ALL;
+    if attr.exclude_kernel() != 0 {
+        flags |= AttrFlags::EXCLUDE_KERNEL;
+    }
+    let reader_attr = PerfEventAttr {
+        type_: PerfEventType::Software(SoftwareCounterType::CpuClock),
+        sampling_policy: SamplingPolicy::Frequency(1000),
+        sample_format: SampleFormat::from_bits_truncate(attr.sample_type),
+        read_format: ReadFormat::from_bits_truncate(attr.read_format),
+        flags,
+        wakeup_policy: WakeupPolicy::EventCount(1),
+        branch_sample_format: BranchSampleFormat::empty(),
+        sample_regs_user: attr.sample_regs_user,
+        sample_stack_user: attr.sample_stack_user,
+        clock: PerfClock::Default,
+        sample_regs_intr: 0,
+        aux_watermark: 0,
+        sample_max_stack: attr.sample_max_stack,
+        aux_sample_size: 0,
+        sig_data: 0,
+    };
+    RecordParseInfo::new(&reader_attr, Endianness::NATIVE)
+}
+
+/// The record body's first 8 bytes as a native-endian number (a sample's id, a lost
+/// count).
+fn first_u64(data: RawData<'_>) -> Option<u64> {
+    let mut bytes = [0u8; 8];
+    let mut body = data;
+    body.read_exact(&mut bytes).ok()?;
+    Some(u64::from_ne_bytes(bytes))
 }
