@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::emit::Format;
 use crate::events::{OffCpuRecording, RecordingInfo, StackLimit};
-use crate::profile::{Missing, OffCpuKind, Profile, SampleWeight};
+use crate::profile::{off_cpu_ns, Missing, Profile};
 use crate::record::{CommandExit, DetachReason, Ended};
 use crate::unwind::{TruncatedBy, UnwindMode};
 
@@ -40,21 +40,9 @@ impl Summary<'_> {
         let OffCpuRecording::On { switch_period } = self.info.off_cpu else {
             return None;
         };
-        let (mut blocked, mut preempted, mut switches) = (0u64, 0u64, 0u64);
-        for s in self.profile.threads.iter().flat_map(|t| &t.samples) {
-            match s.weight {
-                SampleWeight::OffCpu {
-                    kind: OffCpuKind::Blocked,
-                    ns,
-                } => blocked += ns,
-                SampleWeight::OffCpu {
-                    kind: OffCpuKind::Preempted,
-                    ns,
-                } => preempted += ns,
-                SampleWeight::OnCpu(_) => continue,
-            }
-            switches += 1;
-        }
+        let rows = || self.profile.threads.iter().flat_map(|t| &t.samples);
+        let [blocked, preempted] = off_cpu_ns(rows());
+        let switches = rows().filter(|s| s.weight.off_cpu_kind().is_some()).count();
         Some(format!(
             "off-CPU: {} ms blocked, {} ms preempted, {switches} stacks where threads left the CPU{}",
             crate::emit::ms_text(blocked),

@@ -8,7 +8,7 @@ use crate::calltree::lines::FunctionLines;
 use std::path::Path;
 
 use crate::calltree::{CallNodeIndex, CallTree, Transform};
-use crate::profile::{Profile, SampleWeight, TimeView, WeightUnit};
+use crate::profile::{off_cpu_ns, Profile, TimeView, WeightUnit};
 
 #[derive(Clone, Debug)]
 pub struct ReportOptions {
@@ -566,14 +566,6 @@ pub fn render_report(
         let on_cpu: u64 = rows()
             .map(|s| TimeView::Cpu.weight(s.weight, interval_ns))
             .sum();
-        let off_ns = |kind| -> u64 {
-            rows()
-                .filter_map(|s| match s.weight {
-                    SampleWeight::OffCpu { kind: k, ns } if k == kind => Some(ns),
-                    _ => None,
-                })
-                .sum()
-        };
         let who = match group.as_slice() {
             [t] => {
                 let th = &profile.threads[*t];
@@ -594,8 +586,7 @@ pub fn render_report(
             }
         };
         if m.off_cpu {
-            let blocked = off_ns(crate::profile::OffCpuKind::Blocked);
-            let preempted = off_ns(crate::profile::OffCpuKind::Preempted);
+            let [blocked, preempted] = off_cpu_ns(rows());
             let _ = writeln!(
                 out,
                 "{who}: {on_cpu} samples on the CPU ({} ms), {} ms off it ({} ms blocked, {} ms preempted)",

@@ -156,6 +156,17 @@ impl SampleWeight {
     }
 }
 
+/// The off-CPU nanoseconds of `rows`, by kind (at [`OffCpuKind::index`]).
+pub fn off_cpu_ns<'a, S: 'a>(rows: impl IntoIterator<Item = &'a SampleRow<S>>) -> [u64; 2] {
+    let mut ns = [0; 2];
+    for row in rows {
+        if let SampleWeight::OffCpu { kind, ns: n } = row.weight {
+            ns[kind.index()] += n;
+        }
+    }
+    ns
+}
+
 /// Which time call trees and exports weigh samples by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimeView {
