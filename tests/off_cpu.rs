@@ -13,6 +13,9 @@ use std::sync::OnceLock;
 use common::*;
 use serde_json::Value;
 
+/// What [`ffp_check_tool`] finds, for the line of a test skipped without it.
+const FFP_CHECK: &str = "../shared/tools/ffp-check (the Firefox Profiler's loader)";
+
 /// How far the shares may be from what the target does: 3 percentage points.
 const SHARE_TOLERANCE: f64 = 3.0;
 
@@ -34,12 +37,12 @@ fn waiter_profile() -> &'static PathBuf {
 /// The Firefox Profiler's own reading of a profile: `ffp-check --json --top 400`, which
 /// must load it (exit 0), with every function's running and self time per thread.
 fn profiler_view(path: &Path) -> Value {
-    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/ffp-check");
+    let tool = ffp_check_tool().expect("the test needs ffp-check");
     let out = Command::new(&tool)
         .args(["--json", "--top", "400"])
         .arg(path)
         .output()
-        .unwrap_or_else(|e| panic!("{} runs: {e}", tool.display()));
+        .unwrap_or_else(|e| panic!("{tool} runs: {e}"));
     assert!(
         out.status.success(),
         "the Firefox Profiler's loader rejects {}: {}{}",
@@ -48,6 +51,12 @@ fn profiler_view(path: &Path) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("ffp-check --json prints JSON")
+}
+
+/// The Firefox Profiler's loader, `../shared/tools/ffp-check` beside the repository.
+fn ffp_check_tool() -> Option<String> {
+    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/ffp-check");
+    tool.exists().then(|| tool.to_string_lossy().into_owned())
 }
 
 /// The running time (ms) of function `name` in the profiler's thread `t`.
@@ -287,12 +296,13 @@ fn without_kernel_access_one_line_says_so_and_the_profile_is_written() {
 fn main() {
     run_tests(tests![
         the_firefox_profiler_shows_50_30_20_and_the_threads_blocked_throughout: Need::Perf,
-            Need::KernelFrames;
+            Need::KernelFrames, Need::Located(FFP_CHECK, ffp_check_tool);
         report_shows_on_off_and_wall_time: Need::Perf, Need::KernelFrames;
         folded_carries_either_time: Need::Perf, Need::KernelFrames;
         go_tool_pprof_reads_off_cpu_time: Need::Perf, Need::KernelFrames,
             Need::Consumer("go (scripts/install-consumers installs it)", go_present);
-        attaching_shows_threads_blocked_since_before: Need::Perf, Need::KernelFrames;
+        attaching_shows_threads_blocked_since_before: Need::Perf, Need::KernelFrames,
+            Need::Located(FFP_CHECK, ffp_check_tool);
         without_kernel_access_one_line_says_so_and_the_profile_is_written: Need::Nobody,
             Need::UserPerf;
     ]);
