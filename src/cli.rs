@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 use crate::calltree::{self, Transform};
 use crate::emit;
+use crate::events::{Rate, SamplingEvent};
 use crate::profile::TimeView;
 use crate::record::{self, RecordOptions};
 use crate::unwind::UnwindMode;
@@ -269,9 +270,27 @@ pub enum UnwindArg {
 
 #[derive(clap::Args)]
 pub struct RecordArgs {
-    /// Sampling frequency in Hz (per thread); lowered to kernel.perf_event_max_sample_rate.
-    #[arg(short = 'F', long = "freq", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub frequency: u64,
+    /// Sampling frequency in Hz (per thread); lowered to kernel.perf_event_max_sample_rate
+    /// [default: 1000].
+    #[arg(short = 'F', long = "freq", value_parser = clap::value_parser!(u64).range(1..))]
+    pub frequency: Option<u64>,
+    /// Take a sample every PERIOD events instead (ns for cpu-clock and task-clock).
+    #[arg(short = 'c', long = "count", value_name = "PERIOD", conflicts_with = "frequency",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub period: Option<u64>,
+    /// The event to sample, as perf names it: cycles, instructions, cache-misses,
+    /// branch-misses (these need a hardware PMU), cpu-clock, task-clock, page-faults,
+    /// major-faults, context-switches [default: cycles where the CPU counts them, else
+    /// cpu-clock].
+    #[arg(short = 'e', long = "event", value_name = "EVENT")]
+    pub event: Option<String>,
+    /// Record the whole machine: every CPU, every process and kernel thread (until -d,
+    /// Ctrl-C or SIGTERM).
+    #[arg(short = 'a', long = "all-cpus")]
+    pub all_cpus: bool,
+    /// Record on these CPUs only ("0,2-3"), with -a or a command.
+    #[arg(short = 'C', long = "cpu", value_name = "CPUS")]
+    pub cpus: Option<String>,
     /// Output file; gzip-compressed when a Firefox profile's name ends in `.gz`
     /// [default: profile.json.gz, or the --format's default name]
     #[arg(short = 'o', long = "output")]
@@ -299,8 +318,8 @@ pub struct RecordArgs {
     /// Attach to running processes instead of launching a command.
     #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID")]
     pub pids: Vec<i32>,
-    /// With -p: stop recording after this many seconds (else at Ctrl-C, or when every
-    /// attached process has exited).
+    /// With -p or -a: stop recording after this many seconds (else at Ctrl-C, or when
+    /// every attached process has exited).
     #[arg(short = 'd', long = "duration", value_name = "SECONDS")]
     pub duration: Option<f64>,
     #[command(flatten)]
@@ -405,6 +424,9 @@ impl ReportArgs {
     }
 }
 
+/// Samples per second per running thread unless `-F` or `-c` says otherwise.
+pub const DEFAULT_FREQUENCY_HZ: u64 = 1000;
+
 /// The most ring-buffer pages per CPU `-m` accepts: 2^20 pages are 4 GiB per CPU, more
 /// than the kernel lets anyone lock; a larger value can only be a typo.
 pub const MAX_MMAP_PAGES: usize = 1 << 20;
@@ -435,20 +457,58 @@ impl RecordArgs {
                 );
             }
         }
-        let target = match (self.pids.is_empty(), self.command.is_empty()) {
-            (true, true) => bail!(
-                "nothing to record: give a command (`sampler record -- CMD ARGS`) or running processes (`-p PID`)"
+        let target = match (self.all_cpus, self.pids.is_empty(), self.command.is_empty()) {
+            (true, false, _) => bail!(
+                "-a records the whole machine, -p given processes: give one of them"
             ),
-            (false, false) => bail!(
+            (true, true, false) => bail!(
+                "-a records the whole machine until -d, Ctrl-C or SIGTERM; to limit it to a command's CPUs, give the command without -a"
+            ),
+            (true, true, true) => record::Target::System,
+            (false, true, true) => bail!(
+                "nothing to record: give a command (`sampler record -- CMD ARGS`), running processes (`-p PID`) or the whole machine (`-a`)"
+            ),
+            (false, false, false) => bail!(
                 "-p attaches to running processes; give either -p PID or a command, not both"
             ),
-            (true, false) => record::Target::Command(self.command.clone()),
-            (false, true) => record::Target::Pids(record::resolve_pids(&self.pids)?),
+            (false, true, false) => record::Target::Command(self.command.clone()),
+            (false, false, true) => record::Target::Pids(record::resolve_pids(&self.pids)?),
+        };
+        let cpus = match &self.cpus {
+            None => None,
+            Some(_) if matches!(target, record::Target::Pids(_)) => bail!(
+                "-C limits -a or a command to some CPUs; an attached process (-p) is followed wherever it runs"
+            ),
+            Some(list) => {
+                Some(record::parse_cpu_list(list).map_err(|e| anyhow::anyhow!("-C {list}: {e}"))?)
+            }
+        };
+        let event = match &self.event {
+            None => None,
+            Some(name) => Some(SamplingEvent::from_name(name).ok_or_else(|| {
+                let names: Vec<&str> = SamplingEvent::ALL.iter().map(|e| e.name()).collect();
+                anyhow::anyhow!(
+                    "-e {name}: unknown event; sampler samples {}",
+                    names.join(", ")
+                )
+            })?),
+        };
+        if let (true, Some(e)) = (self.off_cpu, event) {
+            if !e.is_time() {
+                bail!(
+                    "--off-cpu weighs waiting in time, and so the samples beside it must be: use -e cpu-clock or task-clock (or no -e) with it, not -e {}",
+                    e.name()
+                );
+            }
+        }
+        let rate = match (self.period, self.frequency) {
+            (Some(p), _) => Rate::Period(p),
+            (None, hz) => Rate::Frequency(hz.unwrap_or(DEFAULT_FREQUENCY_HZ)),
         };
         let duration = match self.duration {
             None => None,
             Some(_) if matches!(target, record::Target::Command(_)) => bail!(
-                "-d/--duration is for attached processes (-p); a command is recorded until it exits"
+                "-d/--duration is for attached processes (-p) and -a; a command is recorded until it exits"
             ),
             Some(d) if d.is_finite() && d > 0.0 && d <= MAX_DURATION_SECONDS => {
                 Some(Duration::from_secs_f64(d))
@@ -488,7 +548,9 @@ impl RecordArgs {
             options: RecordOptions {
                 stack_bytes,
                 target,
-                frequency_hz: self.frequency,
+                event,
+                rate,
+                cpus,
                 mmap_pages: self.mmap_pages,
                 duration,
                 max_stack: self.max_stack,
@@ -544,7 +606,7 @@ mod tests {
         let r = record_args(&["./prog", "--flag", "-x"]);
         assert_eq!(r.command, ["./prog", "--flag", "-x"]);
         let r = record_args(&["-F", "99", "--", "prog", "-F", "1"]);
-        assert_eq!((r.frequency, r.command.len()), (99, 3));
+        assert_eq!((r.frequency, r.command.len()), (Some(99), 3));
         // An option of sampler's own before the command is an option, or an error.
         assert!(parse(&["record", "--bogus"]).is_err());
         assert!(parse(&["record", "--bogus", "--", "true"]).is_err());

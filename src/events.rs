@@ -37,10 +37,11 @@ pub enum EventKind {
         pid: i32,
         tid: i32,
     },
-    /// Records the kernel had to drop; `tid` is the thread that was running when they
-    /// were lost (whose samples they were), when the kernel said.
+    /// Records the kernel had to drop; `pid` and `tid` are the thread that was running
+    /// when they were lost (whose samples they were), when the kernel said.
     Lost {
         count: u64,
+        pid: Option<i32>,
         tid: Option<i32>,
     },
     /// The kernel throttled sampling because the event fired too often.
@@ -121,30 +122,106 @@ pub enum StackLimit {
     Refused,
 }
 
-/// What the sampling event was, as shown to the user and written into the profile.
+/// What the sampling event was, as shown to the user and written into the profile; the
+/// names are perf's (`-e`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SamplingEvent {
-    /// `PERF_TYPE_HARDWARE / PERF_COUNT_HW_CPU_CYCLES`: needs a hardware PMU.
+    /// `PERF_TYPE_HARDWARE` events: need a hardware PMU.
     Cycles,
+    Instructions,
+    CacheMisses,
+    BranchMisses,
     /// `PERF_TYPE_SOFTWARE / PERF_COUNT_SW_CPU_CLOCK`: a timer, works everywhere.
     CpuClock,
+    /// The per-task clock: like cpu-clock, counted in the task's own running time.
+    TaskClock,
+    PageFaults,
+    MajorFaults,
+    ContextSwitches,
 }
 
 impl SamplingEvent {
+    pub const ALL: [SamplingEvent; 9] = [
+        SamplingEvent::Cycles,
+        SamplingEvent::Instructions,
+        SamplingEvent::CacheMisses,
+        SamplingEvent::BranchMisses,
+        SamplingEvent::CpuClock,
+        SamplingEvent::TaskClock,
+        SamplingEvent::PageFaults,
+        SamplingEvent::MajorFaults,
+        SamplingEvent::ContextSwitches,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             SamplingEvent::Cycles => "cycles",
+            SamplingEvent::Instructions => "instructions",
+            SamplingEvent::CacheMisses => "cache-misses",
+            SamplingEvent::BranchMisses => "branch-misses",
             SamplingEvent::CpuClock => "cpu-clock",
+            SamplingEvent::TaskClock => "task-clock",
+            SamplingEvent::PageFaults => "page-faults",
+            SamplingEvent::MajorFaults => "major-faults",
+            SamplingEvent::ContextSwitches => "context-switches",
         }
     }
+
+    /// The event of a perf name (and perf's aliases `cpu-cycles`, `faults`, `cs`).
+    pub fn from_name(name: &str) -> Option<SamplingEvent> {
+        let name = match name {
+            "cpu-cycles" => "cycles",
+            "faults" => "page-faults",
+            "cs" => "context-switches",
+            other => other,
+        };
+        SamplingEvent::ALL.into_iter().find(|e| e.name() == name)
+    }
+
+    /// Whether it counts in a hardware PMU.
+    pub fn is_hardware(self) -> bool {
+        matches!(
+            self,
+            SamplingEvent::Cycles
+                | SamplingEvent::Instructions
+                | SamplingEvent::CacheMisses
+                | SamplingEvent::BranchMisses
+        )
+    }
+
+    /// Whether it counts nanoseconds of CPU time, so that a fixed period is a fixed
+    /// time and its samples measure time.
+    pub fn is_time(self) -> bool {
+        matches!(self, SamplingEvent::CpuClock | SamplingEvent::TaskClock)
+    }
+}
+
+/// How often the sampling event takes a sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rate {
+    /// About this many samples per second per running thread: the kernel adjusts the
+    /// period as it goes, so every sample carries its own (its weight is its period).
+    /// Time events (cpu-clock, task-clock) get the fixed period of this frequency.
+    Frequency(u64),
+    /// A sample every this many events (`-c`).
+    Period(u64),
 }
 
 /// What was sampled and how: everything about a recording session but its events.
 #[derive(Clone, Debug)]
 pub struct RecordingInfo {
     pub event: SamplingEvent,
-    /// The sampling frequency actually requested from the kernel, in Hz.
+    /// The sampling frequency actually requested from the kernel, in Hz (for a fixed
+    /// period of a time event, the frequency it makes; 0 for a fixed period of another).
     pub frequency_hz: u64,
+    /// The fixed period of every sample (events; ns for time events), or `None` when the
+    /// kernel varied it (frequency mode of a counting event): then each sample's own
+    /// period is its weight.
+    pub period: Option<u64>,
+    /// What was recorded: a command's or processes' threads, or the whole machine.
+    pub scope: Scope,
+    /// The CPUs recorded on (`-C`); empty: all.
+    pub cpus: Vec<i32>,
     /// Wall-clock time of `start_ns`, in milliseconds since the Unix epoch.
     pub start_unix_ms: f64,
     /// CLOCK_MONOTONIC time (ns) at which recording started; event times use this clock.
@@ -176,6 +253,24 @@ pub struct RecordingInfo {
     pub logical_cpus: u32,
     /// Whether off-CPU time was recorded (`--off-cpu`), and how.
     pub off_cpu: OffCpuRecording,
+    /// The CPU time (user and system) the launched command and the children it waited
+    /// for used, from `getrusage`: what its samples should add up to.
+    pub command_cpu: Option<Duration>,
+}
+
+/// What a recording followed, and how.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// Per-task events inherited by every new thread and process of the launched
+    /// command or attached processes: a thread that runs less than one sampling period
+    /// may never be sampled (each new thread starts a fresh period).
+    #[default]
+    Tasks,
+    /// Per-CPU events whose records are filtered to the followed processes and the ones
+    /// they start: sampling runs on across thread births, so short threads are counted.
+    FollowedOnCpus,
+    /// Per-CPU events, every process and kernel thread of the machine (`-a`).
+    System,
 }
 
 /// Whether the context switches of the followed threads were recorded, to show where

@@ -206,6 +206,13 @@ impl<S> OffCpuTracker<S> {
         std::mem::take(&mut self.done)
     }
 
+    /// Forgets the threads that existed at the start and have not been seen since: in a
+    /// recording of the whole machine, the hundreds of threads that slept throughout are
+    /// not what it is about (and would each get an interval of the whole recording).
+    pub fn forget_unseen(&mut self) {
+        self.unseen_at_start.clear();
+    }
+
     /// Every interval not yet handed over, once the recording ended at `end_ns`: those
     /// still open end there, and threads that existed at the start and were never seen
     /// since (asleep throughout, at a stack no switch out showed) were blocked from the
@@ -239,6 +246,16 @@ const SAME_SWITCH_NS: u64 = 100_000;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forgotten_sleepers_get_no_interval() {
+        let mut t: OffCpuTracker<u32> = OffCpuTracker::new(0, [1, 2]);
+        t.switch_in(1, 5 * MS);
+        t.forget_unseen();
+        let done = t.finish(10 * MS);
+        assert_eq!(done.len(), 1, "{done:?}");
+        assert_eq!((done[0].tid, done[0].end_ns), (1, 5 * MS));
+    }
 
     const MS: u64 = 1_000_000;
 

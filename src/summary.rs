@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use crate::emit::Format;
-use crate::events::{OffCpuRecording, RecordingInfo, StackLimit};
-use crate::profile::{off_cpu_ns, Missing, Profile};
+use crate::events::{OffCpuRecording, RecordingInfo, Scope, StackLimit};
+use crate::profile::{off_cpu_ns, Missing, Profile, TimeView};
 use crate::record::{CommandExit, DetachReason, Ended};
 use crate::unwind::{TruncatedBy, UnwindMode};
 
@@ -54,6 +54,50 @@ impl Summary<'_> {
         ))
     }
 
+    /// How the recording followed its threads, when the user should know: per task
+    /// (short threads may be missed), whole CPUs (`-C`), and what a command's samples
+    /// stand for against the CPU time it used.
+    fn scope_lines(&self) -> Vec<String> {
+        let info = self.info;
+        let m = &self.profile.meta;
+        let mut out = Vec::new();
+        if info.scope == Scope::Tasks {
+            out.push(format!(
+                "per-task sampling (watching whole CPUs needs root or CAP_PERFMON): threads that ran less than one sampling period ({}) may have no samples; as root every thread is counted",
+                match (info.event.is_time(), info.period) {
+                    (true, Some(ns)) => format!("{} ms", crate::emit::ms_text(ns)),
+                    (_, Some(p)) => format!("{p} {}", info.event.name()),
+                    (_, None) => format!("1/{} s", info.frequency_hz),
+                }
+            ));
+        }
+        if !info.cpus.is_empty() {
+            let list: Vec<String> = info.cpus.iter().map(i32::to_string).collect();
+            out.push(format!("recorded on CPU {} only (-C)", list.join(",")));
+        }
+        if let (Some(cpu), true, Some(_)) = (info.command_cpu, info.event.is_time(), m.period) {
+            let on_cpu: u64 = self
+                .profile
+                .threads
+                .iter()
+                .flat_map(|t| &t.samples)
+                .map(|s| TimeView::Cpu.weight(s.weight, 0))
+                .sum();
+            let sampled_ns = on_cpu * m.interval_ns();
+            let used_ns = cpu.as_nanos() as u64;
+            out.push(format!(
+                "the command used {} ms of CPU (getrusage); its samples stand for {} ms{}",
+                crate::emit::ms_text(used_ns),
+                crate::emit::ms_text(sampled_ns),
+                match used_ns {
+                    0 => String::new(),
+                    n => format!(" ({:.0}%)", sampled_ns as f64 * 100.0 / n as f64),
+                }
+            ));
+        }
+        out
+    }
+
     /// The summary's lines, each starting with `sampler: `.
     pub fn lines(&self) -> Vec<String> {
         let (info, profile) = (self.info, self.profile);
@@ -82,10 +126,9 @@ impl Summary<'_> {
             ));
         }
         out.push(format!(
-            "{} samples ({}, {} Hz), {} lost, {} threads in {} processes, {:.2} s",
+            "{} samples ({}), {} lost, {} threads in {} processes, {:.2} s",
             samples,
-            m.event,
-            m.frequency_hz,
+            rate_text(profile),
             m.lost_samples,
             profile.threads.len(),
             profile.processes.len(),
@@ -100,6 +143,7 @@ impl Summary<'_> {
             ));
         }
         out.extend(self.off_cpu_line());
+        out.extend(self.scope_lines());
         out.extend(lost_by_thread(profile));
         out.extend(self.truncated_lines());
         out.extend(self.why_incomplete(samples));
@@ -147,6 +191,12 @@ impl Summary<'_> {
                 "{} stacks start with [truncated]: they reach code with neither unwind information nor frame pointers, in {} (a larger --stack-size does not help)",
                 t.no_unwind_info,
                 places.join(", ")
+            ));
+        }
+        if t.memory_gone > 0 {
+            out.push(format!(
+                "{} stacks start with [truncated]: their thread was sampled in the kernel as it exited, after its memory was released, so its user stack could not be walked",
+                t.memory_gone
             ));
         }
         if t.frame_limit > 0 && self.info.gaps.stack_limit != StackLimit::Refused {
@@ -213,6 +263,25 @@ impl Summary<'_> {
             }
         }
         out
+    }
+}
+
+/// The event and how often it was sampled: "cpu-clock, 1000 Hz", "page-faults, every 1",
+/// "page-faults, 1000 Hz, 51,200 events".
+fn rate_text(profile: &Profile) -> String {
+    let m = &profile.meta;
+    match m.period {
+        Some(p) if m.frequency_hz == 0 => format!("{}, every {p}", m.event),
+        Some(_) => format!("{}, {} Hz", m.event, m.frequency_hz),
+        None => {
+            let events: u64 = profile
+                .threads
+                .iter()
+                .flat_map(|t| &t.samples)
+                .map(|s| TimeView::Cpu.weight(s.weight, 0))
+                .sum();
+            format!("{}, {} Hz, {events} events", m.event, m.frequency_hz)
+        }
     }
 }
 
@@ -315,6 +384,10 @@ mod tests {
             sample_bytes: 0,
             logical_cpus: 2,
             off_cpu: Default::default(),
+            period: Some(1_000_000),
+            scope: Scope::FollowedOnCpus,
+            cpus: Vec::new(),
+            command_cpu: None,
         }
     }
 
@@ -353,6 +426,7 @@ mod tests {
             frame_limit: 3,
             stack_copy: 5,
             no_unwind_info: 7,
+            memory_gone: 2,
         };
         let places = [("perf-12.map".to_string(), 6), ("libjit.so".to_string(), 1)];
         let out = lines_truncated(&info, &profile, truncated, &places);
@@ -370,6 +444,7 @@ mod tests {
             "{no_info}"
         );
         assert!(no_info.contains("a larger --stack-size does not help"));
+        assert!(line("2 stacks start").contains("as it exited, after its memory was released"));
         assert!(line("3 stacks were deeper").contains("--max-stack 127"));
         let none = lines(&info, &profile);
         assert!(!none.iter().any(|l| l.contains("[truncated]")), "{none:#?}");

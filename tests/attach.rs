@@ -11,14 +11,7 @@ use common::*;
 
 /// Runs `sampler record -o OUT <args>`; its output and the profile's path.
 fn attach(args: &[&str]) -> (std::process::Output, std::path::PathBuf) {
-    let out = tempdir().join("attach.json");
-    let o = Command::new(sampler_bin())
-        .args(["record", "-o"])
-        .arg(&out)
-        .args(args)
-        .output()
-        .expect("sampler runs");
-    (o, out)
+    record_without_command(args)
 }
 
 fn ok(test: &str, o: &std::process::Output) {

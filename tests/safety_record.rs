@@ -204,12 +204,21 @@ fn stacks_cut_at_the_frame_limit_are_marked() {
 }
 
 fn a_set_user_id_program_says_why_it_has_no_samples() {
-    // Root runs a program that becomes another user at exec: the kernel ends the events.
-    let program = tempdir().join("setuid-split7030");
+    // Per task (as nobody): a program that gains privileges at exec (set-user-ID root)
+    // is not followed by the kernel any more.
+    let dir = tempdir();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let program = dir.join("setuid-split7030");
     std::fs::copy(target("split7030"), &program).unwrap();
-    std::os::unix::fs::chown(&program, Some(65534), Some(65534)).unwrap();
     std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o4755)).unwrap();
-    let (o, path) = record(&[], &[program.to_str().unwrap(), "0.3"]);
+    let recorded = record_as_nobody(
+        "a_set_user_id_program_says_why_it_has_no_samples",
+        &["--", program.to_str().unwrap(), "0.3"],
+    );
+    std::fs::remove_file(&program).unwrap();
+    let Some((o, path)) = recorded else {
+        return;
+    };
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(all_paths(&path).len(), 0, "the kernel sampled it after all");
     assert!(
@@ -217,6 +226,20 @@ fn a_set_user_id_program_says_why_it_has_no_samples() {
         "{}",
         stderr(&o)
     );
+}
+
+fn per_cpu_events_sample_a_set_user_id_program() {
+    // As root, the events are per CPU: not the program's, so not ended at its exec.
+    let program = tempdir().join("setuid-split7030");
+    std::fs::copy(target("split7030"), &program).unwrap();
+    std::os::unix::fs::chown(&program, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let (o, path) = record(&[], &[program.to_str().unwrap(), "0.3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let n = all_paths(&path).len();
+    eprintln!("per_cpu_events_sample_a_set_user_id_program: {n} samples in 0.3 s");
+    assert!(n > 200, "{n} samples");
+    assert!(!stderr(&o).contains("set-user-ID"), "{}", stderr(&o));
 }
 
 fn a_process_left_stopped_says_why_it_has_no_samples() {
@@ -279,7 +302,8 @@ fn main() {
         a_stderr_that_cannot_be_written_changes_nothing: Need::Perf;
         a_looping_frame_pointer_chain_loses_no_sample: Need::Perf;
         stacks_cut_at_the_frame_limit_are_marked: Need::Perf;
-        a_set_user_id_program_says_why_it_has_no_samples: Need::Perf, Need::Root;
+        a_set_user_id_program_says_why_it_has_no_samples: Need::Nobody, Need::UserPerf;
+        per_cpu_events_sample_a_set_user_id_program: Need::Perf, Need::Root;
         a_process_left_stopped_says_why_it_has_no_samples: Need::Perf;
         a_daemon_that_outlives_the_command_is_named: Need::Perf;
         an_empty_profile_says_why: Need::Perf;

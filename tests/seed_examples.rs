@@ -2,7 +2,9 @@
 //! seed 003 (stack interning and func grouping) from a synthetic recording.
 
 use sampler::calltree::CallTree;
-use sampler::events::{Event, EventKind, Mapping, Recording, RecordingInfo, Sample, SamplingEvent};
+use sampler::events::{
+    Event, EventKind, Mapping, Recording, RecordingInfo, Sample, SamplingEvent, Scope,
+};
 use sampler::profile::{self, CodeKind};
 use sampler::symbolicate::{self, LibSymbols, Symbol, SymbolMap};
 
@@ -57,6 +59,10 @@ fn recording(events: Vec<Event>) -> Recording {
         logical_cpus: 2,
         off_cpu: Default::default(),
         gaps: Default::default(),
+        period: Some(1_000_000),
+        scope: Scope::FollowedOnCpus,
+        cpus: Vec::new(),
+        command_cpu: None,
     };
     Recording { info, events }
 }

@@ -134,6 +134,10 @@ pub fn to_json(profile: &Profile) -> Value {
 /// Labels of the recording facts in the `Recording` section of `meta.extra`.
 pub const RECORDING_EVENT: &str = "Event";
 pub const RECORDING_FREQUENCY: &str = "Frequency (Hz)";
+/// The events per sample: a number, or [`PERIOD_VARIES`].
+pub const RECORDING_PERIOD: &str = "Period (events per sample)";
+/// The period's value when the kernel varied it: sample weights are then event counts.
+pub const PERIOD_VARIES: &str = "varied: weights are event counts";
 pub const RECORDING_LOST: &str = "Lost samples";
 pub const RECORDING_TRUNCATED: &str = "Truncated stacks";
 pub const RECORDING_RESTORED: &str = "Restored callers";
@@ -406,7 +410,7 @@ fn threads(profile: &Profile, copies: &OffCpuCopies) -> Vec<fx::Thread> {
                             t.samples
                                 .iter()
                                 .map(|s| match s.weight {
-                                    SampleWeight::OnCpu(n) => f64::from(n) * interval_ms,
+                                    SampleWeight::OnCpu(n) => n as f64 * interval_ms,
                                     SampleWeight::OffCpu { ns, .. } => ns as f64 / 1e6,
                                 })
                                 .collect(),
@@ -417,7 +421,7 @@ fn threads(profile: &Profile, copies: &OffCpuCopies) -> Vec<fx::Thread> {
                             SampleWeight::OffCpu { .. } => 0,
                         };
                         (!t.samples.iter().all(|s| count(s) == 1))
-                            .then(|| t.samples.iter().map(|s| f64::from(count(s))).collect())
+                            .then(|| t.samples.iter().map(|s| count(s) as f64).collect())
                     },
                     weight_type: if off_cpu {
                         WEIGHT_TRACING_MS.into()
@@ -495,6 +499,10 @@ fn meta(profile: &Profile) -> fx::Meta {
                 entries: vec![
                     text(RECORDING_EVENT, &meta.event),
                     integer(RECORDING_FREQUENCY, meta.frequency_hz),
+                    match meta.period {
+                        Some(p) => integer(RECORDING_PERIOD, p),
+                        None => text(RECORDING_PERIOD, PERIOD_VARIES),
+                    },
                     integer(RECORDING_LOST, meta.lost_samples),
                     integer(RECORDING_TRUNCATED, meta.truncated_stacks),
                     integer(RECORDING_RESTORED, meta.restored_callers),

@@ -18,8 +18,8 @@ use serde_json::Value;
 use super::firefox::{
     CATEGORY_KERNEL, CATEGORY_OFF_CPU, CATEGORY_OFF_CPU_NAME, CATEGORY_OTHER, EXTRA_LOST_BY_THREAD,
     EXTRA_RECORDING, EXTRA_SYMBOLS, GAP_DEBUG_INFO, GAP_SYMBOLS, PROCESSED_PROFILE_VERSION,
-    RECORDING_EVENT, RECORDING_FREQUENCY, RECORDING_KERNEL, RECORDING_LOST, RECORDING_RESTORED,
-    RECORDING_THROTTLED, RECORDING_TRUNCATED, WEIGHT_TRACING_MS,
+    RECORDING_EVENT, RECORDING_FREQUENCY, RECORDING_KERNEL, RECORDING_LOST, RECORDING_PERIOD,
+    RECORDING_RESTORED, RECORDING_THROTTLED, RECORDING_TRUNCATED, WEIGHT_TRACING_MS,
 };
 use super::fxformat::{self as fx, ExtraEntry, ProcessedProfile};
 use crate::profile::*;
@@ -443,8 +443,8 @@ fn read_threads(
                     kind,
                     ns: (w * 1e6).round() as u64,
                 },
-                (WEIGHT_TRACING_MS, None) => SampleWeight::OnCpu((w / interval_ms).round() as u32),
-                _ => SampleWeight::OnCpu(w.round() as u32),
+                (WEIGHT_TRACING_MS, None) => SampleWeight::OnCpu((w / interval_ms).round() as u64),
+                _ => SampleWeight::OnCpu(w.round() as u64),
             };
             rows.push(SampleRow {
                 time_ms: samples.time[i],
@@ -504,6 +504,11 @@ fn read_meta(meta: &fx::Meta) -> Meta {
             .unwrap_or("unknown")
             .to_string(),
         frequency_hz: count(RECORDING_FREQUENCY),
+        // A profile written before the period was recorded had a fixed one: the interval.
+        period: match recording(RECORDING_PERIOD) {
+            v if v.is_null() => Some((meta.interval * 1e6).round() as u64),
+            v => v.as_u64(),
+        },
         command: fx::split_command(&meta.arguments),
         lost_samples: count(RECORDING_LOST),
         throttled: count(RECORDING_THROTTLED),
@@ -623,6 +628,7 @@ pub(crate) mod tests {
             duration_ms: 3.0,
             event: "cpu-clock".into(),
             frequency_hz: 2000,
+            period: Some(500_000),
             command: vec!["app".into(), "-n".into(), "3 4".into()],
             lost_samples: 14,
             throttled: 2,

@@ -146,15 +146,44 @@ type RowKey = (StackIndex, Option<OffCpuKind>);
 /// The profile as a pprof message.
 pub fn to_pprof(profile: &Profile) -> PprofProfile {
     let mut strings = Strings::new();
-    let interval_ns = (profile.meta.interval_ms * 1e6).round() as i64;
+    let meta = &profile.meta;
     let samples_type = ValueType {
         r#type: strings.get("samples"),
         unit: strings.get("count"),
     };
-    let cpu_type = ValueType {
-        r#type: strings.get("cpu"),
-        unit: strings.get("nanoseconds"),
-    };
+    // The second value: CPU time for a time event (each sample its interval), else the
+    // event's count (each sample its fixed period). When the period varied, the rows
+    // hold event counts already, and they are the only on-CPU value.
+    let (value_types, period_type, period, per_count): (Vec<ValueType>, ValueType, i64, i64) =
+        match (meta.event.as_str(), meta.period) {
+            ("cpu-clock" | "task-clock", _) => {
+                let cpu = ValueType {
+                    r#type: strings.get("cpu"),
+                    unit: strings.get("nanoseconds"),
+                };
+                let ns = meta.interval_ns() as i64;
+                (vec![samples_type, cpu.clone()], cpu, ns, ns)
+            }
+            (event, Some(p)) => {
+                let events = ValueType {
+                    r#type: strings.get(event),
+                    unit: strings.get("count"),
+                };
+                (
+                    vec![samples_type, events.clone()],
+                    events,
+                    p as i64,
+                    p as i64,
+                )
+            }
+            (event, None) => {
+                let events = ValueType {
+                    r#type: strings.get(event),
+                    unit: strings.get("count"),
+                };
+                (vec![events.clone()], events, 0, 1)
+            }
+        };
     // Off-CPU time (`--off-cpu`): `go tool pprof -sample_index=off-cpu`.
     let off_cpu_type = profile.meta.off_cpu.then(|| ValueType {
         r#type: strings.get("off-cpu"),
@@ -310,7 +339,7 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
                 rows.len() - 1
             });
             match s.weight {
-                SampleWeight::OnCpu(n) => rows[i].1 .0 += u64::from(n),
+                SampleWeight::OnCpu(n) => rows[i].1 .0 += n,
                 SampleWeight::OffCpu { ns, .. } => rows[i].1 .1 += ns,
             }
         }
@@ -332,7 +361,10 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
                 ids.push(location_of(s, &mut location));
                 at = run_start[s.index()].and_then(|first| profile.stacks[first.index()].prefix);
             }
-            let mut value = vec![count as i64, count as i64 * interval_ns];
+            let mut value = vec![count as i64];
+            if value_types.len() == 2 {
+                value.push(count as i64 * per_count);
+            }
             if profile.meta.off_cpu {
                 value.push(off_ns as i64);
             }
@@ -345,9 +377,12 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
     }
 
     let comment = vec![strings.get(&format!(
-        "sampler: {} at {} Hz{}",
+        "sampler: {} {}{}",
         profile.meta.event,
-        profile.meta.frequency_hz,
+        match (meta.frequency_hz, meta.period) {
+            (0, p) => format!("every {}", p.unwrap_or(1)),
+            (hz, _) => format!("at {hz} Hz"),
+        },
         if profile.meta.command.is_empty() {
             String::new()
         } else {
@@ -355,10 +390,7 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
         }
     ))];
     PprofProfile {
-        sample_type: [samples_type, cpu_type.clone()]
-            .into_iter()
-            .chain(off_cpu_type)
-            .collect(),
+        sample_type: value_types.iter().cloned().chain(off_cpu_type).collect(),
         sample,
         mapping,
         location,
@@ -366,8 +398,8 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
         string_table: strings.0.into_list(),
         time_nanos: (profile.meta.start_unix_ms * 1e6) as i64,
         duration_nanos: (profile.meta.duration_ms * 1e6) as i64,
-        period_type: Some(cpu_type),
-        period: interval_ns,
+        period_type: Some(period_type),
+        period,
         comment,
         default_sample_type: 0,
     }

@@ -549,10 +549,14 @@ pub fn render_report(
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{}: {} ({} Hz, {:.2} s){}",
+        "{}: {} ({}, {:.2} s){}",
         request.file.display(),
         m.event,
-        m.frequency_hz,
+        match (m.frequency_hz, m.period) {
+            (0, p) => format!("every {}", p.unwrap_or(1)),
+            (hz, Some(_)) => format!("{hz} Hz"),
+            (hz, None) => format!("{hz} Hz; weighed by each sample's period"),
+        },
         m.duration_ms / 1000.0,
         if m.off_cpu {
             format!("; showing {} (--time cpu|off-cpu|wall)", view.name())
@@ -596,7 +600,7 @@ pub fn render_report(
                 super::ms_text(preempted),
             );
         } else {
-            let _ = writeln!(out, "{who}: {samples} samples");
+            let _ = writeln!(out, "{who}: {samples} {}", m.on_cpu_unit());
         }
         if let Some(func) = request.lines {
             let lines = crate::calltree::lines::function_lines(profile, &group, func, view)?;

@@ -140,8 +140,10 @@ pub struct RawStack {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SampleWeight {
     /// Running: this many samples of the sampling event at the stack (each one sampling
-    /// interval of CPU time for cpu-clock, about that for cycles).
-    OnCpu(u32),
+    /// interval of CPU time for cpu-clock, about that for cycles); when the period
+    /// varied (`Meta::period` is `None`), this many events instead (the sum of the
+    /// samples' periods).
+    OnCpu(u64),
     /// Off the CPU for `ns` nanoseconds from the row's time, having left it at the
     /// row's stack (`--off-cpu`).
     OffCpu { kind: OffCpuKind, ns: u64 },
@@ -206,8 +208,8 @@ impl TimeView {
     /// What `w` weighs in this view; `interval_ns` is the sampling interval.
     pub fn weight(self, w: SampleWeight, interval_ns: u64) -> u64 {
         match (self, w) {
-            (TimeView::Cpu, SampleWeight::OnCpu(n)) => u64::from(n),
-            (TimeView::Wall, SampleWeight::OnCpu(n)) => u64::from(n) * interval_ns,
+            (TimeView::Cpu, SampleWeight::OnCpu(n)) => n,
+            (TimeView::Wall, SampleWeight::OnCpu(n)) => n * interval_ns,
             (TimeView::OffCpu | TimeView::Wall, SampleWeight::OffCpu { ns, .. }) => ns,
             (TimeView::OffCpu, SampleWeight::OnCpu(_))
             | (TimeView::Cpu, SampleWeight::OffCpu { .. }) => 0,
@@ -227,6 +229,14 @@ impl Meta {
     /// The sampling interval in nanoseconds (what an on-CPU sample stands for in time).
     pub fn interval_ns(&self) -> u64 {
         (self.interval_ms * 1e6).round() as u64
+    }
+
+    /// What on-CPU weights count: "samples", or the event when they are its counts.
+    pub fn on_cpu_unit(&self) -> &str {
+        match self.period {
+            Some(_) => "samples",
+            None => &self.event,
+        }
     }
 }
 
@@ -292,9 +302,14 @@ pub struct Meta {
     /// Sampling interval in milliseconds (1000 / frequency).
     pub interval_ms: f64,
     pub duration_ms: f64,
-    /// "cycles" or "cpu-clock".
+    /// The sampling event, as perf names it ("cycles", "cpu-clock", "page-faults", ...).
     pub event: String,
+    /// Samples per second asked for (0: a fixed period of a counting event, `-c`).
     pub frequency_hz: u64,
+    /// The events each sample stands for (ns for cpu-clock), when fixed; `None` when the
+    /// kernel varied it, and on-CPU weights are then event counts (see
+    /// [`SampleWeight::OnCpu`]).
+    pub period: Option<u64>,
     pub command: Vec<String>,
     pub lost_samples: u64,
     pub throttled: u64,
@@ -488,6 +503,7 @@ impl Profile {
                 duration_ms: samples.len() as f64,
                 event: "synthetic".into(),
                 frequency_hz: 1000,
+                period: Some(1_000_000),
                 command: Vec::new(),
                 lost_samples: 0,
                 throttled: 0,

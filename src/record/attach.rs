@@ -179,6 +179,47 @@ pub fn describe(pid: i32, time_ns: u64) -> Vec<Event> {
     out
 }
 
+/// What every process of the machine already is (see [`describe`]). A kernel thread
+/// (a child of `kthreadd`, pid 2, or `kthreadd` itself) has no maps; it is described as
+/// forked by `kthreadd`, which is how the profile tells kernel threads (and how the
+/// kernel's records say it of those started later).
+pub fn describe_all(time_ns: u64) -> Vec<Event> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    let mut out = Vec::new();
+    for pid in pids {
+        if pid == KTHREADD || parent_of(pid) == Some(KTHREADD) {
+            out.push(Event {
+                time_ns,
+                kind: EventKind::Fork {
+                    pid,
+                    ppid: KTHREADD,
+                    tid: pid,
+                    ptid: KTHREADD,
+                },
+            });
+        }
+        out.extend(describe(pid, time_ns));
+    }
+    out
+}
+
+/// The pid of `kthreadd`, the parent of every kernel thread.
+pub const KTHREADD: i32 = 2;
+
+/// The parent of process `pid`, from `/proc/PID/stat` (`pid (comm) state ppid ...`; the
+/// name may hold spaces and parentheses, so the fields after the last `)` are read).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// One line of `/proc/PID/maps` as a mapping, when it is executable:
 /// `start-end perms offset dev inode [path]`.
 fn parse_maps_line(pid: i32, line: &str) -> Option<Mapping> {

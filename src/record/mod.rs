@@ -5,6 +5,7 @@
 //! losses) that the rest of the pipeline consumes without knowing where it came from.
 
 mod attach;
+mod follow;
 // The two parts that call the kernel directly; each `unsafe` block says why it is sound.
 #[allow(unsafe_code)]
 mod launch;
@@ -21,7 +22,7 @@ use anyhow::{bail, Context, Result};
 use nix::sys::signal::Signal;
 use perf_event_open_sys::bindings as pb;
 
-use crate::events::{Event, OffCpuRecording, RecordingInfo, SamplingEvent};
+use crate::events::{Event, OffCpuRecording, Rate, RecordingInfo, SamplingEvent, Scope};
 pub use launch::{Credentials, NotRun};
 pub use sys::tune_allocator;
 
@@ -32,17 +33,25 @@ pub enum Target {
     Command(Vec<String>),
     /// Attach to these running processes, their threads, and what they start later.
     Pids(Vec<i32>),
+    /// Every process and kernel thread of the machine (`-a`).
+    System,
 }
 
 /// What `sampler record` was asked to do.
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
     pub target: Target,
-    pub frequency_hz: u64,
+    /// The event to sample (`-e`); `None`: cycles where the CPU has a PMU, else
+    /// cpu-clock (cpu-clock always with off-CPU time, which is weighed in time).
+    pub event: Option<SamplingEvent>,
+    /// How often: `-F` or `-c`.
+    pub rate: Rate,
+    /// The CPUs to record on (`-C`); `None`: every online CPU.
+    pub cpus: Option<Vec<i32>>,
     /// Data pages per CPU ring buffer (a power of two); `None`: what
     /// `kernel.perf_event_mlock_kb` allows without extra privilege.
     pub mmap_pages: Option<usize>,
-    /// Stop recording after this long (attached processes only).
+    /// Stop recording after this long (attached processes and `-a` only).
     pub duration: Option<Duration>,
     /// Bytes of user stack copied with each sample, for unwinding (a multiple of 8).
     pub stack_bytes: u32,
@@ -127,34 +136,121 @@ pub fn online_cpus() -> Vec<i32> {
     cpus
 }
 
-/// The attribute of our sampling event, before the event type is chosen.
+/// The CPUs of a `-C` list ("0,2-3"), checked against the online ones; the error says
+/// what is wrong with the list.
+pub fn parse_cpu_list(list: &str) -> std::result::Result<Vec<i32>, String> {
+    let online = online_cpus();
+    let mut cpus = Vec::new();
+    for part in list.split(',') {
+        let bounds: Vec<&str> = part.trim().splitn(2, '-').collect();
+        let number = |t: &str| {
+            t.trim()
+                .parse::<i32>()
+                .map_err(|_| format!("`{part}` is not a CPU number or range (like 0,2-3)"))
+        };
+        let (a, b) = match bounds[..] {
+            [a] => (number(a)?, number(a)?),
+            [a, b] => (number(a)?, number(b)?),
+            _ => unreachable!("splitn(2) gives one or two parts"),
+        };
+        if a > b {
+            return Err(format!("the range `{part}` is backwards"));
+        }
+        for cpu in a..=b {
+            if !online.contains(&cpu) {
+                return Err(format!(
+                    "CPU {cpu} is not online (online: {})",
+                    std::fs::read_to_string("/sys/devices/system/cpu/online")
+                        .unwrap_or_default()
+                        .trim()
+                ));
+            }
+            if !cpus.contains(&cpu) {
+                cpus.push(cpu);
+            }
+        }
+    }
+    cpus.sort_unstable();
+    Ok(cpus)
+}
+
+/// The kernel's type and config of `event`.
+fn event_type_config(event: SamplingEvent) -> (u32, u64) {
+    let (hw, sw) = (pb::PERF_TYPE_HARDWARE, pb::PERF_TYPE_SOFTWARE);
+    let (type_, config) = match event {
+        SamplingEvent::Cycles => (hw, pb::PERF_COUNT_HW_CPU_CYCLES),
+        SamplingEvent::Instructions => (hw, pb::PERF_COUNT_HW_INSTRUCTIONS),
+        SamplingEvent::CacheMisses => (hw, pb::PERF_COUNT_HW_CACHE_MISSES),
+        SamplingEvent::BranchMisses => (hw, pb::PERF_COUNT_HW_BRANCH_MISSES),
+        SamplingEvent::CpuClock => (sw, pb::PERF_COUNT_SW_CPU_CLOCK),
+        SamplingEvent::TaskClock => (sw, pb::PERF_COUNT_SW_TASK_CLOCK),
+        SamplingEvent::PageFaults => (sw, pb::PERF_COUNT_SW_PAGE_FAULTS),
+        SamplingEvent::MajorFaults => (sw, pb::PERF_COUNT_SW_PAGE_FAULTS_MAJ),
+        SamplingEvent::ContextSwitches => (sw, pb::PERF_COUNT_SW_CONTEXT_SWITCHES),
+    };
+    (type_, config as u64)
+}
+
+/// The fixed period `rate` gives `event`, or `None` when the kernel is to vary it (a
+/// frequency for a counting event).
+pub fn fixed_period(event: SamplingEvent, rate: Rate) -> Option<u64> {
+    match rate {
+        Rate::Period(p) => Some(p),
+        // A time event counts nanoseconds of CPU time, so a fixed period is the
+        // frequency exactly. Frequency mode would start every new event (each thread
+        // attached to, each thread born) at a period of 1 and sample in a storm until the
+        // kernel has adjusted it: with 300 threads that storm delayed their SIGCONT by a
+        // second and overflowed the ring buffers.
+        Rate::Frequency(hz) if event.is_time() => Some((NANOS_PER_SECOND / hz.max(1)).max(1)),
+        Rate::Frequency(_) => None,
+    }
+}
+
+/// The attribute of our sampling event.
 fn base_attr(
-    frequency_hz: u64,
+    event: SamplingEvent,
+    rate: Rate,
     max_stack: u16,
     stack_bytes: u32,
     include_kernel: bool,
 ) -> pb::perf_event_attr {
+    let period = fixed_period(event, rate);
+    let mut sample_type = pb::PERF_SAMPLE_IP
+        | pb::PERF_SAMPLE_TID
+        | pb::PERF_SAMPLE_TIME
+        | pb::PERF_SAMPLE_CPU
+        | pb::PERF_SAMPLE_CALLCHAIN
+        | pb::PERF_SAMPLE_REGS_USER
+        | pb::PERF_SAMPLE_STACK_USER
+        // Every sample starts with its event's id: the sampling event and the
+        // context-switch event write into one ring (see `OpenEvents::switch_ids`).
+        | pb::PERF_SAMPLE_IDENTIFIER;
+    if period.is_none() {
+        // Only a varying period is worth writing. And with a fixed one in the sample,
+        // the kernel writes a sample at every software event whatever the period asked
+        // for (perf_swevent_event): `-c 100 -e page-faults` would sample every fault.
+        sample_type |= pb::PERF_SAMPLE_PERIOD;
+    }
+    let (type_, config) = event_type_config(event);
     let mut attr = pb::perf_event_attr {
         size: std::mem::size_of::<pb::perf_event_attr>() as u32,
-        sample_type: (pb::PERF_SAMPLE_IP
-            | pb::PERF_SAMPLE_TID
-            | pb::PERF_SAMPLE_TIME
-            | pb::PERF_SAMPLE_CPU
-            | pb::PERF_SAMPLE_PERIOD
-            | pb::PERF_SAMPLE_CALLCHAIN
-            | pb::PERF_SAMPLE_REGS_USER
-            | pb::PERF_SAMPLE_STACK_USER
-            // Every sample starts with its event's id: the sampling event and the
-            // context-switch event write into one ring (see `OpenEvents::switch_ids`).
-            | pb::PERF_SAMPLE_IDENTIFIER) as u64,
+        type_,
+        config,
+        sample_type: sample_type as u64,
         sample_regs_user: USER_REGS_MASK,
         sample_stack_user: stack_bytes,
         sample_max_stack: max_stack,
         clockid: libc::CLOCK_MONOTONIC,
         ..Default::default()
     };
-    attr.__bindgen_anon_1.sample_freq = frequency_hz;
-    attr.set_freq(1);
+    match (period, rate) {
+        (Some(p), _) => attr.__bindgen_anon_1.sample_period = p,
+        (None, Rate::Frequency(hz)) => {
+            attr.__bindgen_anon_1.sample_freq = hz;
+            attr.set_freq(1);
+        }
+        (None, Rate::Period(_)) => unreachable!("a period is fixed"),
+    }
     attr.set_disabled(1);
     attr.set_inherit(1);
     attr.set_enable_on_exec(1);
@@ -174,6 +270,12 @@ fn base_attr(
 /// buffers, one per CPU where the kernel lets events share one.
 struct OpenEvents {
     event: SamplingEvent,
+    /// The fixed period of the samples, or `None` when each carries its own.
+    period: Option<u64>,
+    /// Per task, or per CPU (filtered to the followed processes, or the whole machine).
+    scope: Scope,
+    /// The CPUs the events are on.
+    cpus: Vec<i32>,
     kernel_included: bool,
     attr: pb::perf_event_attr,
     fds: Vec<std::os::fd::OwnedFd>,
@@ -220,6 +322,17 @@ pub(crate) fn switch_attr(sampling: &pb::perf_event_attr, period: u64) -> pb::pe
     attr
 }
 
+/// The attribute of an event that never samples but writes the side-band records of
+/// `sampling` (maps, names, forks, exits) in its layout: for CPUs outside `-C`.
+fn side_band_attr(sampling: &pb::perf_event_attr) -> pb::perf_event_attr {
+    let mut attr = *sampling;
+    attr.type_ = pb::PERF_TYPE_SOFTWARE;
+    attr.config = pb::PERF_COUNT_SW_DUMMY as u64;
+    attr.set_freq(0);
+    attr.__bindgen_anon_1.sample_period = 0;
+    attr
+}
+
 /// Opens the context-switch events beside the sampling events on the same tasks and
 /// CPUs, and their ids. Kernel frames are needed: the event fires in the scheduler, so a
 /// counter that excludes the kernel never fires.
@@ -227,7 +340,7 @@ fn open_switch_events(
     sampling: &pb::perf_event_attr,
     period: u64,
     kernel_included: bool,
-    tasks: &[i32],
+    placement: Placement<'_>,
     cpus: &[i32],
 ) -> std::result::Result<(CpuEvents, HashSet<u64>), String> {
     let what_to_do =
@@ -240,7 +353,7 @@ fn open_switch_events(
         ));
     }
     let attr = switch_attr(sampling, period);
-    let fds = open_for_tasks(&attr, tasks, cpus).map_err(|e| match e.raw_os_error() {
+    let fds = open_placed(&attr, placement, cpus).map_err(|e| match e.raw_os_error() {
         Some(libc::EACCES | libc::EPERM) => {
             format!("the kernel refused to sample context switches ({e}): {what_to_do}")
         }
@@ -254,27 +367,78 @@ fn open_switch_events(
     Ok((fds, ids))
 }
 
-/// Events with the index of their CPU (in [`online_cpus`]).
+/// Events with the index of their CPU in the recording's CPU list.
 type CpuEvents = Vec<(usize, std::os::fd::OwnedFd)>;
 
-/// One event per (task, CPU). A task that has exited since it was listed is skipped;
-/// any other failure fails the whole set.
-fn open_for_tasks(
+/// Where a recording's events are opened.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Placement<'a> {
+    /// One event per task and CPU, inherited by the threads and processes each task
+    /// starts. `started`: sampling at once (attached tasks); else from the task's `exec`
+    /// (a launched command).
+    Tasks { tasks: &'a [i32], started: bool },
+    /// One event per CPU, for every task on it. `started`: at once; else once the
+    /// session enables them (a launched command, just before it is let go).
+    Cpus { started: bool },
+}
+
+impl Placement<'_> {
+    /// `attr` as this placement opens it.
+    fn apply(self, attr: &mut pb::perf_event_attr) {
+        match self {
+            Placement::Tasks { started, .. } => {
+                attr.set_disabled(u64::from(!started));
+                attr.set_enable_on_exec(u64::from(!started));
+            }
+            Placement::Cpus { started } => {
+                // A CPU's event sees every task already; inheriting is for task events.
+                attr.set_inherit(0);
+                attr.set_enable_on_exec(0);
+                attr.set_disabled(u64::from(!started));
+            }
+        }
+    }
+}
+
+/// The events of `placement` on `cpus`, with the index of their CPU in `cpus`. For task
+/// events, a task that has exited since it was listed is skipped; any other failure
+/// fails the whole set.
+fn open_placed(
     attr: &pb::perf_event_attr,
-    tasks: &[i32],
+    placement: Placement<'_>,
     cpus: &[i32],
-) -> std::io::Result<Vec<(usize, std::os::fd::OwnedFd)>> {
+) -> std::io::Result<CpuEvents> {
+    let mut attr = *attr;
+    placement.apply(&mut attr);
+    let (tasks, many): (&[i32], bool) = match placement {
+        Placement::Tasks { tasks, .. } => (tasks, tasks.len() > 1),
+        Placement::Cpus { .. } => (&[-1], false),
+    };
     let mut fds = Vec::with_capacity(tasks.len() * cpus.len());
     for &task in tasks {
         for (c, &cpu) in cpus.iter().enumerate() {
-            match sys::perf_event_open(attr, task, cpu) {
+            match sys::perf_event_open(&attr, task, cpu) {
                 Ok(fd) => fds.push((c, fd)),
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) && tasks.len() > 1 => break,
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) && many => break,
                 Err(e) => return Err(e),
             }
         }
     }
     Ok(fds)
+}
+
+/// Whether this process may open events that see every task on a CPU (root, or
+/// `CAP_PERFMON`, or `kernel.perf_event_paranoid` <= 0): tried with a plain counter.
+pub(crate) fn may_watch_cpus(cpu: i32) -> bool {
+    let mut attr = pb::perf_event_attr {
+        size: std::mem::size_of::<pb::perf_event_attr>() as u32,
+        type_: pb::PERF_TYPE_SOFTWARE,
+        config: pb::PERF_COUNT_SW_CPU_CLOCK as u64,
+        ..Default::default()
+    };
+    attr.set_disabled(1);
+    attr.set_exclude_kernel(1);
+    sys::perf_event_open(&attr, -1, cpu).is_ok()
 }
 
 /// The default ring size: the largest power of two of data pages such that the ring and
@@ -340,58 +504,58 @@ fn map_rings(
     Ok((rings, owners, pages))
 }
 
-/// Opens the sampling events on `tasks` (on every CPU): cycles if the PMU has them, else
-/// cpu-clock; with kernel frames if allowed, else without. Launched commands start their
-/// events at `exec`; attached tasks sample at once.
+/// What the events of a recording are, whatever their placement.
+#[derive(Clone, Debug)]
+pub(crate) struct EventRequest {
+    /// `None`: cycles where the CPU has them, else cpu-clock.
+    pub event: Option<SamplingEvent>,
+    pub rate: Rate,
+    pub max_stack: u16,
+    pub stack_bytes: u32,
+    pub mmap_pages: usize,
+    pub off_cpu: Option<u64>,
+    pub cpus: Vec<i32>,
+}
+
+/// Opens the sampling events of `request` at `placement`: the event asked for, or
+/// cycles if the PMU has them, else cpu-clock; with kernel frames if allowed, else
+/// without.
 fn open_events(
-    tasks: &[i32],
-    frequency_hz: u64,
-    max_stack: u16,
-    stack_bytes: u32,
-    mmap_pages: usize,
-    attach: bool,
-    off_cpu: Option<u64>,
+    request: &EventRequest,
+    placement: Placement<'_>,
+    scope: Scope,
 ) -> Result<OpenEvents> {
-    let cpus = online_cpus();
+    let cpus = &request.cpus;
+    let candidates: Vec<SamplingEvent> = match request.event {
+        Some(event) => vec![event],
+        // Off-CPU time is weighed in time, and so must the on-CPU samples beside it be.
+        None if request.off_cpu.is_some() => vec![SamplingEvent::CpuClock],
+        None => vec![SamplingEvent::Cycles, SamplingEvent::CpuClock],
+    };
     let mut last_error = None;
     let attempts = [true, false].into_iter().flat_map(|kernel| {
-        [SamplingEvent::Cycles, SamplingEvent::CpuClock]
-            .into_iter()
-            .flat_map(move |event| [(kernel, event, true), (kernel, event, false)])
+        candidates
+            .iter()
+            .flat_map(move |&event| [(kernel, event, true), (kernel, event, false)])
     });
     for (include_kernel, event, build_ids) in attempts {
-        let mut attr = base_attr(frequency_hz, max_stack, stack_bytes, include_kernel);
-        if attach {
-            attr.set_disabled(0);
-            attr.set_enable_on_exec(0);
-        }
+        let mut attr = base_attr(
+            event,
+            request.rate,
+            request.max_stack,
+            request.stack_bytes,
+            include_kernel,
+        );
         // Build IDs in MMAP2 records (Linux 5.12+) let us check that a file on disk is
         // the one that was mapped; older kernels refuse the flag with EINVAL.
         attr.set_build_id(u64::from(build_ids));
-        match event {
-            SamplingEvent::Cycles => {
-                attr.type_ = pb::PERF_TYPE_HARDWARE;
-                attr.config = pb::PERF_COUNT_HW_CPU_CYCLES as u64;
-            }
-            SamplingEvent::CpuClock => {
-                attr.type_ = pb::PERF_TYPE_SOFTWARE;
-                attr.config = pb::PERF_COUNT_SW_CPU_CLOCK as u64;
-                // cpu-clock counts nanoseconds of CPU time, so a fixed period is the
-                // frequency exactly. Frequency mode would start every new event (each
-                // thread attached to, each thread born) at a period of 1 and sample in a
-                // storm until the kernel has adjusted it: with 300 threads that storm
-                // delayed their SIGCONT by a second and overflowed the ring buffers.
-                attr.set_freq(0);
-                attr.__bindgen_anon_1.sample_period = NANOS_PER_SECOND / frequency_hz;
-            }
-        }
-        match open_for_tasks(&attr, tasks, &cpus) {
+        match open_placed(&attr, placement, cpus) {
             Ok(mut fds) => {
                 let mut switch_ids = HashSet::new();
-                let off_cpu = match off_cpu {
+                let off_cpu = match request.off_cpu {
                     None => OffCpuRecording::Off,
                     Some(period) => {
-                        match open_switch_events(&attr, period, include_kernel, tasks, &cpus) {
+                        match open_switch_events(&attr, period, include_kernel, placement, cpus) {
                             Ok((switch_fds, ids)) => {
                                 fds.extend(switch_fds);
                                 switch_ids = ids;
@@ -403,9 +567,25 @@ fn open_events(
                         }
                     }
                 };
-                let (rings, ring_owners, ring_pages) = map_rings(&fds, cpus.len(), mmap_pages)?;
+                let others: Vec<i32> = online_cpus()
+                    .into_iter()
+                    .filter(|c| !cpus.contains(c))
+                    .collect();
+                if !others.is_empty() {
+                    // `-C`: the tasks still fork, exec, map and exit on the other CPUs,
+                    // and the kernel writes those records only into events there.
+                    let side_band = open_placed(&side_band_attr(&attr), placement, &others)
+                        .context("could not follow tasks on the CPUs outside -C")?;
+                    fds.extend(side_band.into_iter().map(|(c, fd)| (cpus.len() + c, fd)));
+                }
+                let (rings, ring_owners, ring_pages) =
+                    map_rings(&fds, cpus.len() + others.len(), request.mmap_pages)?;
+                placement.apply(&mut attr);
                 return Ok(OpenEvents {
                     event,
+                    period: fixed_period(event, request.rate),
+                    scope,
+                    cpus: cpus.clone(),
                     kernel_included: include_kernel,
                     attr,
                     fds: fds.into_iter().map(|(_, fd)| fd).collect(),
@@ -418,20 +598,44 @@ fn open_events(
             }
             Err(e) => {
                 if e.raw_os_error() != Some(libc::EINVAL) || !build_ids {
-                    last_error = Some(e);
+                    last_error = Some((event, e));
                 }
             }
         }
     }
-    let e = last_error.expect("at least one attempt");
-    if e.raw_os_error() == Some(libc::EACCES) || e.raw_os_error() == Some(libc::EPERM) {
+    let (event, e) = last_error.expect("at least one attempt");
+    let errno = e.raw_os_error();
+    if errno == Some(libc::EACCES) || errno == Some(libc::EPERM) {
         let paranoid = read_sysctl("perf_event_paranoid").map_or("?".into(), |v| v.to_string());
+        let what = match placement {
+            Placement::Cpus { .. } => "watch whole CPUs (-a)",
+            Placement::Tasks { .. } => "use perf_event_open",
+        };
         bail!(
-            "no permission to use perf_event_open (kernel.perf_event_paranoid = {paranoid}): \
-             run sampler with sudo, or lower it with `sudo sysctl kernel.perf_event_paranoid=1`"
+            "no permission to {what} (kernel.perf_event_paranoid = {paranoid}): \
+             run sampler with sudo, or lower it with `sudo sysctl kernel.perf_event_paranoid={}`",
+            match placement {
+                Placement::Cpus { .. } => 0,
+                Placement::Tasks { .. } => 1,
+            }
         );
     }
-    Err(e).context("perf_event_open failed for both the cycles and the cpu-clock event")
+    if request.event.is_some()
+        && event.is_hardware()
+        && matches!(errno, Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV))
+    {
+        bail!(
+            "-e {}: this machine has no hardware performance counters for it (perf_event_open: {e}); \
+             sample a software event instead, such as -e cpu-clock",
+            event.name()
+        );
+    }
+    match request.event {
+        Some(event) => Err(e).context(format!("perf_event_open failed for -e {}", event.name())),
+        None => {
+            Err(e).context("perf_event_open failed for both the cycles and the cpu-clock event")
+        }
+    }
 }
 
 /// Attaching opens one event per thread and CPU: a process with 500 threads on 8 CPUs
@@ -485,7 +689,7 @@ pub fn record(
 ) -> Result<(RecordingInfo, Ended)> {
     let mut session = session::Session::start(opts)?;
     let ended = session.run(sink)?;
-    Ok((session.finish(opts, sink), ended))
+    Ok((session.finish(opts, ended, sink), ended))
 }
 
 /// The file `execvp` runs for `program`: the path itself, or the first file of that

@@ -29,6 +29,8 @@ pub struct Parser {
     /// The context-switch events' records (their samples lack the period).
     switch_info: RecordParseInfo,
     max_stack: usize,
+    /// The sampling event's fixed period (its samples then do not carry one).
+    period: Option<u64>,
     /// The ids of the context-switch events: their samples are switch-out stacks.
     switch_ids: HashSet<u64>,
 }
@@ -38,6 +40,7 @@ impl Parser {
     /// events (`switch_attr`, ids `switch_ids`) that share its rings.
     pub fn new(
         attr: &pb::perf_event_attr,
+        period: Option<u64>,
         switch_attr: &pb::perf_event_attr,
         switch_ids: HashSet<u64>,
     ) -> Parser {
@@ -45,6 +48,7 @@ impl Parser {
             info: parse_info(attr),
             switch_info: parse_info(switch_attr),
             max_stack: attr.sample_max_stack as usize,
+            period,
             switch_ids,
         }
     }
@@ -66,6 +70,7 @@ impl Parser {
         let kind = match record.kind {
             k if k == pb::PERF_RECORD_LOST_SAMPLES => EventKind::Lost {
                 count: first_u64(data)?,
+                pid: raw.common_data().ok().and_then(|c| c.pid),
                 tid: raw.common_data().ok().and_then(|c| c.tid),
             },
             _ => match raw.parse().ok()? {
@@ -127,6 +132,7 @@ impl Parser {
                 },
                 EventRecord::Lost(l) => EventKind::Lost {
                     count: l.count,
+                    pid: raw.common_data().ok().and_then(|c| c.pid),
                     tid: raw.common_data().ok().and_then(|c| c.tid),
                 },
                 EventRecord::Throttle(_) => EventKind::Throttle,
@@ -141,7 +147,7 @@ impl Parser {
             pid: s.pid?,
             tid: s.tid?,
             cpu: s.cpu.unwrap_or(0),
-            period: s.period.unwrap_or(1),
+            period: s.period.or(self.period).unwrap_or(1),
             ..Sample::default()
         };
         if let Some(chain) = &s.callchain {

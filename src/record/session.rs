@@ -35,7 +35,10 @@ const FAULT_ENV: &str = "SAMPLER_TEST_FAULT";
 /// Live counters for the status line and the summary.
 #[derive(Default)]
 struct Progress {
+    /// Samples handed on (of the followed processes).
     samples: u64,
+    /// Samples read from the rings (with per-CPU events, of every task on the CPUs).
+    ring_samples: u64,
     /// Bytes of all sample records, as the kernel wrote them.
     sample_bytes: u64,
     lost: u64,
@@ -59,7 +62,8 @@ pub(super) struct Session {
     /// The frame limit raised for this session (put back when it is dropped).
     deeper: stack_limit::DeeperStacks,
     signal_fd: SignalFd,
-    frequency_hz: u64,
+    /// How often, as asked (with the frequency lowered to what the kernel allows).
+    rate: Rate,
     max_stack: u16,
     parser: parse::Parser,
     target: Running,
@@ -71,6 +75,8 @@ pub(super) struct Session {
     start_unix_ms: f64,
     /// Events read but not yet handed on (see [`REORDER_WINDOW_NS`]).
     pending: Vec<Event>,
+    /// With per-CPU events for a command or attached processes: whose records to keep.
+    followed: Option<follow::Followed>,
     progress: Progress,
 }
 
@@ -90,7 +96,10 @@ impl Session {
             SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
 
         let max_rate = read_sysctl("perf_event_max_sample_rate").unwrap_or(u64::MAX);
-        let mut frequency_hz = opts.frequency_hz;
+        let mut frequency_hz = match opts.rate {
+            Rate::Frequency(hz) => hz,
+            Rate::Period(_) => 0,
+        };
         if frequency_hz > max_rate {
             say!(
                 "sampler: warning: -F {frequency_hz} is above kernel.perf_event_max_sample_rate ({max_rate}); using {max_rate} Hz"
@@ -116,22 +125,27 @@ impl Session {
         // own work is small. Without the privilege it keeps its nice value.
         let _ = sys::set_nice(RECORDER_NICE);
 
-        let open = |tasks: &[i32], attach: bool| {
-            open_events(
-                tasks,
-                frequency_hz,
-                max_stack,
-                opts.stack_bytes,
-                ring_pages,
-                attach,
-                opts.off_cpu,
-            )
+        let request = EventRequest {
+            event: opts.event,
+            rate: match opts.rate {
+                Rate::Frequency(_) => Rate::Frequency(frequency_hz),
+                fixed => fixed,
+            },
+            max_stack,
+            stack_bytes: opts.stack_bytes,
+            mmap_pages: ring_pages,
+            off_cpu: opts.off_cpu,
+            cpus: opts.cpus.clone().unwrap_or_else(online_cpus),
         };
+        // Per-CPU events, where allowed: they sample on across thread births, which
+        // per-task events (each new thread starting a fresh period) do not.
+        let per_cpu = may_watch_cpus(request.cpus[0]);
         let started = match &opts.target {
             Target::Command(command) => {
-                start_command(command, &signals, opts.run_as.as_ref(), &open)?
+                start_command(command, &signals, opts.run_as.as_ref(), &request, per_cpu)?
             }
-            Target::Pids(pids) => start_attached(pids, opts.duration, &open)?,
+            Target::Pids(pids) => start_attached(pids, opts.duration, &request, per_cpu)?,
+            Target::System => start_system(opts.duration, &request)?,
         };
         let Started {
             events,
@@ -141,28 +155,33 @@ impl Session {
             left_stopped,
             start_ns,
             pending,
+            followed,
         } = started;
         let start_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
         say!(
-            "sampler: sampling {} with {} at {} Hz{}{}",
+            "sampler: sampling {} with {} {}{}{}",
             match &opts.target {
                 Target::Command(c) => format!("`{}`", c.join(" ")),
                 Target::Pids(pids) => {
                     let list: Vec<String> = pids.iter().map(i32::to_string).collect();
                     format!("pid {}", list.join(", "))
                 }
+                Target::System => "the whole machine".to_string(),
             },
             events.event.name(),
-            frequency_hz,
-            match (events.event, events.kernel_included) {
-                (SamplingEvent::CpuClock, true) =>
+            match (request.rate, events.period) {
+                (Rate::Period(p), _) => format!("every {p} events"),
+                (Rate::Frequency(hz), _) => format!("at {hz} Hz"),
+            },
+            match (opts.event, events.event, events.kernel_included) {
+                (None, SamplingEvent::CpuClock, true) if opts.off_cpu.is_none() =>
                     " (no hardware cycles counter here: using the cpu-clock timer)",
-                (SamplingEvent::CpuClock, false) =>
+                (None, SamplingEvent::CpuClock, false) if opts.off_cpu.is_none() =>
                     " (no hardware cycles counter; kernel frames not permitted)",
-                (SamplingEvent::Cycles, false) => " (kernel frames not permitted)",
-                (SamplingEvent::Cycles, true) => "",
+                (_, _, false) => " (kernel frames not permitted)",
+                _ => "",
             },
             stopped_for.map_or(String::new(), |d| format!(
                 "; attached in {:.1} ms",
@@ -174,13 +193,14 @@ impl Session {
         }
         let parser = parse::Parser::new(
             &events.attr,
+            events.period,
             &switch_attr(&events.attr, 1),
             events.switch_ids.clone(),
         );
         Ok(Session {
             signal_fd,
             deeper,
-            frequency_hz,
+            rate: request.rate,
             max_stack,
             events,
             parser,
@@ -191,6 +211,7 @@ impl Session {
             start_ns,
             start_unix_ms,
             pending,
+            followed,
             progress: Progress::default(),
         })
     }
@@ -219,11 +240,7 @@ impl Session {
             }
             let drained_at = monotonic_ns();
             self.drain();
-            hand_on(
-                &mut self.pending,
-                sink,
-                drained_at.saturating_sub(REORDER_WINDOW_NS),
-            );
+            self.hand_on(sink, drained_at.saturating_sub(REORDER_WINDOW_NS));
             while let Ok(Some(info)) = self.signal_fd.read_signal() {
                 let signo = info.ssi_signo as i32;
                 if signo != libc::SIGCHLD {
@@ -249,6 +266,30 @@ impl Session {
         }
     }
 
+    /// Hands the pending events stamped at or before `up_to_ns` to `sink`, in time
+    /// order, and keeps the rest (each CPU's buffer is in time order, but the buffers
+    /// interleave). With per-CPU events for a command or attached processes, only the
+    /// followed processes' events are handed on.
+    fn hand_on(&mut self, sink: &mut dyn FnMut(&[Event]), up_to_ns: u64) {
+        self.pending.sort_by_key(|e| e.time_ns);
+        let mut ready = self.pending.partition_point(|e| e.time_ns <= up_to_ns);
+        if let Some(followed) = &mut self.followed {
+            // Moves the kept events to the front, in their order.
+            let mut kept = 0;
+            for i in 0..ready {
+                if followed.keep(&self.pending[i]) {
+                    self.pending.swap(kept, i);
+                    kept += 1;
+                }
+            }
+            self.pending.drain(kept..ready);
+            ready = kept;
+        }
+        count_handed_on(&self.pending[..ready], &mut self.progress);
+        sink(&self.pending[..ready]);
+        self.pending.drain(..ready);
+    }
+
     fn drain(&mut self) {
         drain_all(
             &mut self.events.rings,
@@ -264,6 +305,7 @@ impl Session {
     pub(super) fn finish(
         mut self,
         opts: &RecordOptions,
+        ended: Ended,
         sink: &mut dyn FnMut(&[Event]),
     ) -> RecordingInfo {
         for fd in &self.events.fds {
@@ -271,7 +313,7 @@ impl Session {
         }
         self.drain();
         let end_ns = monotonic_ns();
-        hand_on(&mut self.pending, sink, u64::MAX);
+        self.hand_on(sink, u64::MAX);
         let progress = &self.progress;
         let outliving = match &self.target {
             Running::Launched { pid, .. } => progress
@@ -294,13 +336,25 @@ impl Session {
         } else {
             let per_sample = progress
                 .sample_bytes
-                .checked_div(progress.samples)
+                .checked_div(progress.ring_samples)
                 .unwrap_or(64);
             (progress.unreadable_bytes / per_sample.max(8)).max(progress.unreadable_stretches)
         };
         RecordingInfo {
             event: self.events.event,
-            frequency_hz: self.frequency_hz,
+            frequency_hz: match (self.events.period, self.rate) {
+                (_, Rate::Frequency(hz)) => hz,
+                (Some(p), Rate::Period(_)) if self.events.event.is_time() => {
+                    NANOS_PER_SECOND / p.max(1)
+                }
+                (_, Rate::Period(_)) => 0,
+            },
+            period: self.events.period,
+            scope: self.events.scope,
+            cpus: match self.events.cpus == online_cpus() {
+                true => Vec::new(),
+                false => self.events.cpus.clone(),
+            },
             start_unix_ms: self.start_unix_ms,
             start_ns: self.start_ns,
             end_ns,
@@ -314,18 +368,30 @@ impl Session {
                 unreadable_samples,
                 left_stopped: std::mem::take(&mut self.left_stopped),
                 outliving,
+                // Per-CPU events are not the program's own: the kernel does not end
+                // them when it gains privileges.
                 set_id_program: match &opts.target {
-                    Target::Command(command) => set_id_program(&command[0]),
-                    Target::Pids(_) => None,
+                    Target::Command(command) if self.events.scope == Scope::Tasks => {
+                        set_id_program(&command[0])
+                    }
+                    Target::Command(_) => None,
+                    Target::Pids(_) | Target::System => None,
                 },
             },
             command: std::mem::take(&mut self.description),
             root_pid: self.target.root_pid(),
             ring_pages: self.events.ring_pages,
             stopped_for: self.stopped_for,
-            sample_bytes: progress.sample_bytes,
+            // The followed processes' share of the bytes (with per-CPU events, the rings
+            // also carried every other task's samples).
+            sample_bytes: (progress.sample_bytes as u128 * u128::from(progress.samples)
+                / u128::from(progress.ring_samples.max(1))) as u64,
             logical_cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
             off_cpu: self.events.off_cpu.clone(),
+            command_cpu: match (&self.target, ended) {
+                (Running::Launched { .. }, Ended::Command(_)) => children_cpu_time(),
+                _ => None,
+            },
         }
     }
 }
@@ -340,29 +406,56 @@ struct Started {
     start_ns: u64,
     /// What attached processes already were, as events.
     pending: Vec<Event>,
+    /// With per-CPU events for a command or attached processes: whose records to keep.
+    followed: Option<follow::Followed>,
 }
 
-/// Launches `command` behind its gate, attaches the events to it, and opens the gate.
+/// Launches `command` behind its gate, attaches the events to it (per CPU when
+/// `per_cpu`, else to the child and what it starts), and opens the gate.
 fn start_command(
     command: &[String],
     signals: &SigSet,
     run_as: Option<&Credentials>,
-    open: &dyn Fn(&[i32], bool) -> Result<OpenEvents>,
+    request: &EventRequest,
+    per_cpu: bool,
 ) -> Result<Started> {
     let mut child = launch::GatedChild::spawn(command, signals, run_as)
         .with_context(|| format!("could not start `{}`", command.join(" ")))?;
-    let events = match open(&[child.pid.as_raw()], false) {
+    let pid = child.pid;
+    let child_pid = [pid.as_raw()];
+    let opened = match per_cpu {
+        true => open_events(
+            request,
+            Placement::Cpus { started: false },
+            Scope::FollowedOnCpus,
+        ),
+        false => open_events(
+            request,
+            Placement::Tasks {
+                tasks: &child_pid,
+                started: false,
+            },
+            Scope::Tasks,
+        ),
+    };
+    let enabled = opened.and_then(|events| {
+        if per_cpu {
+            for fd in &events.fds {
+                sys::enable(fd).context("could not start the per-CPU events")?;
+            }
+        }
+        Ok(events)
+    });
+    let events = match enabled {
         Ok(e) => e,
         Err(e) => {
             // Closing the gate makes the child exit without running the command.
-            let pid = child.pid;
             drop(child);
             let _ = waitpid(pid, None);
             return Err(e);
         }
     };
     let start_ns = monotonic_ns();
-    let pid = child.pid;
     if let Err(error) = child.release() {
         let _ = waitpid(pid, None);
         return Err(NotRun {
@@ -379,15 +472,18 @@ fn start_command(
         left_stopped: Vec::new(),
         start_ns,
         pending: Vec::new(),
+        followed: per_cpu.then(|| follow::Followed::from_exec(pid.as_raw())),
     })
 }
 
-/// Stops the processes, attaches the events to every thread, describes what they
-/// already are, and continues them (always, also when this fails half way).
+/// Stops the processes, attaches the events (per CPU when `per_cpu`, else to every
+/// thread), describes what they already are, and continues them (always, also when
+/// this fails half way).
 fn start_attached(
     pids: &[i32],
     duration: Option<Duration>,
-    open: &dyn Fn(&[i32], bool) -> Result<OpenEvents>,
+    request: &EventRequest,
+    per_cpu: bool,
 ) -> Result<Started> {
     let left_stopped = pids
         .iter()
@@ -400,8 +496,20 @@ fn start_attached(
         Ok("panic") => panic!("{FAULT_ENV}=panic: panicking after stopping the processes"),
         _ => {}
     }
-    let tasks: Vec<i32> = pids.iter().flat_map(|&p| attach::tasks(p)).collect();
-    let events = open(&tasks, true)?;
+    let events = if per_cpu {
+        open_events(
+            request,
+            Placement::Cpus { started: true },
+            Scope::FollowedOnCpus,
+        )?
+    } else {
+        let tasks: Vec<i32> = pids.iter().flat_map(|&p| attach::tasks(p)).collect();
+        let placement = Placement::Tasks {
+            tasks: &tasks,
+            started: true,
+        };
+        open_events(request, placement, Scope::Tasks)?
+    };
     // Sampling starts as the processes continue; -d counts from here.
     let sampling_since = Instant::now();
     let start_ns = monotonic_ns();
@@ -423,6 +531,36 @@ fn start_attached(
         left_stopped,
         start_ns,
         pending,
+        followed: per_cpu.then(|| follow::Followed::processes(pids)),
+    })
+}
+
+/// Opens per-CPU events for every task, then describes every process already running
+/// (their records from then on come from the events; one that starts in between is
+/// described twice, which changes nothing).
+fn start_system(duration: Option<Duration>, request: &EventRequest) -> Result<Started> {
+    let events = open_events(request, Placement::Cpus { started: true }, Scope::System)?;
+    let sampling_since = Instant::now();
+    let start_ns = monotonic_ns();
+    let pending = attach::describe_all(start_ns);
+    let mut description = vec!["-a".to_string()];
+    if request.cpus != online_cpus() {
+        let list: Vec<String> = request.cpus.iter().map(i32::to_string).collect();
+        description.extend(["-C".to_string(), list.join(",")]);
+    }
+    Ok(Started {
+        events,
+        target: Running::Attached {
+            pids: Vec::new(),
+            until: duration.map(|d| sampling_since + d),
+            interrupted: false,
+        },
+        description,
+        stopped_for: None,
+        left_stopped: Vec::new(),
+        start_ns,
+        pending,
+        followed: None,
     })
 }
 
@@ -432,6 +570,7 @@ enum Running {
         pid: nix::unistd::Pid,
         interrupts: u32,
     },
+    /// Attached processes, or the whole machine (no pids).
     Attached {
         pids: Vec<i32>,
         until: Option<Instant>,
@@ -486,7 +625,7 @@ impl Running {
                     Some(Ended::Detached(DetachReason::Interrupted))
                 } else if until.is_some_and(|t| Instant::now() >= t) {
                     Some(Ended::Detached(DetachReason::Duration))
-                } else if pids.iter().all(|&p| attach::has_exited(p)) {
+                } else if !pids.is_empty() && pids.iter().all(|&p| attach::has_exited(p)) {
                     Some(Ended::Detached(DetachReason::AllExited))
                 } else {
                     None
@@ -498,18 +637,40 @@ impl Running {
     fn root_pid(&self) -> i32 {
         match self {
             Running::Launched { pid, .. } => pid.as_raw(),
-            Running::Attached { pids, .. } => pids[0],
+            Running::Attached { pids, .. } => pids.first().copied().unwrap_or(0),
         }
     }
 }
 
-/// Hands the pending events stamped at or before `up_to_ns` to `sink`, in time order, and
-/// keeps the rest. Each CPU's buffer is in time order, but the buffers interleave.
-fn hand_on(pending: &mut Vec<Event>, sink: &mut dyn FnMut(&[Event]), up_to_ns: u64) {
-    pending.sort_by_key(|e| e.time_ns);
-    let ready = pending.partition_point(|e| e.time_ns <= up_to_ns);
-    sink(&pending[..ready]);
-    pending.drain(..ready);
+/// The CPU time of sampler's children that were waited for: the launched command (it is
+/// sampler's only child) and the children it waited for itself.
+fn children_cpu_time() -> Option<Duration> {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let usage = getrusage(UsageWho::RUSAGE_CHILDREN).ok()?;
+    let time = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(t.tv_sec() as u64) + Duration::from_micros(t.tv_usec() as u64)
+    };
+    Some(time(usage.user_time()) + time(usage.system_time()))
+}
+
+/// Counts the samples, threads and processes of the events handed on.
+fn count_handed_on(events: &[Event], progress: &mut Progress) {
+    for event in events {
+        match &event.kind {
+            EventKind::Sample(s) => {
+                progress.samples += 1;
+                progress.tids.insert(s.tid);
+            }
+            EventKind::Lost { count, .. } => progress.lost += count,
+            EventKind::Fork { pid, tid, .. } if pid == tid => {
+                progress.processes.insert(*pid);
+            }
+            EventKind::Exit { pid, tid } if pid == tid => {
+                progress.processes.remove(pid);
+            }
+            _ => {}
+        }
+    }
 }
 
 fn drain_all(
@@ -528,19 +689,11 @@ fn drain_all(
                 return;
             };
             match &event.kind {
-                EventKind::Sample(s) => {
-                    progress.samples += 1;
+                EventKind::Sample(_) => {
+                    progress.ring_samples += 1;
                     progress.sample_bytes += bytes as u64;
-                    progress.tids.insert(s.tid);
                 }
-                EventKind::Lost { count, .. } => progress.lost += count,
                 EventKind::Throttle => progress.throttled += 1,
-                EventKind::Fork { pid, tid, .. } if pid == tid => {
-                    progress.processes.insert(*pid);
-                }
-                EventKind::Exit { pid, tid } if pid == tid => {
-                    progress.processes.remove(pid);
-                }
                 _ => {}
             }
             log.push(event);

@@ -74,6 +74,17 @@ pub fn disable(fd: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Turns an event on (`PERF_EVENT_IOC_ENABLE`): the per-CPU events of a launched
+/// command start just before the command is let go.
+pub fn enable(fd: &OwnedFd) -> io::Result<()> {
+    // SAFETY: the ioctl takes no pointer argument and `fd` is a live perf event descriptor.
+    let rc = unsafe { sys::ioctls::ENABLE(fd.as_raw_fd(), 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The kernel's id of an event (`PERF_EVENT_IOC_ID`): what `PERF_SAMPLE_IDENTIFIER`
 /// writes into each of its records, and into those of the events `inherit` creates from
 /// it in new threads (the kernel writes the parent event's id for them).

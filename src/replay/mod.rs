@@ -13,7 +13,7 @@ mod capture;
 use capture::Capture;
 
 use crate::binary::Binary;
-use crate::events::{Event, EventKind, Mapping, Recording, RecordingInfo, Sample};
+use crate::events::{Event, EventKind, Mapping, Recording, RecordingInfo, Sample, Scope};
 use crate::locate::{FileFinder, MappedFile};
 use crate::maps::Region;
 use crate::offcpu::{OffCpuInterval, OffCpuKind, OffCpuTracker};
@@ -56,7 +56,8 @@ struct ThreadState {
     name: String,
     start_ns: u64,
     end_ns: Option<u64>,
-    samples: Vec<(u64, RawStackIndex)>,
+    /// Time, stack and period of each sample.
+    samples: Vec<(u64, RawStackIndex, u64)>,
     /// Intervals off the CPU: start, the stack it was left at, why, and how long (ns).
     off_cpu: Vec<(u64, RawStackIndex, OffCpuKind, u64)>,
     lost_samples: u64,
@@ -79,7 +80,15 @@ struct ProcessState {
     name: String,
     start_ns: u64,
     end_ns: Option<u64>,
+    /// A kernel thread (started by `kthreadd`, or the idle task): shown as `[kernel] NAME`.
+    kernel: bool,
 }
+
+/// The pid of `kthreadd`, which starts every kernel thread.
+const KTHREADD: i32 = 2;
+
+/// The idle task of each CPU (pid 0), whose samples a whole-machine recording has.
+const IDLE_PID: i32 = 0;
 
 /// The raw profile and, for each of its libraries, the file that was verified to be the
 /// one that was mapped (same build ID), for the symbolicator to use.
@@ -237,6 +246,9 @@ impl ProfileBuilder {
                     exec,
                 } => {
                     if *exec {
+                        if let Some(&p) = self.process_by_pid.get(pid) {
+                            self.processes[p.index()].kernel = false;
+                        }
                         self.exited.remove(pid);
                         self.unwinder.exec(*pid);
                         self.map_generation += 1;
@@ -271,7 +283,11 @@ impl ProfileBuilder {
                         .thread_by_tid
                         .get(ptid)
                         .map(|&th| self.threads[th].name.clone());
-                    self.thread(*pid, *tid, t, parent_name.as_deref());
+                    let th = self.thread(*pid, *tid, t, parent_name.as_deref());
+                    if pid == tid && (*ppid == KTHREADD || *pid == KTHREADD) {
+                        let p = self.threads[th].process;
+                        self.processes[p.index()].kernel = true;
+                    }
                 }
                 EventKind::Exit { pid, tid } => {
                     self.last_stacks.remove(tid);
@@ -328,9 +344,16 @@ impl ProfileBuilder {
                 }
                 EventKind::Lost {
                     count,
+                    pid,
                     tid: Some(tid),
                 } => {
-                    if let Some(&th) = self.thread_by_tid.get(tid) {
+                    let th = match (self.thread_by_tid.get(tid), pid) {
+                        (Some(&th), _) => Some(th),
+                        // A thread of which nothing else has come yet.
+                        (None, Some(pid)) => Some(self.thread(*pid, *tid, t, None)),
+                        (None, None) => None,
+                    };
+                    if let Some(th) = th {
                         self.threads[th].lost_samples += count;
                     }
                 }
@@ -460,7 +483,7 @@ impl ProfileBuilder {
     /// the kernel's text start (from kallsyms, read once after recording), or to the
     /// start of the kernel's half of the address space when it is unknown.
     pub fn finish(mut self, info: &RecordingInfo, kernel_base: Option<u64>) -> Built {
-        self.finish_off_cpu(info.end_ns);
+        self.finish_off_cpu(info.end_ns, info.scope);
         self.relocate_kernel_frames(kernel_base.unwrap_or(KERNEL_SPACE_START));
         // Unwinding is over: what it read of each file's CFI goes (the files stay, for
         // naming).
@@ -475,43 +498,72 @@ impl ProfileBuilder {
             }
         }
         let ms = |ns: u64| ns.saturating_sub(info.start_ns) as f64 / 1e6;
-        let processes = self
-            .processes
-            .into_iter()
-            .map(|p| Process {
-                pid: p.pid,
-                name: p.name,
-                start_ms: ms(p.start_ns),
-                end_ms: p.end_ns.map(ms),
-            })
-            .collect::<Vec<_>>();
+        // A whole machine has hundreds of threads that did not run while it was
+        // recorded: only those with samples are kept, and their processes.
+        let shown = |t: &ThreadState| {
+            info.scope != Scope::System || !t.samples.is_empty() || !t.off_cpu.is_empty()
+        };
+        let mut new_index: Vec<Option<ProcessIndex>> = vec![None; self.processes.len()];
+        let mut processes = Vec::new();
+        for t in self.threads.iter().filter(|t| shown(t)) {
+            let slot = &mut new_index[t.process.index()];
+            if slot.is_none() {
+                let p = &self.processes[t.process.index()];
+                *slot = Some(ProcessIndex::new(processes.len()));
+                processes.push(Process {
+                    pid: p.pid,
+                    name: match p.kernel {
+                        true => format!("[kernel] {}", p.name),
+                        false => p.name.clone(),
+                    },
+                    start_ms: ms(p.start_ns),
+                    end_ms: p.end_ns.map(ms),
+                });
+            }
+        }
         let threads = self
             .threads
             .into_iter()
-            .map(|t| Thread {
-                tid: t.tid,
-                process: t.process,
-                is_main: processes[t.process.index()].pid == t.tid,
-                name: t.name,
-                start_ms: ms(t.start_ns),
-                end_ms: t.end_ns.map(ms),
-                lost_samples: t.lost_samples,
-                samples: rows_in_time_order(t.samples, t.off_cpu)
-                    .map(|(time, stack, weight)| SampleRow {
-                        time_ms: ms(time),
-                        stack,
-                        weight,
-                    })
-                    .collect(),
+            .filter(|t| shown(t))
+            .map(|t| {
+                let process = new_index[t.process.index()].expect("numbered above");
+                let kernel = self.processes[t.process.index()].kernel;
+                Thread {
+                    tid: t.tid,
+                    process,
+                    is_main: processes[process.index()].pid == t.tid,
+                    name: match kernel {
+                        true => format!("[kernel] {}", t.name),
+                        false => t.name,
+                    },
+                    start_ms: ms(t.start_ns),
+                    end_ms: t.end_ns.map(ms),
+                    lost_samples: t.lost_samples,
+                    samples: rows_in_time_order(t.samples, t.off_cpu, info.period.is_none())
+                        .map(|(time, stack, weight)| SampleRow {
+                            time_ms: ms(time),
+                            stack,
+                            weight,
+                        })
+                        .collect(),
+                }
             })
             .collect();
         let profile = RawProfile {
             meta: Meta {
                 start_unix_ms: info.start_unix_ms,
-                interval_ms: 1000.0 / info.frequency_hz.max(1) as f64,
+                // What a sample stands for in time: its period for a time event, else
+                // the frequency's interval (1 ms for a fixed period of a counting event,
+                // which stands for no time at all).
+                interval_ms: match (info.event.is_time(), info.period, info.frequency_hz) {
+                    (true, Some(ns), _) => ns as f64 / 1e6,
+                    (_, _, 0) => 1.0,
+                    (_, _, hz) => 1000.0 / hz as f64,
+                },
                 duration_ms: ms(info.end_ns),
                 event: info.event.name().to_string(),
                 frequency_hz: info.frequency_hz,
+                period: info.period,
                 command: info.command.clone(),
                 lost_samples: info.lost_samples,
                 throttled: info.throttled,
@@ -548,13 +600,17 @@ impl ProfileBuilder {
     }
 
     /// Ends the off-CPU intervals still open at `end_ns` (the end of the recording),
-    /// including those of threads asleep since before `-p` attached and never seen since,
+    /// including those of threads asleep since before `-p` attached and never seen since
+    /// (not for the whole machine, where they are most threads),
     /// and shares out the time of intervals without a stack (see [`OffCpu::unstacked`]).
-    fn finish_off_cpu(&mut self, end_ns: u64) {
+    fn finish_off_cpu(&mut self, end_ns: u64, scope: Scope) {
         let start_ns = self.start_of_tracking();
         let Some(tracker) = self.tracker() else {
             return;
         };
+        if scope == Scope::System {
+            tracker.forget_unseen();
+        }
         for interval in tracker.finish(end_ns) {
             self.add_off_cpu(interval);
         }
@@ -606,9 +662,13 @@ impl ProfileBuilder {
                 let process_name = name.map_or_else(|| format!("pid {pid}"), str::to_string);
                 self.processes.push(ProcessState {
                     pid,
-                    name: process_name,
+                    name: match pid {
+                        IDLE_PID => "swapper".to_string(),
+                        _ => process_name,
+                    },
                     start_ns: time_ns,
                     end_ns: None,
+                    kernel: pid == IDLE_PID,
                 });
                 self.process_by_pid.insert(pid, p);
                 p
@@ -777,7 +837,7 @@ impl ProfileBuilder {
         let stack = self.stack_of(s);
         let th = self.thread(s.pid, s.tid, time_ns, None);
         if let Some(stack) = stack {
-            self.threads[th].samples.push((time_ns, stack));
+            self.threads[th].samples.push((time_ns, stack, s.period));
         }
     }
 
@@ -911,9 +971,12 @@ impl ProfileBuilder {
 /// Where a JIT writes the names of process `pid`'s code for profilers.
 /// A thread's on-CPU samples and off-CPU intervals as rows in time order (an interval
 /// at its start; an on-CPU sample before an interval of the same time).
+/// A thread's samples and off-CPU intervals as rows, in time order; a sample weighs its
+/// period when `by_period` (the period varied), else it is one sample.
 fn rows_in_time_order(
-    samples: Vec<(u64, RawStackIndex)>,
+    samples: Vec<(u64, RawStackIndex, u64)>,
     off_cpu: Vec<(u64, RawStackIndex, OffCpuKind, u64)>,
+    by_period: bool,
 ) -> impl Iterator<Item = (u64, RawStackIndex, SampleWeight)> {
     let mut off: Vec<(u64, RawStackIndex, SampleWeight)> = off_cpu
         .into_iter()
@@ -922,7 +985,10 @@ fn rows_in_time_order(
     off.sort_by_key(|r| r.0);
     let mut on = samples
         .into_iter()
-        .map(|(t, stack)| (t, stack, SampleWeight::OnCpu(1)))
+        .map(move |(t, stack, period)| {
+            let weight = if by_period { period } else { 1 };
+            (t, stack, SampleWeight::OnCpu(weight))
+        })
         .peekable();
     let mut off = off.into_iter().peekable();
     std::iter::from_fn(move || match (on.peek(), off.peek()) {

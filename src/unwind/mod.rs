@@ -117,6 +117,9 @@ pub enum Truncation {
     /// Code with no unwind rule that led on: neither CFI, nor a rule from its
     /// instructions, nor a frame-pointer chain (a larger stack copy does not help).
     NoUnwindInfo,
+    /// A user thread sampled in the kernel after its memory was released (as it exits):
+    /// the kernel could not walk its user stack.
+    MemoryGone,
 }
 
 /// How many stacks were truncated, by cause.
@@ -125,11 +128,12 @@ pub struct TruncatedBy {
     pub frame_limit: u64,
     pub stack_copy: u64,
     pub no_unwind_info: u64,
+    pub memory_gone: u64,
 }
 
 impl TruncatedBy {
     pub fn total(&self) -> u64 {
-        self.frame_limit + self.stack_copy + self.no_unwind_info
+        self.frame_limit + self.stack_copy + self.no_unwind_info + self.memory_gone
     }
 
     pub fn count(&mut self, cause: Truncation) {
@@ -137,6 +141,7 @@ impl TruncatedBy {
             Truncation::FrameLimit => self.frame_limit += 1,
             Truncation::StackCopy => self.stack_copy += 1,
             Truncation::NoUnwindInfo => self.no_unwind_info += 1,
+            Truncation::MemoryGone => self.memory_gone += 1,
         }
     }
 }
@@ -565,6 +570,21 @@ impl<T: Clone> Unwinder<T> {
     /// frame-pointer chain ended short of the outermost frame gets its outermost frames
     /// from the thread's stack memory.
     pub fn unwind(&mut self, sample: &Sample) -> UnwoundStack {
+        let has_code = |p: &Process<T>| !p.space.regions().is_empty();
+        if sample.user_callchain.is_empty()
+            && !sample.kernel_callchain.is_empty()
+            && self.processes.get(&sample.pid).is_some_and(has_code)
+        {
+            // A user process's thread (its process has mappings, which a kernel thread
+            // has not) whose user stack the kernel did not walk: its memory is gone (it
+            // is exiting). Its kernel frames are all there is.
+            return UnwoundStack {
+                kernel: kernel_frames(sample),
+                user: Vec::new(),
+                truncated: Some(Truncation::MemoryGone),
+                restored_leaf_caller: false,
+            };
+        }
         let (mut stack, ended, spliced) = self.unwind_user(sample);
         if ended != cfi::Ended::ChainEnd {
             return stack;

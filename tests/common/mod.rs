@@ -128,6 +128,19 @@ pub fn record(extra: &[&str], cmd: &[&str]) -> (Output, PathBuf) {
     (output, out_path)
 }
 
+/// Runs `sampler record -o OUT <args>` (attaching, or the whole machine: no command);
+/// its output and the profile's path.
+pub fn record_without_command(args: &[&str]) -> (Output, PathBuf) {
+    let out = tempdir().join("profile.json");
+    let o = Command::new(sampler_bin())
+        .args(["record", "-o"])
+        .arg(&out)
+        .args(args)
+        .output()
+        .expect("sampler runs");
+    (o, out)
+}
+
 /// Reads a JSON file a test wrote; a Firefox profile is first checked by the Firefox
 /// Profiler's own loader ([`ffp_check`]).
 pub fn load(path: &Path) -> Value {
