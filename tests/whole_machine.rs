@@ -257,9 +257,10 @@ fn page_faults_count_the_pages_touched() {
     let (o, path) = record(&["-e", "page-faults"], &[&target("pages"), "5000"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let p = load_checked(&path);
-    // A sample's period counts the faults since the one before, wherever they were: the
-    // total is exact (the pages and the program's own start, some hundred faults), the
-    // share of a function as good as the few samples make it.
+    // A sample's period is what the kernel set for the count that ended in it, wherever
+    // the faults were: an estimate, which the kernel keeps adjusting (measured: 5,122 to
+    // 5,536 for the 5,000 pages and the program's own start, some hundred faults). The
+    // share of a function is as good as the few samples make it.
     let total: f64 = p["threads"]
         .as_array()
         .unwrap()
@@ -275,7 +276,7 @@ fn page_faults_count_the_pages_touched() {
         "{test}: -F 1000: {samples} samples weighing {total} page faults, {n} in touch_pages"
     );
     assert!(
-        total >= pages && total <= pages * 1.1,
+        total >= pages * 0.9 && total <= pages * 1.2,
         "{total} faults in all for {pages} pages"
     );
     assert!(n >= pages * 0.5, "{n}");
