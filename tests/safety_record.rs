@@ -235,6 +235,7 @@ fn per_cpu_events_sample_a_set_user_id_program() {
     std::os::unix::fs::chown(&program, Some(65534), Some(65534)).unwrap();
     std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o4755)).unwrap();
     let (o, path) = record(&[], &[program.to_str().unwrap(), "0.3"]);
+    std::fs::remove_file(&program).unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let n = all_paths(&path).len();
     eprintln!("per_cpu_events_sample_a_set_user_id_program: {n} samples in 0.3 s");
