@@ -117,29 +117,12 @@ fn read_sysctl(name: &str) -> Option<u64> {
         .ok()
 }
 
-/// The CPUs that are online, from `/sys/devices/system/cpu/online` ("0-3,5").
-pub fn online_cpus() -> Vec<i32> {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        let mut bounds = part.split('-').map(|n| n.parse::<i32>());
-        match (bounds.next(), bounds.next()) {
-            (Some(Ok(a)), Some(Ok(b))) => cpus.extend(a..=b),
-            (Some(Ok(a)), None) => cpus.push(a),
-            _ => {}
-        }
-    }
-    if cpus.is_empty() {
-        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-        cpus.extend(0..n as i32);
-    }
-    cpus
-}
+/// Where the kernel lists the online CPUs ("0-3,5").
+const ONLINE_CPUS: &str = "/sys/devices/system/cpu/online";
 
-/// The CPUs of a `-C` list ("0,2-3"), checked against the online ones; the error says
-/// what is wrong with the list.
-pub fn parse_cpu_list(list: &str) -> std::result::Result<Vec<i32>, String> {
-    let online = online_cpus();
+/// The CPUs of a list in the kernel's form ("0-3,5": as sysfs writes it and `-C` takes
+/// it), sorted, each once; the error names the part that is no CPU number or range.
+fn cpu_ranges(list: &str) -> std::result::Result<Vec<i32>, String> {
     let mut cpus = Vec::new();
     for part in list.split(',') {
         let bounds: Vec<&str> = part.trim().splitn(2, '-').collect();
@@ -156,22 +139,40 @@ pub fn parse_cpu_list(list: &str) -> std::result::Result<Vec<i32>, String> {
         if a > b {
             return Err(format!("the range `{part}` is backwards"));
         }
-        for cpu in a..=b {
-            if !online.contains(&cpu) {
-                return Err(format!(
-                    "CPU {cpu} is not online (online: {})",
-                    std::fs::read_to_string("/sys/devices/system/cpu/online")
-                        .unwrap_or_default()
-                        .trim()
-                ));
-            }
-            if !cpus.contains(&cpu) {
-                cpus.push(cpu);
-            }
-        }
+        cpus.extend(a..=b);
     }
     cpus.sort_unstable();
+    cpus.dedup();
     Ok(cpus)
+}
+
+/// The CPUs that are online ([`ONLINE_CPUS`]); where it cannot be read, as many as the
+/// machine has, from 0.
+pub fn online_cpus() -> Vec<i32> {
+    let text = std::fs::read_to_string(ONLINE_CPUS).unwrap_or_default();
+    match cpu_ranges(text.trim()) {
+        Ok(cpus) if !cpus.is_empty() => cpus,
+        _ => {
+            let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+            (0..n as i32).collect()
+        }
+    }
+}
+
+/// The CPUs of a `-C` list ("0,2-3"), checked against the online ones; the error says
+/// what is wrong with the list.
+pub fn parse_cpu_list(list: &str) -> std::result::Result<Vec<i32>, String> {
+    let cpus = cpu_ranges(list)?;
+    let online = online_cpus();
+    match cpus.iter().find(|c| !online.contains(c)) {
+        Some(cpu) => Err(format!(
+            "CPU {cpu} is not online (online: {})",
+            std::fs::read_to_string(ONLINE_CPUS)
+                .unwrap_or_default()
+                .trim()
+        )),
+        None => Ok(cpus),
+    }
 }
 
 /// The kernel's type and config of `event`.
@@ -731,4 +732,20 @@ pub fn resolve_pids(pids: &[i32]) -> Result<Vec<i32>> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_in_the_kernels_form() {
+        assert_eq!(cpu_ranges("0-3,5"), Ok(vec![0, 1, 2, 3, 5]));
+        assert_eq!(cpu_ranges("2,0-1,1"), Ok(vec![0, 1, 2]));
+        assert_eq!(cpu_ranges("0"), Ok(vec![0]));
+        assert!(cpu_ranges("3-1").unwrap_err().contains("backwards"));
+        assert!(cpu_ranges("0,x").unwrap_err().contains("`x` is not a CPU"));
+        assert!(cpu_ranges("").is_err());
+        assert!(!online_cpus().is_empty());
+    }
 }
