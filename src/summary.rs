@@ -72,8 +72,8 @@ impl Summary<'_> {
             ));
         }
         if !info.cpus.is_empty() {
-            let list: Vec<String> = info.cpus.iter().map(i32::to_string).collect();
-            out.push(format!("recorded on CPU {} only (-C)", list.join(",")));
+            let list = crate::record::cpu_list_text(&info.cpus);
+            out.push(format!("recorded on CPU {list} only (-C)"));
         }
         if let (Some(cpu), true, Some(_)) = (info.command_cpu, info.event.is_time(), m.period) {
             let on_cpu: u64 = self

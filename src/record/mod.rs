@@ -159,6 +159,12 @@ pub fn online_cpus() -> Vec<i32> {
     }
 }
 
+/// CPUs as a list ("0,2,3"), as the summary and the profile's command line show them.
+pub fn cpu_list_text(cpus: &[i32]) -> String {
+    let list: Vec<String> = cpus.iter().map(i32::to_string).collect();
+    list.join(",")
+}
+
 /// The CPUs of a `-C` list ("0,2-3"), checked against the online ones; the error says
 /// what is wrong with the list.
 pub fn parse_cpu_list(list: &str) -> std::result::Result<Vec<i32>, String> {
@@ -207,7 +213,7 @@ pub fn fixed_period(event: SamplingEvent, rate: Rate) -> Option<u64> {
     }
 }
 
-/// The attribute of our sampling event.
+/// The attribute of our sampling event, wherever it is placed (see [`Placement::apply`]).
 fn base_attr(
     event: SamplingEvent,
     rate: Rate,
@@ -252,9 +258,7 @@ fn base_attr(
         }
         (None, Rate::Period(_)) => unreachable!("a period is fixed"),
     }
-    attr.set_disabled(1);
-    attr.set_inherit(1);
-    attr.set_enable_on_exec(1);
+    // Whether it starts disabled, at exec, and is inherited: its placement decides.
     attr.set_mmap(1);
     attr.set_mmap2(1);
     attr.set_comm(1);
@@ -275,8 +279,6 @@ struct OpenEvents {
     period: Option<u64>,
     /// Per task, or per CPU (filtered to the followed processes, or the whole machine).
     scope: Scope,
-    /// The CPUs the events are on.
-    cpus: Vec<i32>,
     kernel_included: bool,
     attr: pb::perf_event_attr,
     fds: Vec<std::os::fd::OwnedFd>,
@@ -388,6 +390,7 @@ impl Placement<'_> {
     fn apply(self, attr: &mut pb::perf_event_attr) {
         match self {
             Placement::Tasks { started, .. } => {
+                attr.set_inherit(1);
                 attr.set_disabled(u64::from(!started));
                 attr.set_enable_on_exec(u64::from(!started));
             }
@@ -581,12 +584,10 @@ fn open_events(
                 }
                 let (rings, ring_owners, ring_pages) =
                     map_rings(&fds, cpus.len() + others.len(), request.mmap_pages)?;
-                placement.apply(&mut attr);
                 return Ok(OpenEvents {
                     event,
                     period: fixed_period(event, request.rate),
                     scope,
-                    cpus: cpus.clone(),
                     kernel_included: include_kernel,
                     attr,
                     fds: fds.into_iter().map(|(_, fd)| fd).collect(),
@@ -608,17 +609,14 @@ fn open_events(
     let errno = e.raw_os_error();
     if errno == Some(libc::EACCES) || errno == Some(libc::EPERM) {
         let paranoid = read_sysctl("perf_event_paranoid").map_or("?".into(), |v| v.to_string());
-        let what = match placement {
-            Placement::Cpus { .. } => "watch whole CPUs (-a)",
-            Placement::Tasks { .. } => "use perf_event_open",
+        // The paranoia level that allows it: 0 for whole CPUs, 1 for one's own tasks.
+        let (what, allowed) = match placement {
+            Placement::Cpus { .. } => ("watch whole CPUs (-a)", 0),
+            Placement::Tasks { .. } => ("use perf_event_open", 1),
         };
         bail!(
             "no permission to {what} (kernel.perf_event_paranoid = {paranoid}): \
-             run sampler with sudo, or lower it with `sudo sysctl kernel.perf_event_paranoid={}`",
-            match placement {
-                Placement::Cpus { .. } => 0,
-                Placement::Tasks { .. } => 1,
-            }
+             run sampler with sudo, or lower it with `sudo sysctl kernel.perf_event_paranoid={allowed}`"
         );
     }
     if request.event.is_some()

@@ -64,6 +64,8 @@ pub(super) struct Session {
     signal_fd: SignalFd,
     /// How often, as asked (with the frequency lowered to what the kernel allows).
     rate: Rate,
+    /// The CPUs of `-C`, when they are not all the online ones.
+    only_cpus: Option<Vec<i32>>,
     max_stack: u16,
     parser: parse::Parser,
     target: Running,
@@ -125,6 +127,9 @@ impl Session {
         // own work is small. Without the privilege it keeps its nice value.
         let _ = sys::set_nice(RECORDER_NICE);
 
+        let online = online_cpus();
+        // `-C` naming every online CPU limits nothing.
+        let only_cpus = opts.cpus.clone().filter(|cpus| *cpus != online);
         let request = EventRequest {
             event: opts.event,
             rate: match opts.rate {
@@ -135,7 +140,7 @@ impl Session {
             stack_bytes: opts.stack_bytes,
             mmap_pages: ring_pages,
             off_cpu: opts.off_cpu,
-            cpus: opts.cpus.clone().unwrap_or_else(online_cpus),
+            cpus: only_cpus.clone().unwrap_or(online),
         };
         // Per-CPU events, where allowed: they sample on across thread births, which
         // per-task events (each new thread starting a fresh period) do not.
@@ -145,7 +150,7 @@ impl Session {
                 start_command(command, &signals, opts.run_as.as_ref(), &request, per_cpu)?
             }
             Target::Pids(pids) => start_attached(pids, opts.duration, &request, per_cpu)?,
-            Target::System => start_system(opts.duration, &request)?,
+            Target::System => start_system(opts.duration, &request, only_cpus.as_deref())?,
         };
         let Started {
             events,
@@ -171,9 +176,9 @@ impl Session {
                 Target::System => "the whole machine".to_string(),
             },
             events.event.name(),
-            match (request.rate, events.period) {
-                (Rate::Period(p), _) => format!("every {p} events"),
-                (Rate::Frequency(hz), _) => format!("at {hz} Hz"),
+            match request.rate {
+                Rate::Period(p) => format!("every {p} events"),
+                Rate::Frequency(hz) => format!("at {hz} Hz"),
             },
             match (opts.event, events.event, events.kernel_included) {
                 (None, SamplingEvent::CpuClock, true) if opts.off_cpu.is_none() =>
@@ -201,6 +206,7 @@ impl Session {
             signal_fd,
             deeper,
             rate: request.rate,
+            only_cpus,
             max_stack,
             events,
             parser,
@@ -351,10 +357,7 @@ impl Session {
             },
             period: self.events.period,
             scope: self.events.scope,
-            cpus: match self.events.cpus == online_cpus() {
-                true => Vec::new(),
-                false => self.events.cpus.clone(),
-            },
+            cpus: self.only_cpus.clone().unwrap_or_default(),
             start_unix_ms: self.start_unix_ms,
             start_ns: self.start_ns,
             end_ns,
@@ -422,22 +425,7 @@ fn start_command(
     let mut child = launch::GatedChild::spawn(command, signals, run_as)
         .with_context(|| format!("could not start `{}`", command.join(" ")))?;
     let pid = child.pid;
-    let child_pid = [pid.as_raw()];
-    let opened = match per_cpu {
-        true => open_events(
-            request,
-            Placement::Cpus { started: false },
-            Scope::FollowedOnCpus,
-        ),
-        false => open_events(
-            request,
-            Placement::Tasks {
-                tasks: &child_pid,
-                started: false,
-            },
-            Scope::Tasks,
-        ),
-    };
+    let opened = open_followed(request, per_cpu, false, || vec![pid.as_raw()]);
     let enabled = opened.and_then(|events| {
         if per_cpu {
             for fd in &events.fds {
@@ -476,6 +464,27 @@ fn start_command(
     })
 }
 
+/// The events of a command or attached processes: per CPU when `per_cpu` (their records
+/// are then filtered), else on each of `tasks` and inherited by what they start.
+/// `started`: sampling at once, else from the command's exec (per task) or once the
+/// events are enabled (per CPU).
+fn open_followed(
+    request: &EventRequest,
+    per_cpu: bool,
+    started: bool,
+    tasks: impl FnOnce() -> Vec<i32>,
+) -> Result<OpenEvents> {
+    if per_cpu {
+        return open_events(request, Placement::Cpus { started }, Scope::FollowedOnCpus);
+    }
+    let tasks = tasks();
+    let placement = Placement::Tasks {
+        tasks: &tasks,
+        started,
+    };
+    open_events(request, placement, Scope::Tasks)
+}
+
 /// Stops the processes, attaches the events (per CPU when `per_cpu`, else to every
 /// thread), describes what they already are, and continues them (always, also when
 /// this fails half way).
@@ -496,20 +505,9 @@ fn start_attached(
         Ok("panic") => panic!("{FAULT_ENV}=panic: panicking after stopping the processes"),
         _ => {}
     }
-    let events = if per_cpu {
-        open_events(
-            request,
-            Placement::Cpus { started: true },
-            Scope::FollowedOnCpus,
-        )?
-    } else {
-        let tasks: Vec<i32> = pids.iter().flat_map(|&p| attach::tasks(p)).collect();
-        let placement = Placement::Tasks {
-            tasks: &tasks,
-            started: true,
-        };
-        open_events(request, placement, Scope::Tasks)?
-    };
+    let events = open_followed(request, per_cpu, true, || {
+        pids.iter().flat_map(|&p| attach::tasks(p)).collect()
+    })?;
     // Sampling starts as the processes continue; -d counts from here.
     let sampling_since = Instant::now();
     let start_ns = monotonic_ns();
@@ -538,15 +536,18 @@ fn start_attached(
 /// Opens per-CPU events for every task, then describes every process already running
 /// (their records from then on come from the events; one that starts in between is
 /// described twice, which changes nothing).
-fn start_system(duration: Option<Duration>, request: &EventRequest) -> Result<Started> {
+fn start_system(
+    duration: Option<Duration>,
+    request: &EventRequest,
+    only_cpus: Option<&[i32]>,
+) -> Result<Started> {
     let events = open_events(request, Placement::Cpus { started: true }, Scope::System)?;
     let sampling_since = Instant::now();
     let start_ns = monotonic_ns();
     let pending = attach::describe_all(start_ns);
     let mut description = vec!["-a".to_string()];
-    if request.cpus != online_cpus() {
-        let list: Vec<String> = request.cpus.iter().map(i32::to_string).collect();
-        description.extend(["-C".to_string(), list.join(",")]);
+    if let Some(cpus) = only_cpus {
+        description.extend(["-C".to_string(), cpu_list_text(cpus)]);
     }
     Ok(Started {
         events,
