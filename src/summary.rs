@@ -76,14 +76,7 @@ impl Summary<'_> {
             out.push(format!("recorded on CPU {list} only (-C)"));
         }
         if let (Some(cpu), true, Some(_)) = (info.command_cpu, info.event.is_time(), m.period) {
-            let on_cpu: u64 = self
-                .profile
-                .threads
-                .iter()
-                .flat_map(|t| &t.samples)
-                .map(|s| TimeView::Cpu.weight(s.weight, 0))
-                .sum();
-            let sampled_ns = on_cpu * m.interval_ns();
+            let sampled_ns = on_cpu_weight(self.profile) * m.interval_ns();
             let used_ns = cpu.as_nanos() as u64;
             out.push(format!(
                 "the command used {} ms of CPU (getrusage); its samples stand for {} ms{}",
@@ -271,18 +264,24 @@ impl Summary<'_> {
 fn rate_text(profile: &Profile) -> String {
     let m = &profile.meta;
     match m.period {
-        Some(p) if m.frequency_hz == 0 => format!("{}, every {p}", m.event),
-        Some(_) => format!("{}, {} Hz", m.event, m.frequency_hz),
-        None => {
-            let events: u64 = profile
-                .threads
-                .iter()
-                .flat_map(|t| &t.samples)
-                .map(|s| TimeView::Cpu.weight(s.weight, 0))
-                .sum();
-            format!("{}, {} Hz, {events} events", m.event, m.frequency_hz)
-        }
+        Some(_) => format!("{}, {}", m.event, m.rate_text()),
+        None => format!(
+            "{}, {}, {} events",
+            m.event,
+            m.rate_text(),
+            on_cpu_weight(profile)
+        ),
     }
+}
+
+/// The on-CPU weight of every thread: samples, or events where the period varied.
+fn on_cpu_weight(profile: &Profile) -> u64 {
+    profile
+        .threads
+        .iter()
+        .flat_map(|t| &t.samples)
+        .map(|s| TimeView::Cpu.weight(s.weight, 0))
+        .sum()
 }
 
 /// The threads that lost samples, most first (at most ten), so that a thread whose

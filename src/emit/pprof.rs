@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use prost::Message;
 
+use crate::events::SamplingEvent;
 use crate::profile::{OffCpuKind, Profile, SampleWeight, StackIndex};
 
 #[derive(Clone, PartialEq, Message)]
@@ -154,9 +155,10 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
     // The second value: CPU time for a time event (each sample its interval), else the
     // event's count (each sample its fixed period). When the period varied, the rows
     // hold event counts already, and they are the only on-CPU value.
+    let time_event = SamplingEvent::from_name(&meta.event).is_some_and(|e| e.is_time());
     let (value_types, period_type, period, per_count): (Vec<ValueType>, ValueType, i64, i64) =
         match (meta.event.as_str(), meta.period) {
-            ("cpu-clock" | "task-clock", _) => {
+            _ if time_event => {
                 let cpu = ValueType {
                     r#type: strings.get("cpu"),
                     unit: strings.get("nanoseconds"),
@@ -379,9 +381,9 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
     let comment = vec![strings.get(&format!(
         "sampler: {} {}{}",
         profile.meta.event,
-        match (meta.frequency_hz, meta.period) {
-            (0, p) => format!("every {}", p.unwrap_or(1)),
-            (hz, _) => format!("at {hz} Hz"),
+        match meta.frequency_hz {
+            0 => meta.rate_text(),
+            _ => format!("at {}", meta.rate_text()),
         },
         if profile.meta.command.is_empty() {
             String::new()

@@ -552,10 +552,9 @@ pub fn render_report(
         "{}: {} ({}, {:.2} s){}",
         request.file.display(),
         m.event,
-        match (m.frequency_hz, m.period) {
-            (0, p) => format!("every {}", p.unwrap_or(1)),
-            (hz, Some(_)) => format!("{hz} Hz"),
-            (hz, None) => format!("{hz} Hz; weighed by each sample's period"),
+        match m.period {
+            Some(_) => m.rate_text(),
+            None => format!("{}; weighed by each sample's period", m.rate_text()),
         },
         m.duration_ms / 1000.0,
         if m.off_cpu {

@@ -231,6 +231,14 @@ impl Meta {
         (self.interval_ms * 1e6).round() as u64
     }
 
+    /// How the event was sampled: "1000 Hz", or "every 100" (a fixed period, `-c`).
+    pub fn rate_text(&self) -> String {
+        match self.frequency_hz {
+            0 => format!("every {}", self.period.unwrap_or(1)),
+            hz => format!("{hz} Hz"),
+        }
+    }
+
     /// What on-CPU weights count: "samples", or the event when they are its counts.
     pub fn on_cpu_unit(&self) -> &str {
         match self.period {

@@ -512,10 +512,7 @@ impl ProfileBuilder {
                 *slot = Some(ProcessIndex::new(processes.len()));
                 processes.push(Process {
                     pid: p.pid,
-                    name: match p.kernel {
-                        true => format!("[kernel] {}", p.name),
-                        false => p.name.clone(),
-                    },
+                    name: shown_name(p.kernel, &p.name),
                     start_ms: ms(p.start_ns),
                     end_ms: p.end_ns.map(ms),
                 });
@@ -532,10 +529,7 @@ impl ProfileBuilder {
                     tid: t.tid,
                     process,
                     is_main: processes[process.index()].pid == t.tid,
-                    name: match kernel {
-                        true => format!("[kernel] {}", t.name),
-                        false => t.name,
-                    },
+                    name: shown_name(kernel, &t.name),
                     start_ms: ms(t.start_ns),
                     end_ms: t.end_ns.map(ms),
                     lost_samples: t.lost_samples,
@@ -971,6 +965,14 @@ impl ProfileBuilder {
 /// Where a JIT writes the names of process `pid`'s code for profilers.
 /// A thread's on-CPU samples and off-CPU intervals as rows in time order (an interval
 /// at its start; an on-CPU sample before an interval of the same time).
+/// The name a process or thread is shown by: `[kernel] NAME` for the kernel's.
+fn shown_name(kernel: bool, name: &str) -> String {
+    match kernel {
+        true => format!("[kernel] {name}"),
+        false => name.to_string(),
+    }
+}
+
 /// A thread's samples and off-CPU intervals as rows, in time order; a sample weighs its
 /// period when `by_period` (the period varied), else it is one sample.
 fn rows_in_time_order(
