@@ -100,10 +100,6 @@ fn all_cpus_sees_processes_that_start_and_exit_while_it_records() {
 
 fn cpu_list_records_only_those_cpus() {
     let test = "cpu_list_records_only_those_cpus";
-    if sampler::record::online_cpus().len() < 2 {
-        eprintln!("SKIPPED {test}: needs two CPUs");
-        return;
-    }
     // split7030 runs on CPU 0, fploop on CPU 1, for the same time.
     let script = format!(
         "taskset -c 1 {} 1 >/dev/null & taskset -c 0 {} 1; wait",
@@ -315,7 +311,7 @@ fn main() {
     run_tests(tests![
         all_cpus_sees_processes_that_start_and_exit_while_it_records: Need::Root, Need::Perf,
             Need::KernelFrames;
-        cpu_list_records_only_those_cpus: Need::Root, Need::Perf,
+        cpu_list_records_only_those_cpus: Need::Root, Need::Perf, Need::Cpus(2),
             Need::Program("taskset", &["-c", "0", "true"]);
         short_threads_are_counted: Need::Root, Need::Perf;
         unprivileged_recording_says_short_threads_may_be_missed: Need::Nobody, Need::UserPerf;

@@ -612,6 +612,8 @@ pub enum Need {
     /// A program the test runs from where it is installed, found by the function (its
     /// path): what it is, and how to find it.
     Located(&'static str, fn() -> Option<String>),
+    /// At least this many online CPUs.
+    Cpus(usize),
     /// An unprivileged user may record its own processes (`kernel.perf_event_paranoid`
     /// at most 2).
     UserPerf,
@@ -666,6 +668,10 @@ impl Need {
             Need::Located(what, find) => find().is_none().then(|| format!("no {what} here")),
             Need::Consumer(what, present) => {
                 (!present()).then(|| format!("{what} is not installed"))
+            }
+            Need::Cpus(n) => {
+                let online = sampler::record::online_cpus().len();
+                (online < n).then(|| format!("needs {n} CPUs, this machine has {online}"))
             }
             Need::UserPerf => {
                 let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
