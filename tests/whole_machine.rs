@@ -250,13 +250,15 @@ fn page_faults_count_the_pages_touched() {
     assert!(meta.to_string().contains("page-faults"), "{meta}");
 
     // At a frequency, each sample weighs its period: the weights still count faults.
-    let (o, path) = record(&["-e", "page-faults"], &[&target("pages"), "5000"]);
+    // The kernel sets the period from the rate it saw over the last tick, so a program
+    // that faults for a few milliseconds gets a handful of samples with overshooting
+    // weights (5,000 pages: 2 to 15 samples weighing 1.02 to 1.87 times the faults).
+    // 100,000 pages (400 MB, about a fifth of a second) give it time to settle: 186 to
+    // 263 samples weighing 1.001 to 1.005 times the pages, the program's start included.
+    let pages = 100_000.0;
+    let (o, path) = record(&["-e", "page-faults"], &[&target("pages"), "100000"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let p = load_checked(&path);
-    // A sample's period is what the kernel set for the count that ended in it, wherever
-    // the faults were: an estimate, which the kernel keeps adjusting (measured: 5,122 to
-    // 5,536 for the 5,000 pages and the program's own start, some hundred faults). The
-    // share of a function is as good as the few samples make it.
     let total: f64 = p["threads"]
         .as_array()
         .unwrap()
@@ -272,12 +274,12 @@ fn page_faults_count_the_pages_touched() {
         "{test}: -F 1000: {samples} samples weighing {total} page faults, {n} in touch_pages"
     );
     assert!(
-        total >= pages * 0.9 && total <= pages * 1.2,
+        total >= pages * 0.95 && total <= pages * 1.05,
         "{total} faults in all for {pages} pages"
     );
-    assert!(n >= pages * 0.5, "{n}");
+    assert!(n >= pages * 0.9, "{n}");
     assert!(
-        samples < 1000,
+        samples < 2000,
         "{samples} samples: the period should have grown"
     );
 }
