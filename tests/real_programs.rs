@@ -73,10 +73,20 @@ fn all_paths(path: &std::path::Path) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// What [`assert_roots_honest`] found among the stacks marked `[truncated]`.
+struct Marked {
+    /// Their percentage of all stacks.
+    share: f64,
+    /// How many of them have neither known cause: a thread in its first instructions,
+    /// or a thread sampled as it exits.
+    unexplained: usize,
+}
+
 /// Asserts that no stack marked `[truncated]` is complete: its outermost frame is not a
-/// root; and that every unmarked stack starts at a root. Returns the marked share.
-fn assert_roots_honest(test: &str, paths: &[Vec<String>]) -> f64 {
+/// root; and that every unmarked stack starts at a root.
+fn assert_roots_honest(test: &str, paths: &[Vec<String>]) -> Marked {
     let mut marked = 0;
+    let mut unexplained = 0;
     for p in paths {
         if p[0] == "[truncated]" {
             marked += 1;
@@ -87,10 +97,17 @@ fn assert_roots_honest(test: &str, paths: &[Vec<String>]) -> f64 {
             let first_instructions = p.len() >= 2
                 && outermost == "__clone3"
                 && p.get(2).is_none_or(|f| f.starts_with("[kernel] "));
+            // A thread sampled in the kernel as its process exits, after its memory is
+            // released: the kernel's chain alone, through do_exit.
+            let exiting = p[1..].iter().all(|f| f.starts_with("[kernel] "))
+                && p.iter().any(|f| f == "[kernel] do_exit");
             assert!(
                 !ROOTS.contains(&outermost) || first_instructions,
                 "{test}: a complete stack is marked truncated: {p:?}"
             );
+            if !first_instructions && !exiting {
+                unexplained += 1;
+            }
         } else {
             assert!(
                 ROOTS.contains(&p[0].as_str()),
@@ -99,7 +116,10 @@ fn assert_roots_honest(test: &str, paths: &[Vec<String>]) -> f64 {
             );
         }
     }
-    100.0 * marked as f64 / paths.len().max(1) as f64
+    Marked {
+        share: 100.0 * marked as f64 / paths.len().max(1) as f64,
+        unexplained,
+    }
 }
 
 /// A CPU-bound script whose three functions do 60, 30 and 10% of its work. Every
@@ -362,9 +382,11 @@ fn make_j2_every_process_and_honest_roots() {
     let paths: Vec<Vec<String>> = threads.into_iter().flat_map(|t| t.paths).collect();
     let marked = assert_roots_honest(test, &paths);
     eprintln!(
-        "{test}: {} samples in {} process names, {marked:.1}% marked truncated (gcc's recursions beyond the stack copy)",
+        "{test}: {} samples in {} process names, {:.1}% marked truncated ({} of them not at a thread's start or exit: gcc's recursions beyond the stack copy)",
         paths.len(),
-        names.len()
+        names.len(),
+        marked.share,
+        marked.unexplained
     );
 }
 
@@ -392,10 +414,15 @@ fn one_program_one_root_deep_static_and_threads() {
     assert!(o.status.success(), "{}", stderr(&o));
     let paths = all_paths(&path);
     // Only a thread sampled in its first instructions or as it exits (its memory gone)
-    // may be marked: 1 of about 2,000 samples at most seen.
+    // may be marked: 0 to 6 of about 2,000 samples seen, as the exit's teardown happens
+    // to meet a tick or not.
     let marked = assert_roots_honest(test, &paths);
-    eprintln!("{test}: busy_static: {marked:.2}% marked");
-    assert!(marked <= 0.2, "{marked}% marked");
+    eprintln!(
+        "{test}: busy_static: {:.2}% marked, {} for another reason",
+        marked.share, marked.unexplained
+    );
+    assert_eq!(marked.unexplained, 0, "marked for another reason");
+    assert!(marked.share <= 1.0, "{}% marked", marked.share);
     assert!(paths.iter().any(|p| p[0] == "__clone3"), "thread roots");
 }
 
