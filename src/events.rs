@@ -256,6 +256,8 @@ pub struct RecordingInfo {
     /// The CPU time (user and system) the launched command and the children it waited
     /// for used, from `getrusage`: what its samples should add up to.
     pub command_cpu: Option<Duration>,
+    /// On-CPU samples of sampler's own process, left out of a whole-machine profile.
+    pub own_samples: u64,
 }
 
 /// What a recording followed, and how.

@@ -75,6 +75,14 @@ impl Summary<'_> {
             let list = crate::record::cpu_list_text(&info.cpus);
             out.push(format!("recorded on CPU {list} only (-C)"));
         }
+        if info.own_samples > 0 {
+            let all = info.own_samples + on_cpu_samples(self.profile) as u64;
+            out.push(format!(
+                "sampler's own {} samples ({:.1}% of all) are left out of the profile",
+                info.own_samples,
+                info.own_samples as f64 * 100.0 / all as f64
+            ));
+        }
         if let (Some(cpu), true, Some(_)) = (info.command_cpu, info.event.is_time(), m.period) {
             let sampled_ns = on_cpu_weight(self.profile) * m.interval_ns();
             let used_ns = cpu.as_nanos() as u64;
@@ -95,12 +103,7 @@ impl Summary<'_> {
     pub fn lines(&self) -> Vec<String> {
         let (info, profile) = (self.info, self.profile);
         let m = &profile.meta;
-        let samples: usize = profile
-            .threads
-            .iter()
-            .flat_map(|t| &t.samples)
-            .filter(|s| s.weight.off_cpu_kind().is_none())
-            .count();
+        let samples = on_cpu_samples(profile);
         let mut out = vec![match self.ended {
             Ended::Command(CommandExit::Code(c)) => format!("command exited with code {c}"),
             Ended::Command(CommandExit::Signal(s)) => format!("command was killed by signal {s}"),
@@ -274,6 +277,16 @@ fn rate_text(profile: &Profile) -> String {
     }
 }
 
+/// The on-CPU samples of every thread.
+fn on_cpu_samples(profile: &Profile) -> usize {
+    profile
+        .threads
+        .iter()
+        .flat_map(|t| &t.samples)
+        .filter(|s| s.weight.off_cpu_kind().is_none())
+        .count()
+}
+
 /// The on-CPU weight of every thread: samples, or events where the period varied.
 fn on_cpu_weight(profile: &Profile) -> u64 {
     profile
@@ -387,6 +400,7 @@ mod tests {
             scope: Scope::FollowedOnCpus,
             cpus: Vec::new(),
             command_cpu: None,
+            own_samples: 0,
         }
     }
 

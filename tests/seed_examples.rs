@@ -63,6 +63,7 @@ fn recording(events: Vec<Event>) -> Recording {
         scope: Scope::FollowedOnCpus,
         cpus: Vec::new(),
         command_cpu: None,
+        own_samples: 0,
     };
     Recording { info, events }
 }

@@ -87,6 +87,26 @@ fn all_cpus_sees_processes_that_start_and_exit_while_it_records() {
         &["busy_work"],
     );
     eprintln!("{test}: busy (running before, killed during): {n} samples in busy_work");
+    // Described from /proc before the events opened: none of its samples, the first
+    // milliseconds' included, is in code without a name.
+    let unnamed: Vec<_> = killed
+        .iter()
+        .flat_map(|t| &t.paths)
+        .filter(|p| p.iter().any(|f| f.starts_with("0x")))
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "busy's stacks in unknown code: {unnamed:?}"
+    );
+    // sampler's own work is left out, and the summary says how much.
+    assert!(
+        list.iter().all(|(name, _, _)| name != "sampler"),
+        "{list:?}"
+    );
+    assert!(
+        err.contains("sampler's own ") && err.contains("left out of the profile"),
+        "{err}"
+    );
     assert!(
         n > 500,
         "{n} samples of busy_work in 1.1 s of one thread spinning"

@@ -51,6 +51,8 @@ struct Progress {
     unreadable_stretches: u64,
     /// Processes started while recording that have not exited (pid == tid forks).
     processes: HashSet<i32>,
+    /// Samples of sampler's own process, left out of a whole-machine profile.
+    own_samples: u64,
 }
 
 /// A recording under way: the machine prepared, the target running with its events
@@ -79,6 +81,8 @@ pub(super) struct Session {
     pending: Vec<Event>,
     /// With per-CPU events for a command or attached processes: whose records to keep.
     followed: Option<follow::Followed>,
+    /// With `-a`: sampler's own pid, whose samples are left out (see [`own_work`]).
+    own_pid: Option<i32>,
     progress: Progress,
 }
 
@@ -161,6 +165,7 @@ impl Session {
             start_ns,
             pending,
             followed,
+            own_pid,
         } = started;
         let start_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -218,6 +223,7 @@ impl Session {
             start_unix_ms,
             pending,
             followed,
+            own_pid,
             progress: Progress::default(),
         })
     }
@@ -286,6 +292,20 @@ impl Session {
                 if followed.keep(&self.pending[i]) {
                     self.pending.swap(kept, i);
                     kept += 1;
+                }
+            }
+            self.pending.drain(kept..ready);
+            ready = kept;
+        }
+        if let Some(own) = self.own_pid {
+            let mut kept = 0;
+            for i in 0..ready {
+                match own_work(&self.pending[i].kind, own) {
+                    Some(is_sample) => self.progress.own_samples += u64::from(is_sample),
+                    None => {
+                        self.pending.swap(kept, i);
+                        kept += 1;
+                    }
                 }
             }
             self.pending.drain(kept..ready);
@@ -395,6 +415,7 @@ impl Session {
                 (Running::Launched { .. }, Ended::Command(_)) => children_cpu_time(),
                 _ => None,
             },
+            own_samples: progress.own_samples,
         }
     }
 }
@@ -411,6 +432,8 @@ struct Started {
     pending: Vec<Event>,
     /// With per-CPU events for a command or attached processes: whose records to keep.
     followed: Option<follow::Followed>,
+    /// With `-a`: sampler's own pid, whose samples are left out (see [`own_work`]).
+    own_pid: Option<i32>,
 }
 
 /// Launches `command` behind its gate, attaches the events to it (per CPU when
@@ -461,6 +484,7 @@ fn start_command(
         start_ns,
         pending: Vec::new(),
         followed: per_cpu.then(|| follow::Followed::from_exec(pid.as_raw())),
+        own_pid: None,
     })
 }
 
@@ -530,6 +554,7 @@ fn start_attached(
         start_ns,
         pending,
         followed: per_cpu.then(|| follow::Followed::processes(pids)),
+        own_pid: None,
     })
 }
 
@@ -541,9 +566,13 @@ fn start_system(
     request: &EventRequest,
     only_cpus: Option<&[i32]>,
 ) -> Result<Started> {
+    // The descriptions are stamped before the events open: read from /proc while the
+    // events already sample, they must come first in time order, or the samples of the
+    // milliseconds in between find their processes without mappings (measured: 5 stacks
+    // of 40,000 at 4000 Hz, in unknown code).
+    let start_ns = monotonic_ns();
     let events = open_events(request, Placement::Cpus { started: true }, Scope::System)?;
     let sampling_since = Instant::now();
-    let start_ns = monotonic_ns();
     let pending = attach::describe_all(start_ns);
     let mut description = vec!["-a".to_string()];
     if let Some(cpus) = only_cpus {
@@ -562,6 +591,7 @@ fn start_system(
         start_ns,
         pending,
         followed: None,
+        own_pid: Some(std::process::id() as i32),
     })
 }
 
@@ -655,6 +685,24 @@ fn children_cpu_time() -> Option<Duration> {
 }
 
 /// Counts the samples, threads and processes of the events handed on.
+/// Whether `kind` is sampler's own work (the samples and switches of process `own`), to
+/// be left out of a whole-machine profile: `Some(true)` for an on-CPU sample, which is
+/// counted. A profile of the machine is of what else ran; and naming sampler's own code
+/// would read its DWARF (tens of MB in a build with line tables), which cost more CPU
+/// and memory than the rest of a 5 s recording at 4000 Hz (measured: 0.28 s and 73 MB
+/// of CPU and peak memory against 0.17 s and 14 MB with its DWARF stripped). The summary
+/// says how many samples were left out.
+fn own_work(kind: &EventKind, own: i32) -> Option<bool> {
+    match kind {
+        EventKind::Sample(s) if s.pid == own => Some(true),
+        EventKind::SwitchSample(s) if s.pid == own => Some(false),
+        EventKind::SwitchOut { pid, .. } | EventKind::SwitchIn { pid, .. } if *pid == own => {
+            Some(false)
+        }
+        _ => None,
+    }
+}
+
 fn count_handed_on(events: &[Event], progress: &mut Progress) {
     for event in events {
         match &event.kind {
