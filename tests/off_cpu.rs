@@ -281,6 +281,45 @@ fn attaching_shows_threads_blocked_since_before() {
     assert_eq!(target.wait(), Some(0));
 }
 
+fn the_whole_machine_shows_where_threads_wait() {
+    // waiter runs before and after: -a sees 1.5 s of its 10 ms cycles, per CPU.
+    let target = Running::start("waiter", &["4"]);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (o, path) = record_without_command(&["-a", "--off-cpu", "-d", "1.5"]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("sampler: off-CPU: "), "{err}");
+    let view = profiler_view(&path);
+    let worker = threads_named(&view, "waiter")
+        .into_iter()
+        .find(|t| !is_main(t) && t["pid"] == target.pid())
+        .expect("the worker thread");
+    let total = running(worker, "waiter");
+    let shares: Vec<f64> = ["compute_part", "sleep_part", "lock_part"]
+        .iter()
+        .map(|f| 100.0 * running(worker, f) / total)
+        .collect();
+    eprintln!(
+        "-a: waiter {total:.0} ms; compute {:.1}%, sleep {:.1}%, lock {:.1}%",
+        shares[0], shares[1], shares[2]
+    );
+    // From the worker's first switch in the recording to the end.
+    assert!((1400.0..1700.0).contains(&total), "waiter ran {total} ms");
+    for (share, want) in shares.iter().zip([50.0, 30.0, 20.0]) {
+        assert!(
+            (share - want).abs() <= SHARE_TOLERANCE,
+            "shares {shares:?}, want 50/30/20"
+        );
+    }
+    for f in ["do_nanosleep", "futex_wait"] {
+        assert!(
+            running(worker, &format!("[kernel] {f}")) > 0.1 * total,
+            "{f} missing from the worker's tree"
+        );
+    }
+    drop(target);
+}
+
 fn without_kernel_access_one_line_says_so_and_the_profile_is_written() {
     let test = "without_kernel_access_one_line_says_so_and_the_profile_is_written";
     let Some((o, path)) = record_as_nobody(test, &["--off-cpu", "--", &target("waiter"), "0.3"])
@@ -310,6 +349,8 @@ fn main() {
             Need::Consumer("go (scripts/install-consumers installs it)", go_present);
         attaching_shows_threads_blocked_since_before: Need::Perf, Need::KernelFrames,
             Need::Located(FFP_CHECK, ffp_check_tool);
+        the_whole_machine_shows_where_threads_wait: Need::Perf, Need::KernelFrames,
+            Need::Root, Need::Located(FFP_CHECK, ffp_check_tool);
         without_kernel_access_one_line_says_so_and_the_profile_is_written: Need::Nobody,
             Need::UserPerf;
     ]);
