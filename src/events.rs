@@ -258,6 +258,11 @@ pub struct RecordingInfo {
     pub command_cpu: Option<Duration>,
     /// On-CPU samples of sampler's own process, left out of a whole-machine profile.
     pub own_samples: u64,
+    /// With per-CPU events for a command or attached processes: samples the rings lost
+    /// while another process ran. The kernel says only which task ran when it wrote
+    /// the loss, not whose samples were lost, so these may be the followed processes'
+    /// or anyone's; they are not in `lost_samples`.
+    pub lost_elsewhere: u64,
 }
 
 /// What a recording followed, and how.

@@ -75,10 +75,16 @@ impl Summary<'_> {
             let list = crate::record::cpu_list_text(&info.cpus);
             out.push(format!("recorded on CPU {list} only (-C)"));
         }
+        if info.lost_elsewhere > 0 {
+            out.push(format!(
+                "the CPUs' buffers also lost {} samples while other processes ran; the kernel does not say whose, so some may be the recorded processes' (a larger -m keeps them)",
+                info.lost_elsewhere
+            ));
+        }
         if info.own_samples > 0 {
             let all = info.own_samples + on_cpu_samples(self.profile) as u64;
             out.push(format!(
-                "sampler's own {} samples ({:.1}% of all) are left out of the profile",
+                "sampler's own samples ({}, {:.1}% of all) are left out of the profile",
                 info.own_samples,
                 info.own_samples as f64 * 100.0 / all as f64
             ));
@@ -401,6 +407,7 @@ mod tests {
             cpus: Vec::new(),
             command_cpu: None,
             own_samples: 0,
+            lost_elsewhere: 0,
         }
     }
 
@@ -509,5 +516,33 @@ mod tests {
         assert!(all.iter().all(|l| l.starts_with("sampler: ")), "{all:?}");
         assert!(all.iter().any(|l| l.contains("3 samples (synthetic")));
         assert!(!all.iter().any(|l| l.contains("no samples")));
+    }
+
+    #[test]
+    fn losses_of_others_and_own_samples_are_said_apart() {
+        let profile = Profile::from_named_stacks(&[&["main"], &["main"], &["main"]]);
+        let mut info = info(RecordingGaps::default());
+        info.lost_elsewhere = 40;
+        info.own_samples = 1;
+        let out = lines(&info, &profile);
+        assert!(out
+            .iter()
+            .any(|l| l.contains("3 samples (") && l.contains(", 0 lost")));
+        assert!(
+            out.iter()
+                .any(|l| l.contains("buffers also lost 40 samples while other processes ran")),
+            "{out:#?}"
+        );
+        assert!(
+            out.iter()
+                .any(|l| l.contains("sampler's own samples (1, 25.0% of all) are left out")),
+            "{out:#?}"
+        );
+        info.lost_elsewhere = 0;
+        info.own_samples = 0;
+        let out = lines(&info, &profile);
+        assert!(!out
+            .iter()
+            .any(|l| l.contains("also lost") || l.contains("own")));
     }
 }

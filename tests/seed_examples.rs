@@ -64,6 +64,7 @@ fn recording(events: Vec<Event>) -> Recording {
         cpus: Vec::new(),
         command_cpu: None,
         own_samples: 0,
+        lost_elsewhere: 0,
     };
     Recording { info, events }
 }

@@ -53,6 +53,9 @@ struct Progress {
     processes: HashSet<i32>,
     /// Samples of sampler's own process, left out of a whole-machine profile.
     own_samples: u64,
+    /// Samples lost while a process that is not followed ran (see
+    /// [`RecordingInfo::lost_elsewhere`]).
+    lost_elsewhere: u64,
 }
 
 /// A recording under way: the machine prepared, the target running with its events
@@ -292,6 +295,8 @@ impl Session {
                 if followed.keep(&self.pending[i]) {
                     self.pending.swap(kept, i);
                     kept += 1;
+                } else if let EventKind::Lost { count, .. } = self.pending[i].kind {
+                    self.progress.lost_elsewhere += count;
                 }
             }
             self.pending.drain(kept..ready);
@@ -416,6 +421,7 @@ impl Session {
                 _ => None,
             },
             own_samples: progress.own_samples,
+            lost_elsewhere: progress.lost_elsewhere,
         }
     }
 }
