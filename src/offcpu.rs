@@ -78,6 +78,9 @@ pub struct OffCpuTracker<S> {
     unseen_at_start: HashSet<i32>,
     out: HashMap<i32, Pending<S>>,
     done: Vec<OffCpuInterval<S>>,
+    /// Threads that exited (and whose tid was not reused since): per-CPU events see
+    /// such a thread's last switch away, in `do_task_dead`, which starts no interval.
+    exited: HashSet<i32>,
 }
 
 impl<S> OffCpuTracker<S> {
@@ -89,7 +92,13 @@ impl<S> OffCpuTracker<S> {
             unseen_at_start: existing.into_iter().collect(),
             out: HashMap::new(),
             done: Vec::new(),
+            exited: HashSet::new(),
         }
+    }
+
+    /// A thread `tid` was created (perhaps under the tid of one that exited).
+    pub fn born(&mut self, tid: i32) {
+        self.exited.remove(&tid);
     }
 
     /// When the recording started.
@@ -145,6 +154,9 @@ impl<S> OffCpuTracker<S> {
         mut fill: impl FnMut(&mut Pending<S>),
     ) {
         self.unseen_at_start.remove(&tid);
+        if self.exited.contains(&tid) {
+            return;
+        }
         if let Some(pending) = self.out.get_mut(&tid) {
             if lacks(pending) && time_ns.abs_diff(pending.since_ns) <= SAME_SWITCH_NS {
                 fill(pending);
@@ -185,6 +197,7 @@ impl<S> OffCpuTracker<S> {
     /// `tid` exited at `time_ns`.
     pub fn exit(&mut self, tid: i32, time_ns: u64) {
         self.unseen_at_start.remove(&tid);
+        self.exited.insert(tid);
         self.end(tid, time_ns);
     }
 
@@ -372,6 +385,29 @@ mod tests {
         assert_eq!(
             t.finish(100 * MS),
             [interval(4, 10, 50, Some(OffCpuKind::Blocked), Some("wait"))]
+        );
+    }
+
+    #[test]
+    fn a_thread_switching_away_after_its_exit_starts_nothing_until_its_tid_is_reused() {
+        let mut t = OffCpuTracker::new(0, []);
+        t.exit(4, 50 * MS);
+        // Per-CPU events see its last switch away, in do_task_dead.
+        left(&mut t, 4, 51 * MS, false, "do_task_dead");
+        assert_eq!(t.finish(100 * MS), []);
+        let mut t = OffCpuTracker::new(0, []);
+        t.exit(4, 50 * MS);
+        t.born(4);
+        left(&mut t, 4, 60 * MS, false, "wait");
+        assert_eq!(
+            t.finish(100 * MS),
+            [interval(
+                4,
+                60,
+                100,
+                Some(OffCpuKind::Blocked),
+                Some("wait")
+            )]
         );
     }
 

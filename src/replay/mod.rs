@@ -145,7 +145,15 @@ pub struct ProfileBuilder {
     /// processes, and holding every one until the end was most of what recording one
     /// kept.
     exited: HashMap<i32, u64>,
+    /// Per process, the thread whose exit came last (its pid and tid), and under
+    /// [`GONE_TID`] the last of all: whose records with tid [`GONE_TID`] are (see
+    /// [`ProfileBuilder::add_events`]).
+    last_exit: HashMap<i32, (i32, i32)>,
 }
+
+/// The tid the kernel writes for a thread past its exit: after its exit record, it is
+/// unhashed and still runs a little (releasing its memory, its last switch away).
+const GONE_TID: i32 = -1;
 
 /// How long after a process's last event (its main thread's exit, or a sample of a
 /// thread that outlived it) its unwinding state is kept: 500 ms. The threads of a
@@ -205,6 +213,7 @@ impl ProfileBuilder {
             restored_callers: 0,
             last_stacks: HashMap::new(),
             exited: HashMap::new(),
+            last_exit: HashMap::new(),
             map_generation: 0,
             capture: None,
             off_cpu: None,
@@ -236,7 +245,31 @@ impl ProfileBuilder {
         }
         for event in events {
             let t = event.time_ns;
-            match &event.kind {
+            // A thread past its exit: its samples are the thread's of that process that
+            // exited last (of any process, when its pid is gone too); its last switch
+            // away (in do_task_dead) opens no off-CPU time.
+            let named;
+            let kind = match &event.kind {
+                EventKind::Sample(s) if s.tid == GONE_TID => match self.last_exit.get(&s.pid) {
+                    Some(&(pid, tid)) => {
+                        named = EventKind::Sample(Sample {
+                            pid,
+                            tid,
+                            ..s.clone()
+                        });
+                        &named
+                    }
+                    None => &event.kind,
+                },
+                EventKind::SwitchSample(s) if s.tid == GONE_TID => continue,
+                EventKind::SwitchOut { tid, .. } | EventKind::SwitchIn { tid, .. }
+                    if *tid == GONE_TID =>
+                {
+                    continue
+                }
+                kind => kind,
+            };
+            match kind {
                 EventKind::Mmap(m) if m.executable => self.map(m),
                 EventKind::Mmap(_) => {}
                 EventKind::Comm {
@@ -279,6 +312,9 @@ impl ProfileBuilder {
                         self.unwinder.fork(*ppid, *pid);
                     }
                     self.last_stacks.remove(tid);
+                    if let Some(tracker) = self.tracker() {
+                        tracker.born(*tid);
+                    }
                     let parent_name = self
                         .thread_by_tid
                         .get(ptid)
@@ -290,6 +326,8 @@ impl ProfileBuilder {
                     }
                 }
                 EventKind::Exit { pid, tid } => {
+                    self.last_exit.insert(*pid, (*pid, *tid));
+                    self.last_exit.insert(GONE_TID, (*pid, *tid));
                     self.last_stacks.remove(tid);
                     if let Some(tracker) = self.tracker() {
                         tracker.exit(*tid, t);
