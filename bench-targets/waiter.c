@@ -4,7 +4,7 @@
  * 20% blocked on the lock, by deadlines on the monotonic clock so that the shares hold
  * whatever the sleeps' slack. Beside it, "holder" takes the mutex for those 2 ms (and
  * otherwise waits for its turn), "reader" blocks in read() on a pipe until the end, and
- * the main thread waits in pthread_join throughout.
+ * the main thread waits in pthread_join throughout. Prints the shares it measured.
  * Usage: waiter [seconds] (default 2). */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -47,17 +47,28 @@ __attribute__((noinline)) static void lock_part(void) {
     pthread_mutex_unlock(&lock);
 }
 
+/* The time the waiter thread spent in each part and in all, as it measured it. */
+static double in_compute, in_sleep, in_lock, in_all;
+
 static void *waiter(void *arg) {
-    double end = now() + *(double *)arg;
-    for (double t0 = now(); t0 < end; t0 += CYCLE) {
+    double start = now();
+    double end = start + *(double *)arg;
+    for (double t0 = start; t0 < end; t0 += CYCLE) {
         /* The holder takes the lock now, to give it back at the cycle's end. */
         release_at = t0 + CYCLE;
         sem_post(&go);
+        double t = now();
         compute_part(t0 + COMPUTE);
+        in_compute += now() - t;
+        t = now();
         sleep_part(t0 + COMPUTE + SLEEP);
+        in_sleep += now() - t;
         sem_wait(&locked);
+        t = now();
         lock_part();
+        in_lock += now() - t;
     }
+    in_all = now() - start;
     done = 1;
     sem_post(&go);
     return NULL;
@@ -99,5 +110,9 @@ int main(int argc, char **argv) {
     pthread_join(h, NULL);
     if (write(pipe_fds[1], "x", 1) != 1) return 1;
     pthread_join(r, NULL);
+    /* What the shares were on this run: a thread delayed past its deadlines (the holder
+     * late to give the lock back) shortens the next cycle's compute part. */
+    printf("waiter: compute %.1f%%, sleep %.1f%%, lock %.1f%% of %.3f s\n",
+           100 * in_compute / in_all, 100 * in_sleep / in_all, 100 * in_lock / in_all, in_all);
     return 0;
 }

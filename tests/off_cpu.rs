@@ -38,19 +38,25 @@ fn waiter_profile() -> &'static PathBuf {
 /// must load it (exit 0), with every function's running and self time per thread.
 fn profiler_view(path: &Path) -> Value {
     let tool = ffp_check_tool().expect("the test needs ffp-check");
+    // Into a file: node leaves a large output to a pipe cut short when it exits (a
+    // whole-machine profile's view, some hundred KB, came back truncated).
+    let view = path.with_extension("view.json");
+    let file = std::fs::File::create(&view).expect("the view's file is created");
     let out = Command::new(&tool)
         .args(["--json", "--top", "400"])
         .arg(path)
+        .stdout(file)
         .output()
         .unwrap_or_else(|e| panic!("{tool} runs: {e}"));
+    let printed = std::fs::read(&view).expect("the view is read");
     assert!(
         out.status.success(),
         "the Firefox Profiler's loader rejects {}: {}{}",
         path.display(),
-        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&printed),
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("ffp-check --json prints JSON")
+    serde_json::from_slice(&printed).expect("ffp-check --json prints JSON")
 }
 
 /// The Firefox Profiler's loader, `../shared/tools/ffp-check` beside the repository.
@@ -281,34 +287,54 @@ fn attaching_shows_threads_blocked_since_before() {
     assert_eq!(target.wait(), Some(0));
 }
 
+/// The shares `waiter` printed as measured on its run: compute, sleep and lock, in %.
+fn measured_shares(stdout: &str) -> Vec<f64> {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("waiter: compute "))
+        .unwrap_or_else(|| panic!("waiter printed no shares: {stdout}"));
+    line.split_whitespace()
+        .filter_map(|w| w.strip_suffix("%,").or_else(|| w.strip_suffix('%')))
+        .map(|n| n.parse().unwrap())
+        .collect()
+}
+
 fn the_whole_machine_shows_where_threads_wait() {
-    // waiter runs before and after: -a sees 1.5 s of its 10 ms cycles, per CPU.
-    let target = Running::start("waiter", &["4"]);
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let (o, path) = record_without_command(&["-a", "--off-cpu", "-d", "1.5"]);
+    let recording =
+        std::thread::spawn(|| record_without_command(&["-a", "--off-cpu", "-d", "2.5"]));
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let child = Command::new(target("waiter"))
+        .arg("1.5")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("waiter runs");
+    let pid = child.id().to_string();
+    let out = child.wait_with_output().expect("waiter ends");
+    assert!(out.status.success());
+    // Under the load of a whole-machine recording the holder may give the lock back
+    // late, which shortens the next compute part (seen: 45.6/30.7/22.2): the profile is
+    // compared with what the program measured on this run.
+    let measured = measured_shares(&String::from_utf8_lossy(&out.stdout));
+    let (o, path) = recording.join().unwrap();
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
     assert!(err.contains("sampler: off-CPU: "), "{err}");
     let view = profiler_view(&path);
     let worker = threads_named(&view, "waiter")
         .into_iter()
-        .find(|t| !is_main(t) && t["pid"] == target.pid())
+        .find(|t| !is_main(t) && t["pid"] == pid.as_str())
         .expect("the worker thread");
     let total = running(worker, "waiter");
     let shares: Vec<f64> = ["compute_part", "sleep_part", "lock_part"]
         .iter()
         .map(|f| 100.0 * running(worker, f) / total)
         .collect();
-    eprintln!(
-        "-a: waiter {total:.0} ms; compute {:.1}%, sleep {:.1}%, lock {:.1}%",
-        shares[0], shares[1], shares[2]
-    );
-    // From the worker's first switch in the recording to the end.
-    assert!((1400.0..1700.0).contains(&total), "waiter ran {total} ms");
-    for (share, want) in shares.iter().zip([50.0, 30.0, 20.0]) {
+    eprintln!("-a: waiter {total:.0} ms; shares {shares:.1?}, measured by waiter {measured:?}");
+    assert!((1450.0..1600.0).contains(&total), "waiter ran {total} ms");
+    for (share, want) in shares.iter().zip(&measured) {
         assert!(
             (share - want).abs() <= SHARE_TOLERANCE,
-            "shares {shares:?}, want 50/30/20"
+            "shares {shares:?}, measured {measured:?}"
         );
     }
     for f in ["do_nanosleep", "futex_wait"] {
@@ -317,7 +343,6 @@ fn the_whole_machine_shows_where_threads_wait() {
             "{f} missing from the worker's tree"
         );
     }
-    drop(target);
 }
 
 fn without_kernel_access_one_line_says_so_and_the_profile_is_written() {
