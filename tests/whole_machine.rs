@@ -190,8 +190,10 @@ fn short_threads_are_counted() {
     let used = rusage_ms(&err);
     let p = load_checked(&path);
     let samples = sample_count(&p) as f64;
-    let ratio = samples / used;
-    eprintln!("{test}: {samples} samples of 1 ms for {used} ms of CPU: {ratio:.3}");
+    // Each sample stands for the period (1,005,025 ns at -F 1000: off-step).
+    let interval_ms = p["meta"]["interval"].as_f64().unwrap();
+    let ratio = samples * interval_ms / used;
+    eprintln!("{test}: {samples} samples of {interval_ms} ms for {used} ms of CPU: {ratio:.3}");
     assert!(
         (0.9..=1.1).contains(&ratio),
         "{samples} samples for {used} ms of CPU"
@@ -213,7 +215,7 @@ fn unprivileged_recording_says_short_threads_may_be_missed() {
     );
     let used = rusage_ms(&err);
     let samples = sample_count(&load_checked(&path)) as f64;
-    eprintln!("{test}: per task, {samples} samples of 1 ms for {used} ms of CPU");
+    eprintln!("{test}: per task, {samples} samples for {used} ms of CPU");
 }
 
 /// The samples (or event counts, when weighted) in `function` across the profile.
