@@ -90,6 +90,23 @@ fn threads_named<'a>(view: &'a Value, name: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// The worker's running time (ms) and the shares (%) of compute_part, sleep_part and
+/// lock_part in it; asserts that the kernel functions it waited in are in its tree.
+fn worker_shares(worker: &Value) -> (f64, Vec<f64>) {
+    let total = running(worker, "waiter");
+    let shares = ["compute_part", "sleep_part", "lock_part"]
+        .iter()
+        .map(|f| 100.0 * running(worker, f) / total)
+        .collect();
+    for f in ["do_nanosleep", "futex_wait"] {
+        assert!(
+            running(worker, &format!("[kernel] {f}")) > 0.1 * total,
+            "{f} missing from the worker's tree"
+        );
+    }
+    (total, shares)
+}
+
 fn the_firefox_profiler_shows_50_30_20_and_the_threads_blocked_throughout() {
     let view = profiler_view(waiter_profile());
     // Off-CPU time has its own category, with blocked and preempted apart.
@@ -110,11 +127,8 @@ fn the_firefox_profiler_shows_50_30_20_and_the_threads_blocked_throughout() {
         .find(|t| !is_main(t))
         .expect("the worker thread");
     assert_eq!(worker["weightType"], "tracing-ms");
-    let total = running(worker, "waiter");
-    let shares: Vec<f64> = ["compute_part", "sleep_part", "lock_part"]
-        .iter()
-        .map(|f| 100.0 * running(worker, f) / total)
-        .collect();
+    // The reasons show: the kernel functions the thread waited in.
+    let (total, shares) = worker_shares(worker);
     eprintln!(
         "waiter: {total:.0} ms; compute {:.1}%, sleep {:.1}%, lock {:.1}%",
         shares[0], shares[1], shares[2]
@@ -125,13 +139,6 @@ fn the_firefox_profiler_shows_50_30_20_and_the_threads_blocked_throughout() {
         assert!(
             (share - want).abs() <= SHARE_TOLERANCE,
             "shares {shares:?}, want 50/30/20"
-        );
-    }
-    // The reasons show: the kernel functions the thread waited in.
-    for f in ["do_nanosleep", "futex_wait"] {
-        assert!(
-            running(worker, &format!("[kernel] {f}")) > 0.1 * total,
-            "{f} missing from the worker's tree"
         );
     }
     // "reader" blocks in read() on a pipe for the whole run, and the main thread in
@@ -324,23 +331,13 @@ fn the_whole_machine_shows_where_threads_wait() {
         .into_iter()
         .find(|t| !is_main(t) && t["pid"] == pid.as_str())
         .expect("the worker thread");
-    let total = running(worker, "waiter");
-    let shares: Vec<f64> = ["compute_part", "sleep_part", "lock_part"]
-        .iter()
-        .map(|f| 100.0 * running(worker, f) / total)
-        .collect();
+    let (total, shares) = worker_shares(worker);
     eprintln!("-a: waiter {total:.0} ms; shares {shares:.1?}, measured by waiter {measured:?}");
     assert!((1450.0..1600.0).contains(&total), "waiter ran {total} ms");
     for (share, want) in shares.iter().zip(&measured) {
         assert!(
             (share - want).abs() <= SHARE_TOLERANCE,
             "shares {shares:?}, measured {measured:?}"
-        );
-    }
-    for f in ["do_nanosleep", "futex_wait"] {
-        assert!(
-            running(worker, &format!("[kernel] {f}")) > 0.1 * total,
-            "{f} missing from the worker's tree"
         );
     }
 }

@@ -288,29 +288,33 @@ impl Session {
     fn hand_on(&mut self, sink: &mut dyn FnMut(&[Event]), up_to_ns: u64) {
         self.pending.sort_by_key(|e| e.time_ns);
         let mut ready = self.pending.partition_point(|e| e.time_ns <= up_to_ns);
-        if let Some(followed) = &mut self.followed {
-            // Moves the kept events to the front, in their order.
+        // Moves the kept events to the front, in their order: with per-CPU events for a
+        // command or attached processes, the followed processes' (a loss stamped with
+        // another's counted apart); with -a, all but sampler's own work (counted).
+        if self.followed.is_some() || self.own_pid.is_some() {
             let mut kept = 0;
             for i in 0..ready {
-                if followed.keep(&self.pending[i]) {
+                let event = &self.pending[i];
+                let keep = match (&mut self.followed, self.own_pid) {
+                    (Some(followed), _) => {
+                        let keep = followed.keep(event);
+                        if let (false, EventKind::Lost { count, .. }) = (keep, &event.kind) {
+                            self.progress.lost_elsewhere += count;
+                        }
+                        keep
+                    }
+                    (None, Some(own)) => match own_work(&event.kind, own) {
+                        Some(is_sample) => {
+                            self.progress.own_samples += u64::from(is_sample);
+                            false
+                        }
+                        None => true,
+                    },
+                    (None, None) => true,
+                };
+                if keep {
                     self.pending.swap(kept, i);
                     kept += 1;
-                } else if let EventKind::Lost { count, .. } = self.pending[i].kind {
-                    self.progress.lost_elsewhere += count;
-                }
-            }
-            self.pending.drain(kept..ready);
-            ready = kept;
-        }
-        if let Some(own) = self.own_pid {
-            let mut kept = 0;
-            for i in 0..ready {
-                match own_work(&self.pending[i].kind, own) {
-                    Some(is_sample) => self.progress.own_samples += u64::from(is_sample),
-                    None => {
-                        self.pending.swap(kept, i);
-                        kept += 1;
-                    }
                 }
             }
             self.pending.drain(kept..ready);
