@@ -97,6 +97,46 @@ pub fn output_choice(
     Ok((format, output))
 }
 
+/// `convert`'s format and output: as [`output_choice`], but without `-o` the output is
+/// named after the input, beside it (`a.json.gz` to `a.folded`), and a file of that name
+/// is never replaced: a convert replaces only the file that `-o` names.
+pub fn convert_output(
+    format: Option<FormatArg>,
+    output: Option<PathBuf>,
+    input: &Path,
+) -> Result<(emit::Format, PathBuf)> {
+    if output.is_some() {
+        return output_choice(format, output);
+    }
+    let (format, _) = output_choice(format, None)?;
+    let name = input
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let lower = name.to_ascii_lowercase();
+    let stem_len = [".json.gz", ".json", ".gz"]
+        .iter()
+        .find(|ending| lower.ends_with(*ending))
+        .map_or(name.len(), |ending| name.len() - ending.len());
+    let stem = match &name[..stem_len] {
+        "" => "profile",
+        stem => stem,
+    };
+    let ending = format
+        .default_output()
+        .strip_prefix("profile")
+        .expect("default names start with `profile`");
+    let derived = input.with_file_name(format!("{stem}{ending}"));
+    if std::fs::symlink_metadata(&derived).is_ok() {
+        bail!(
+            "{} exists: without -o, convert writes a new file named after its input and replaces none (give -o {} to replace it)",
+            derived.display(),
+            derived.display()
+        );
+    }
+    Ok((format, derived))
+}
+
 #[derive(clap::Args)]
 pub struct ConvertArgs {
     /// A profile written by `sampler record` (.json or .json.gz).
@@ -105,8 +145,10 @@ pub struct ConvertArgs {
     /// .pb.gz, .svg, .json[.gz])]
     #[arg(short = 'f', long = "format", value_enum)]
     pub format: Option<FormatArg>,
-    /// Output file [default: profile.folded, profile.speedscope.json, profile.pb.gz,
-    /// profile.svg or profile.json.gz, by format]
+    /// Output file [default: the input's name with the format's ending, beside it
+    /// (a.json.gz to a.folded, a.speedscope.json, a.pb.gz, a.svg, a.json.gz); never
+    /// replacing a file]. `-` writes to standard output (control characters escaped on a
+    /// terminal)
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
     /// folded and svg: start every stack with its process and thread.
@@ -523,6 +565,15 @@ impl RecordArgs {
             .unwrap_or_else(|| mode.default_stack_bytes());
         if stack_bytes % 8 != 0 || !(8..=65_528).contains(&stack_bytes) {
             bail!("--stack-size must be a multiple of 8 between 8 and 65528 (got {stack_bytes})");
+        }
+        if let Some(pages) = self.mmap_pages {
+            let least = record::min_ring_pages(stack_bytes);
+            if pages < least {
+                bail!(
+                    "-m {pages} is too small to hold one sample with a {stack_bytes}-byte stack copy ({} unwinding): give -m {least} or more, or a smaller --stack-size",
+                    mode.name()
+                );
+            }
         }
         let (format, output) = output_choice(self.format, self.output)?;
         if let record::Target::Command(command) = &target {

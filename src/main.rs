@@ -83,7 +83,10 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         ..plan.debug.symbol_options()
     };
     let profile = symbolicate::symbolicate(built.profile, &built.lib_binaries, &symbol_options);
-    emit::write(&profile, plan.format, &plan.export, &plan.output, sudo)?;
+    let written = emit::write(&profile, plan.format, &plan.export, &plan.output, sudo);
+    if let Err(e) = written {
+        return Err(save_elsewhere(e, &profile, &plan, sudo));
+    }
     let write_ms = exited.elapsed().as_secs_f64() * 1000.0;
     // After the profile, which it must not delay; a cache that cannot be written only
     // means that the next run reads the debug information again.
@@ -107,6 +110,27 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         record::Ended::Command(exit) => exit.shell_code(),
         record::Ended::Detached(_) => 0,
     })
+}
+
+/// When the profile could not be written where asked (its file system full or
+/// read-only), the recording is not lost: it goes to a new file elsewhere, and the error
+/// says where.
+fn save_elsewhere(
+    error: anyhow::Error,
+    profile: &sampler::profile::Profile,
+    plan: &cli::RecordPlan,
+    sudo: Option<output::SudoUser>,
+) -> anyhow::Error {
+    match emit::write_elsewhere(profile, plan.format, &plan.export, &plan.output, sudo) {
+        Ok(path) => anyhow::anyhow!(
+            "{error:#}; the profile was written to {} instead",
+            path.display()
+        ),
+        Err(failures) => anyhow::anyhow!(
+            "{error:#}; the profile is lost: it could not be written elsewhere either ({})",
+            failures.join("; ")
+        ),
+    }
 }
 
 /// One name per argument, else per line of standard input; names that are not mangled
@@ -195,7 +219,10 @@ fn report_main(args: ReportArgs, transforms: &[sampler::calltree::Transform]) ->
     use std::io::{IsTerminal, Write};
     let tty = std::io::stdout().is_terminal();
     let options = args.options(tty)?;
-    let profile = emit::load::read_profile(&args.file)?;
+    let mut profile = emit::load::read_profile(&args.file)?;
+    if tty {
+        emit::escape_for_terminal(&mut profile);
+    }
     let request = emit::report::ReportRequest {
         file: &args.file,
         threads: &args.threads,
@@ -204,6 +231,13 @@ fn report_main(args: ReportArgs, transforms: &[sampler::calltree::Transform]) ->
         transforms,
         invert: args.invert,
         options,
+    };
+    let source_line = |file: &str, line: u32| {
+        let text = source_line(file, line)?;
+        Some(match tty {
+            true => sampler::diag::terminal_safe(&text).into_owned(),
+            false => text,
+        })
     };
     let out = emit::report::render_report(&profile, &request, &source_line)
         .map_err(anyhow::Error::msg)?;
@@ -235,11 +269,24 @@ fn source_line(file: &str, line: u32) -> Option<String> {
 }
 
 fn convert_main(args: ConvertArgs) -> Result<()> {
-    let (format, output_path) = cli::output_choice(args.format, args.output)?;
+    use std::io::IsTerminal;
+    let (format, output_path) = cli::convert_output(args.format, args.output, &args.file)?;
+    let to_stdout = output_path.as_os_str() == "-";
+    let tty = to_stdout && std::io::stdout().is_terminal();
     let root = nix::unistd::Uid::effective().is_root();
     let sudo = output::SudoUser::from_env();
-    output::check_destination(&output_path, root, sudo)?;
-    let profile = emit::load::read_profile(&args.file)?;
+    if tty && format == emit::Format::Pprof {
+        anyhow::bail!(
+            "pprof is a binary format: write it to a file (-o NAME.pb.gz), not to a terminal"
+        );
+    }
+    if !to_stdout {
+        output::check_destination(&output_path, root, sudo)?;
+    }
+    let mut profile = emit::load::read_profile(&args.file)?;
+    if tty {
+        emit::escape_for_terminal(&mut profile);
+    }
     let time = args.time.map(cli::TimeArg::view);
     if time.is_some_and(|t| t != sampler::profile::TimeView::Cpu) && !profile.meta.off_cpu {
         anyhow::bail!(
@@ -251,6 +298,13 @@ fn convert_main(args: ConvertArgs) -> Result<()> {
         thread_roots: args.thread_roots,
         time,
     };
+    if to_stdout {
+        let mut stdout = std::io::stdout().lock();
+        return match emit::write_stream(&profile, format, &export, &mut stdout) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            other => other.context("cannot write the conversion to standard output"),
+        };
+    }
     emit::write(&profile, format, &export, &output_path, sudo)
         .with_context(|| format!("converting {}", args.file.display()))?;
     sampler::say!(

@@ -260,8 +260,9 @@ fn exec_of_another_program_in_a_child_is_followed() {
 }
 
 fn lost_samples_are_counted_and_reported() {
-    // One 4 KiB data page per CPU at 20 kHz cannot keep up with three busy threads.
-    let (o, path) = record(&["-m", "1", "-F", "20000"], &[&target("threads"), "1"]);
+    // Four 4 KiB data pages per CPU, the fewest that hold a hybrid sample (8 KiB of
+    // stack copied with each), at 20 kHz cannot keep up with three busy threads.
+    let (o, path) = record(&["-m", "4", "-F", "20000"], &[&target("threads"), "1"]);
     ok("lost", &o);
     let text = stderr(&o);
     let lost: u64 = text
@@ -315,7 +316,10 @@ fn lost_samples_are_counted_and_reported() {
 }
 
 fn output_belongs_to_the_sudo_user() {
-    let out = tempdir().join("owned.json.gz");
+    let dir = tempdir();
+    // Under sudo the output goes only where the user could have written it.
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    let out = dir.join("owned.json.gz");
     let o = Command::new(sampler_bin())
         .args(["record", "-o"])
         .arg(&out)

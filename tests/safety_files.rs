@@ -144,18 +144,42 @@ impl Drop for SmallDisk {
     }
 }
 
-fn a_full_disk_keeps_the_old_file_and_leaves_nothing_partial() {
+/// Runs `sampler record -o OUT -- CMD` with `TMPDIR` and `XDG_CACHE_HOME` set, so that
+/// an output written elsewhere lands where the test looks (and cleans up).
+fn record_with_fallbacks(out: &Path, tmpdir: &Path, cache: &Path, cmd: &[&str]) -> Output {
+    Command::new(sampler_bin())
+        .args(["record", "-o"])
+        .arg(out)
+        .arg("--")
+        .args(cmd)
+        .env("TMPDIR", tmpdir)
+        .env("XDG_CACHE_HOME", cache)
+        .output()
+        .unwrap()
+}
+
+/// The one path that sampler's error line says the profile was written to instead.
+fn written_instead(o: &Output) -> PathBuf {
+    let err = stderr(o);
+    let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(errors.len(), 1, "one error line: {err}");
+    let path = errors[0]
+        .split("the profile was written to ")
+        .nth(1)
+        .and_then(|rest| rest.strip_suffix(" instead"))
+        .unwrap_or_else(|| panic!("no fallback named: {err}"));
+    PathBuf::from(path)
+}
+
+fn a_full_disk_keeps_the_old_file_and_the_recording() {
     let disk = SmallDisk::mount(8);
     let old = disk.0.join("out.json");
     std::fs::write(&old, b"the previous profile").unwrap();
     let before = snapshot(&disk.0);
+    let spare = tempdir();
+    let cache = tempdir();
     // Uncompressed, a 2,000-deep recursion's profile is larger than 8 KiB.
-    let o = Command::new(sampler_bin())
-        .args(["record", "-o"])
-        .arg(&old)
-        .args(["--", &target("deep"), "0.3"])
-        .output()
-        .unwrap();
+    let o = record_with_fallbacks(&old, &spare, &cache, &[&target("deep"), "0.3"]);
     assert!(!o.status.success(), "the profile fitted: {}", stderr(&o));
     let err = stderr(&o);
     let line = err
@@ -171,7 +195,29 @@ fn a_full_disk_keeps_the_old_file_and_leaves_nothing_partial() {
         before,
         "the old file changed or a partial one is left"
     );
-    // The same for convert.
+    // The recording is in the temporary directory, whole, and private.
+    let saved = written_instead(&o);
+    assert_eq!(saved.parent(), Some(spare.as_path()), "{err}");
+    assert!(saved.to_string_lossy().ends_with("-out.json"), "{err}");
+    assert_eq!(
+        std::fs::metadata(&saved).unwrap().mode() & 0o777,
+        0o600,
+        "readable by its user only"
+    );
+    assert!(sample_count(&load_checked(&saved)) > 0);
+    // With the temporary directory full too, it goes to the user's cache directory.
+    let spare_disk = SmallDisk::mount(8);
+    let o = record_with_fallbacks(&old, &spare_disk.0, &cache, &[&target("deep"), "0.3"]);
+    assert!(!o.status.success());
+    let saved = written_instead(&o);
+    assert!(
+        saved.starts_with(cache.join("sampler/unsaved")),
+        "{}",
+        stderr(&o)
+    );
+    assert!(sample_count(&load_checked(&saved)) > 0);
+    assert_eq!(snapshot(&spare_disk.0), vec![], "nothing partial left");
+    // The same for convert, whose input is still there: an error, nothing written.
     let (o, big) = record(&[], &[&target("deep"), "0.3"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let o = Command::new(sampler_bin())
@@ -190,6 +236,82 @@ fn a_full_disk_keeps_the_old_file_and_leaves_nothing_partial() {
     assert_eq!(snapshot(&disk.0), before);
 }
 
+fn a_file_system_made_read_only_keeps_the_recording() {
+    let disk = SmallDisk::mount(4096);
+    let out = disk.0.join("out.json.gz");
+    let spare = tempdir();
+    let cache = tempdir();
+    let child = Command::new(sampler_bin())
+        .args(["record", "-o"])
+        .arg(&out)
+        .args(["--", &target("split7030"), "1.5"])
+        .env("TMPDIR", &spare)
+        .env("XDG_CACHE_HOME", &cache)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Checked writable at the start, read-only by the end.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let ro = Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(&disk.0)
+        .status()
+        .unwrap();
+    assert!(ro.success(), "remounting read-only");
+    let o = child.wait_with_output().unwrap();
+    assert!(!o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("Read-only file system"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists());
+    let saved = written_instead(&o);
+    assert_eq!(saved.parent(), Some(spare.as_path()));
+    let p = load_checked(&saved);
+    let hot: usize = thread_paths(&p)
+        .iter()
+        .flat_map(|t| &t.paths)
+        .filter(|path| path.iter().any(|f| f == "hot_a"))
+        .count();
+    assert!(hot > 0, "the saved profile has split7030's samples");
+}
+
+/// `sampler record -o OUT -- true` as if run by `sudo` from user `uid`.
+fn as_sudo(out: &Path, uid: &str) -> Output {
+    Command::new(sampler_bin())
+        .args(["record", "-o"])
+        .arg(out)
+        .args(["--", "true"])
+        .env("SUDO_UID", uid)
+        .env("SUDO_GID", uid)
+        .env("SUDO_USER", "nobody")
+        .output()
+        .unwrap()
+}
+
+/// Under sudo the output is handed to the user who ran it: a directory they may not
+/// write in is refused, even though root could write there.
+fn under_sudo_an_output_where_the_user_may_not_write_is_refused() {
+    let dir = tempdir();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = dir.join("theirs.json");
+    let o = as_sudo(&out, "65534");
+    assert!(!o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("user 65534 (who ran sudo) may not write in"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    // A directory they own, or one open to all, is theirs to write in.
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    let o = as_sudo(&out, "65534");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::metadata(&out).unwrap().uid(), 65534);
+}
+
 fn as_root_planted_links_and_other_users_files_are_refused() {
     let dir = tempdir();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
@@ -200,17 +322,6 @@ fn as_root_planted_links_and_other_users_files_are_refused() {
     let link = dir.join("out.json");
     std::os::unix::fs::symlink(&secret, &link).unwrap();
     std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
-    let as_sudo = |out: &Path, uid: &str| {
-        Command::new(sampler_bin())
-            .args(["record", "-o"])
-            .arg(out)
-            .args(["--", "true"])
-            .env("SUDO_UID", uid)
-            .env("SUDO_GID", uid)
-            .env("SUDO_USER", "nobody")
-            .output()
-            .unwrap()
-    };
     let o = as_sudo(&link, "65534");
     assert!(!o.status.success());
     assert!(stderr(&o).contains("is a symbolic link"), "{}", stderr(&o));
@@ -244,6 +355,8 @@ fn as_root_planted_links_and_other_users_files_are_refused() {
 fn under_sudo_the_command_runs_as_the_user_who_ran_it() {
     let dir = tempdir();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Theirs: under sudo, the output goes only where the user could have written it.
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
     let script = format!("id -u; id -g; exec {} 0.5", target("split7030"));
     let run = |keep_root: bool| {
         let out = dir.join(format!("sudo-{keep_root}.json"));
@@ -310,12 +423,222 @@ fn attaching_twice_or_to_a_thread_records_the_process_once() {
     assert_eq!(tids.len(), all, "a thread is in the profile twice");
 }
 
+fn convert_names_its_output_after_its_input_and_replaces_nothing() {
+    let dir = tempdir();
+    let (o, recorded) = record(&[], &[&target("split7030"), "0.3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::copy(&recorded, dir.join("a.json")).unwrap();
+    // An unrelated profile of the default name, which convert once replaced.
+    std::fs::write(dir.join("profile.json.gz"), b"another profile").unwrap();
+    std::fs::write(dir.join("profile.folded"), b"other stacks 1\n").unwrap();
+    let o = sampler(&["convert", "a.json", "-f", "folded"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("wrote a.folded"), "{}", stderr(&o));
+    let folded = std::fs::read_to_string(dir.join("a.folded")).unwrap();
+    assert!(folded.contains("hot_a"), "{folded}");
+    assert_eq!(
+        std::fs::read(dir.join("profile.folded")).unwrap(),
+        b"other stacks 1\n"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("profile.json.gz")).unwrap(),
+        b"another profile"
+    );
+    // The derived name exists now (and, for Firefox, is the input): refused, untouched.
+    let o = sampler(&["convert", "a.json", "-o", "a.json.gz"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let before = snapshot(&dir);
+    for (input, format) in [("a.json", "folded"), ("a.json.gz", "firefox")] {
+        let o = sampler(&["convert", input, "-f", format], &dir);
+        assert!(!o.status.success(), "{format}");
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("exists") && err.contains("give -o"), "{err}");
+        assert_eq!(snapshot(&dir), before, "{format}");
+    }
+    // Named with -o, it is replaced.
+    let o = sampler(&["convert", "a.json", "-o", "a.folded"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // `-o -`: standard output.
+    let o = sampler(&["convert", "a.json", "-f", "folded", "-o", "-"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), folded);
+}
+
+fn ring_buffers_too_small_for_one_sample_are_refused() {
+    let dir = tempdir();
+    let before = snapshot(&dir);
+    // 8 KiB of stack with each hybrid sample: 1 and 2 pages hold none, 4 do.
+    for pages in ["1", "2"] {
+        let o = sampler(&["record", "-m", pages, "-o", "x.json", "--", "true"], &dir);
+        assert!(!o.status.success(), "-m {pages}");
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains(&format!("-m {pages} is too small to hold one sample"))
+                && err.contains("give -m 4 or more"),
+            "{err}"
+        );
+        assert_eq!(snapshot(&dir), before);
+    }
+    let o = sampler(
+        &[
+            "record", "--unwind", "dwarf", "-m", "4", "-o", "x.json", "--", "true",
+        ],
+        &dir,
+    );
+    assert!(stderr(&o).contains("give -m 8 or more"), "{}", stderr(&o));
+    let (o, path) = record(&["-m", "4"], &[&target("split7030"), "0.3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(sample_count(&load_checked(&path)) > 0, "{}", stderr(&o));
+    // Frame pointers copy 512 bytes: one page holds a sample.
+    let (o, path) = record(
+        &["--unwind", "fp", "-m", "1"],
+        &[&target("split7030"), "0.3"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(sample_count(&load_checked(&path)) > 0, "{}", stderr(&o));
+}
+
+fn zombies_and_directories_are_called_what_they_are() {
+    let dir = tempdir();
+    // A child that exits and is never waited for stays a zombie while this test runs.
+    let mut zombie = Command::new("true").spawn().unwrap();
+    let pid = zombie.id();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| !s.contains(") Z "))
+    {
+        assert!(std::time::Instant::now() < deadline, "no zombie");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let o = sampler(&["record", "-p", &pid.to_string(), "-o", "x.json"], &dir);
+    let err = stderr(&o);
+    assert!(!o.status.success());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "pid {pid} is a zombie (exited, not reaped by its parent, pid {})",
+            std::process::id()
+        )),
+        "{err}"
+    );
+    zombie.wait().unwrap();
+    let o = sampler(&["record", "-o", "x.json", "--", "/tmp"], &dir);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(126), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("could not run `/tmp`: is a directory, not a program"),
+        "{err}"
+    );
+    assert!(!dir.join("x.json").exists());
+}
+
+/// The bytes `ctlnames` names its function with, in place of its placeholder of the
+/// same length: ESC ] 0 ; … BEL sets a terminal's title, ESC [ 2 J clears its screen.
+const CONTROL_NAME: &[u8] = b"ctl\x1b]0;pwned!!\x07\x1b[2J";
+const PLACEHOLDER: &[u8] = b"ctl_name_XXXXXXXXXX";
+
+/// Runs `args` on a terminal (`script` gives it one) and returns what it printed there.
+fn on_a_terminal(args: &[&str]) -> Vec<u8> {
+    let line: Vec<String> = std::iter::once(sampler_bin())
+        .chain(args.iter().copied())
+        .map(|a| format!("'{a}'"))
+        .collect();
+    let o = Command::new("script")
+        .args(["-qec", &line.join(" "), "/dev/null"])
+        .current_dir(tempdir())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    o.stdout
+}
+
+fn control_characters_in_names_never_reach_a_terminal() {
+    assert_eq!(CONTROL_NAME.len(), PLACEHOLDER.len());
+    let dir = tempdir();
+    let mut program = std::fs::read(target("ctlnames")).unwrap();
+    let mut patched = 0;
+    while let Some(at) = program
+        .windows(PLACEHOLDER.len())
+        .position(|w| w == PLACEHOLDER)
+    {
+        program[at..at + CONTROL_NAME.len()].copy_from_slice(CONTROL_NAME);
+        patched += 1;
+    }
+    assert!(patched >= 2, "symbol and debug names: {patched}");
+    let exe = dir.join("ctlnames");
+    std::fs::write(&exe, &program).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let profile = dir.join("p.json");
+    let o = Command::new(sampler_bin())
+        .args(["record", "-o"])
+        .arg(&profile)
+        .args(["--", exe.to_str().unwrap(), "0.5"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The file keeps the names as the program chose them.
+    let p = load_checked(&profile);
+    let name = String::from_utf8(CONTROL_NAME.to_vec()).unwrap();
+    let sampled = thread_paths(&p)
+        .iter()
+        .flat_map(|t| &t.paths)
+        .filter(|path| path.last() == Some(&name))
+        .count();
+    assert!(sampled > 0, "the function is named as the program named it");
+    let profile = profile.to_str().unwrap();
+    let shown = [
+        on_a_terminal(&["report", "--color", "never", profile]),
+        on_a_terminal(&["report", "--color", "always", "--per-thread", profile]),
+        on_a_terminal(&["convert", profile, "-f", "folded", "-o", "-"]),
+    ];
+    for screen in shown {
+        let text = String::from_utf8_lossy(&screen);
+        assert!(
+            !screen.contains(&0x07),
+            "a BEL reached the terminal: {text:?}"
+        );
+        assert!(
+            !screen.windows(2).any(|w| w == b"\x1b]"),
+            "a title sequence reached the terminal: {text:?}"
+        );
+        assert!(
+            !screen.windows(4).any(|w| w == b"\x1b[2J"),
+            "a clear-screen sequence reached the terminal: {text:?}"
+        );
+        // (Folded stacks write a name's `;` as `:`.)
+        assert!(
+            text.contains("ctl\\x1b]0;pwned!!\\x07\\x1b[2J")
+                || text.contains("ctl\\x1b]0:pwned!!\\x07\\x1b[2J"),
+            "{text:?}"
+        );
+    }
+    // In a pipe, a folded conversion keeps the names as they are, for the tools after it.
+    let o = sampler(&["convert", profile, "-f", "folded", "-o", "-"], &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let folded_name: Vec<u8> = CONTROL_NAME
+        .iter()
+        .map(|&b| if b == b';' { b':' } else { b })
+        .collect();
+    assert!(o
+        .stdout
+        .windows(folded_name.len())
+        .any(|w| w == folded_name));
+}
+
 fn main() {
     run_tests(tests![
         failed_starts_touch_nothing: Need::Perf;
         commands_that_cannot_run_exit_as_a_shell_would: Need::Perf;
         output_names_imply_their_format_in_any_case: Need::Perf;
-        a_full_disk_keeps_the_old_file_and_leaves_nothing_partial: Need::Perf, Need::Root;
+        a_full_disk_keeps_the_old_file_and_the_recording: Need::Perf, Need::Root;
+        a_file_system_made_read_only_keeps_the_recording: Need::Perf, Need::Root;
+        under_sudo_an_output_where_the_user_may_not_write_is_refused: Need::Perf, Need::Root;
+        convert_names_its_output_after_its_input_and_replaces_nothing: Need::Perf;
+        ring_buffers_too_small_for_one_sample_are_refused: Need::Perf;
+        zombies_and_directories_are_called_what_they_are: Need::Perf;
+        control_characters_in_names_never_reach_a_terminal: Need::Perf, Need::Program("script", &["--version"]);
         as_root_planted_links_and_other_users_files_are_refused: Need::Perf, Need::Root;
         under_sudo_the_command_runs_as_the_user_who_ran_it: Need::Perf, Need::Root;
         attaching_twice_or_to_a_thread_records_the_process_once: Need::Perf;

@@ -107,6 +107,61 @@ pub fn write(
     file.commit(owner)
 }
 
+/// Makes every text of `profile` that a recorded program chose (function, file, library,
+/// thread and process names, the command line) safe to print on a terminal (see
+/// [`crate::diag::terminal_safe`]), for the report and any output sent to a terminal.
+pub fn escape_for_terminal(profile: &mut Profile) {
+    fn escape(text: &mut String) {
+        if let std::borrow::Cow::Owned(safe) = crate::diag::terminal_safe(text) {
+            *text = safe;
+        }
+    }
+    for func in &mut profile.funcs {
+        escape(&mut func.name);
+        func.file.as_mut().map(escape);
+    }
+    for lib in &mut profile.libs {
+        escape(&mut lib.name);
+        escape(&mut lib.path);
+    }
+    for symbol in &mut profile.native_symbols {
+        escape(&mut symbol.name);
+    }
+    profile.threads.iter_mut().for_each(|t| escape(&mut t.name));
+    profile
+        .processes
+        .iter_mut()
+        .for_each(|p| escape(&mut p.name));
+    profile.meta.command.iter_mut().for_each(escape);
+    escape(&mut profile.meta.event);
+}
+
+/// Writes `profile` as [`write`] would have written it at `path`, into a new file
+/// elsewhere (see [`output::write_elsewhere`]), for when `path` could not take it.
+/// Returns where it went, or why every place failed.
+pub fn write_elsewhere(
+    profile: &Profile,
+    format: Format,
+    opts: &ExportOptions,
+    path: &Path,
+    owner: Option<output::SudoUser>,
+) -> std::result::Result<std::path::PathBuf, Vec<String>> {
+    output::write_elsewhere(path, owner, &mut |file| {
+        write_to(profile, format, opts, path, file)
+    })
+}
+
+/// Writes `profile` in `format` to a stream (`-o -`: standard output) rather than a file:
+/// a Firefox profile is written as plain JSON.
+pub fn write_stream(
+    profile: &Profile,
+    format: Format,
+    opts: &ExportOptions,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    write_to(profile, format, opts, Path::new("-"), out)
+}
+
 /// Writes `profile` in `format` into `out`; `path` is the name it will have (a Firefox
 /// profile is gzipped when it ends in `.gz`, in any case).
 fn write_to(

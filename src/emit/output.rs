@@ -10,7 +10,12 @@
 //!   over the old name. When anything fails, the new file is removed and the old one is
 //!   untouched; every error names the path.
 //! - As root, the path itself must not be a symbolic link, nor a file of a user other
-//!   than root or the one who ran sudo: someone else may have put it there.
+//!   than root or the one who ran sudo: someone else may have put it there. Under sudo
+//!   the directory must be one the user who ran sudo could write: the output is handed
+//!   to them, and they could not have created it there themselves.
+//! - When the output cannot be written at the end (its file system full or read-only),
+//!   the recording is not lost: [`fallback_file`] gives a private new file in `$TMPDIR`
+//!   (else `/tmp`), then in the user's cache directory, never replacing anything.
 
 use std::fs::File;
 use std::io::Write;
@@ -39,6 +44,37 @@ impl SudoUser {
             uid,
             gid: id("SUDO_GID").unwrap_or(uid),
         })
+    }
+
+    /// The groups the user is in: their own and, from the group database, the others.
+    fn groups(&self) -> Vec<u32> {
+        let mut groups = vec![self.gid];
+        let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(self.uid))
+            .ok()
+            .flatten()
+            .and_then(|u| std::ffi::CString::new(u.name).ok());
+        if let Some(name) = name {
+            if let Ok(list) = nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(self.gid))
+            {
+                groups.extend(list.iter().map(|g| g.as_raw()));
+            }
+        }
+        groups
+    }
+
+    /// Whether the user may create a file in the directory `dir` describes, by its
+    /// permission bits as the kernel reads them for them: the owner's, else the group's
+    /// when they are in its group, else everyone's (write and search both needed).
+    pub fn may_write_dir(&self, dir: &std::fs::Metadata) -> bool {
+        const WRITE_AND_SEARCH: u32 = 0o3;
+        let bits = if dir.uid() == self.uid {
+            dir.mode() >> 6
+        } else if self.groups().contains(&dir.gid()) {
+            dir.mode() >> 3
+        } else {
+            dir.mode()
+        };
+        bits & WRITE_AND_SEARCH == WRITE_AND_SEARCH
     }
 }
 
@@ -75,6 +111,16 @@ pub fn check_destination(path: &Path, root: bool, sudo: Option<SudoUser>) -> Res
             path.display(),
             dir.display()
         );
+    }
+    if let Some(user) = sudo.filter(|_| root) {
+        if !user.may_write_dir(&dir_meta) {
+            bail!(
+                "cannot write {}: user {} (who ran sudo) may not write in {}, and sampler does not create files there on their behalf (choose another -o)",
+                path.display(),
+                user.uid,
+                dir.display()
+            );
+        }
     }
     let Ok(meta) = std::fs::symlink_metadata(path) else {
         return Ok(());
@@ -199,6 +245,101 @@ impl Drop for AtomicFile {
             let _ = std::fs::remove_file(&self.temp);
         }
     }
+}
+
+/// Permission bits of an output written to a fallback place: the user's alone, since
+/// `/tmp` is shared and a profile tells what their programs did.
+const FALLBACK_MODE: u32 = 0o600;
+
+/// The directories below the user's cache directory where an output goes when neither
+/// its own directory nor the temporary one can take it.
+const FALLBACK_CACHE_DIRS: [&str; 2] = ["sampler", "unsaved"];
+
+/// Writes an output that could not be written at `path` (its file system full or
+/// read-only) into a new file elsewhere, in order: `$TMPDIR` (else `/tmp`), then the
+/// user's cache directory (`~/.cache/sampler/unsaved`). The new file is named
+/// `sampler-TIME-PID-NAME` after `path`'s file name (so it still implies its format),
+/// created exclusively (never through a link, never replacing a file), readable by its
+/// user only, and given to `owner`. Returns where it went, or why each place failed.
+pub fn write_elsewhere(
+    path: &Path,
+    owner: Option<SudoUser>,
+    write: &mut dyn FnMut(&mut File) -> std::io::Result<()>,
+) -> std::result::Result<PathBuf, Vec<String>> {
+    let file_name = path.file_name().map_or_else(
+        || "profile".to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let name = format!("sampler-{now}-{}-{file_name}", std::process::id());
+    let mut failures = Vec::new();
+    let temp = std::env::var_os("TMPDIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute())
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    match write_new_in(&temp, &name, owner, write) {
+        Ok(written) => return Ok(written),
+        Err(e) => failures.push(format!("{}: {e}", temp.display())),
+    }
+    let home = crate::usercache::user_home(owner);
+    let xdg = std::env::var("XDG_CACHE_HOME").ok();
+    match crate::usercache::cache_home(xdg.as_deref(), home.as_deref()) {
+        None => failures.push("no cache directory (no home directory)".to_string()),
+        Some(root) => match write_in_cache(&root, &name, owner, write) {
+            Ok(written) => return Ok(written),
+            Err(e) => failures.push(format!(
+                "{}: {e}",
+                root.join(FALLBACK_CACHE_DIRS.join("/")).display()
+            )),
+        },
+    }
+    Err(failures)
+}
+
+/// Creates `dir/name` exclusively and writes it whole, or removes it again.
+fn write_new_in(
+    dir: &Path,
+    name: &str,
+    owner: Option<SudoUser>,
+    write: &mut dyn FnMut(&mut File) -> std::io::Result<()>,
+) -> std::io::Result<PathBuf> {
+    let path = dir.join(name);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(FALLBACK_MODE)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)?;
+    let written = write(&mut file)
+        .and_then(|()| file.sync_all())
+        .and_then(|()| match owner {
+            Some(user) => std::os::unix::fs::fchown(&file, Some(user.uid), Some(user.gid)),
+            None => Ok(()),
+        });
+    if let Err(e) = written {
+        drop(file);
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
+    }
+    Ok(path)
+}
+
+/// Writes `name` into the user's cache directory `root`, below [`FALLBACK_CACHE_DIRS`],
+/// opened and created as the caches are (see [`crate::usercache`]).
+fn write_in_cache(
+    root: &Path,
+    name: &str,
+    owner: Option<SudoUser>,
+    write: &mut dyn FnMut(&mut File) -> std::io::Result<()>,
+) -> std::io::Result<PathBuf> {
+    use crate::usercache::{open_dir, TempFile};
+    let dir = open_dir(root, &FALLBACK_CACHE_DIRS, owner, true)?;
+    let mut temp = TempFile::create(dir, name, FALLBACK_MODE)?;
+    write(&mut temp.file)?;
+    temp.commit(owner, true)?;
+    Ok(root.join(FALLBACK_CACHE_DIRS.join("/")).join(name))
 }
 
 #[cfg(test)]

@@ -46,8 +46,14 @@ pub fn has_exited(pid: i32) -> bool {
 
 /// Checks that `pid` is a live user process; the error says what is wrong with it.
 pub fn check_pid(pid: i32) -> Result<()> {
-    if pid <= 0 || has_exited(pid) {
-        bail!("no process with pid {pid} (check it with `ps -p {pid}`)");
+    match process_state(pid) {
+        _ if pid <= 0 => bail!("no process with pid {pid}"),
+        None | Some('X') => bail!("no process with pid {pid} (check it with `ps -p {pid}`)"),
+        Some('Z') => bail!(
+            "pid {pid} is a zombie (exited, not reaped by its parent{}): it runs nothing to record",
+            parent_of(pid).map_or_else(String::new, |ppid| format!(", pid {ppid}"))
+        ),
+        Some(_) => {}
     }
     if pid == std::process::id() as i32 {
         bail!("pid {pid} is sampler itself");

@@ -83,6 +83,9 @@ impl std::fmt::Display for NotRun {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let what = match self.error.raw_os_error() {
             Some(libc::ENOENT) | Some(libc::ENOTDIR) => "no such program".to_string(),
+            Some(libc::EACCES) if names_only_directories(&self.program) => {
+                "is a directory, not a program".to_string()
+            }
             Some(libc::EACCES) => "permission denied (is it executable?)".to_string(),
             Some(libc::ENOEXEC) => "not a program this system can run".to_string(),
             _ => self.error.to_string(),
@@ -92,6 +95,20 @@ impl std::fmt::Display for NotRun {
 }
 
 impl std::error::Error for NotRun {}
+
+/// Whether every file `execvp` would have tried for `program` is a directory (which it
+/// reports as EACCES, like a file without execute permission).
+fn names_only_directories(program: &str) -> bool {
+    let is_dir = |p: &std::path::Path| p.metadata().is_ok_and(|m| m.is_dir());
+    if program.contains('/') {
+        return is_dir(std::path::Path::new(program));
+    }
+    let candidates: Vec<std::path::PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join(program)).collect())
+        .unwrap_or_default();
+    let existing: Vec<_> = candidates.iter().filter(|c| c.exists()).collect();
+    !existing.is_empty() && existing.iter().all(|c| is_dir(c))
+}
 
 impl GatedChild {
     /// Forks; the child unblocks the signals in `unblock`, waits until the gate opens,

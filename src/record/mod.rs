@@ -461,6 +461,24 @@ pub(crate) fn may_watch_cpus(cpu: i32) -> bool {
     sys::perf_event_open(&attr, -1, cpu).is_ok()
 }
 
+/// What a sample takes in a ring besides its copy of the user stack: the record's header
+/// and fixed fields (about 80 bytes), the user registers (17 on x86-64, 136 bytes) and a
+/// callchain of a hundred frames (800 bytes), rounded up.
+const SAMPLE_BYTES_BESIDES_STACK: usize = 1024;
+
+/// The fewest data pages (a power of two) a ring needs to hold one sample with a stack
+/// copy of `stack_bytes`: the kernel drops a record larger than the whole ring, so a
+/// smaller ring records nothing.
+pub fn min_ring_pages(stack_bytes: u32) -> usize {
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .map_or(4096, |p| p as usize);
+    (stack_bytes as usize + SAMPLE_BYTES_BESIDES_STACK)
+        .div_ceil(page)
+        .next_power_of_two()
+}
+
 /// The default ring size: the largest power of two of data pages such that the ring and
 /// its metadata page fit in `kernel.perf_event_mlock_kb` (per CPU, what an unprivileged
 /// user may lock; 516 KiB by default, so 128 pages, as perf uses). Root is not bound by
@@ -479,11 +497,13 @@ fn default_ring_pages(stack_bytes: u32) -> usize {
 
 /// Maps one ring per CPU on the first event of that CPU and points the CPU's other events
 /// at it. When the kernel refuses a ring size (EPERM: over `perf_event_mlock_kb` and
-/// `RLIMIT_MEMLOCK`), halves it and says so, down to one page.
+/// `RLIMIT_MEMLOCK`), halves it and says so, down to `min_pages`, the least that holds a
+/// sample.
 fn map_rings(
     fds: &[(usize, std::os::fd::OwnedFd)],
     cpus: usize,
     mut pages: usize,
+    min_pages: usize,
 ) -> Result<(Vec<sys::RingBuffer>, Vec<usize>, usize)> {
     let leaders: Vec<usize> = (0..cpus)
         .filter_map(|c| fds.iter().position(|(cpu, _)| *cpu == c))
@@ -496,7 +516,7 @@ fn map_rings(
             .collect();
         match mapped {
             Ok(rings) => break rings,
-            Err(e) if e.raw_os_error() == Some(libc::EPERM) && pages > 1 => pages /= 2,
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) && pages > min_pages => pages /= 2,
             Err(e) => {
                 return Err(e).context(format!(
                     "could not map {pages}-page perf ring buffers (try a smaller -m / --mmap-pages)"
@@ -598,8 +618,12 @@ fn open_events(
                         .context("could not follow tasks on the CPUs outside -C")?;
                     fds.extend(side_band.into_iter().map(|(c, fd)| (cpus.len() + c, fd)));
                 }
-                let (rings, ring_owners, ring_pages) =
-                    map_rings(&fds, cpus.len() + others.len(), request.mmap_pages)?;
+                let (rings, ring_owners, ring_pages) = map_rings(
+                    &fds,
+                    cpus.len() + others.len(),
+                    request.mmap_pages,
+                    min_ring_pages(request.stack_bytes),
+                )?;
                 return Ok(OpenEvents {
                     event,
                     period: fixed_period(event, request.rate),
