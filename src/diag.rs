@@ -50,7 +50,7 @@ fn is_terminal_control(c: char) -> bool {
     c.is_control() && c != '\n' && c != '\t'
 }
 
-/// `text` with every terminal control character (see [`is_terminal_control`]) written
+/// `text` with every terminal control character (see `is_terminal_control`) written
 /// as a visible escape, `\x1b` or `\u{9b}`, so that a name shows what it holds and does
 /// nothing to the terminal.
 pub fn terminal_safe(text: &str) -> Cow<'_, str> {

@@ -3,7 +3,7 @@
 //! sections whole as it opens a file: through `object`'s read cache that is a copy kept
 //! for as long as the file is open (rustc's driver library: 7 MB of symbols and 3 MB of
 //! dynamic relocations), though sampler reads symbols for a few addresses
-//! ([`crate::symbolicate::symtab`]) and relocations for a few PLT slots. Every reader of
+//! (`symbolicate::symtab`) and relocations for a few PLT slots. Every reader of
 //! a binary's parts — unwinding's sections, DWARF, symbol tables, PLT stubs — goes
 //! through [`Elf`], which reads a section's bytes only when asked.
 //!

@@ -23,8 +23,6 @@
 //! and its debug file are found, and which file backs which address in a process.
 //! [`debuginfod`] fetches the debug files that are not on the machine, by build ID.
 
-#![deny(unsafe_code)]
-
 #[macro_use]
 pub mod diag;
 

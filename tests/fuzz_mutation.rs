@@ -5,6 +5,9 @@
 //! case number, and so does a case that allocates more than [`MEMORY_BOUND`] at once.
 //! The coverage-guided fuzz targets in `fuzz/` run the same entry points for longer.
 
+// The counting allocator wraps the system allocator, which is `unsafe` by its nature.
+#![allow(unsafe_code)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -3,6 +3,9 @@
 //! ELF file whose compressed debug section lies about its size. No perf needed; each
 //! case runs the real `sampler` binary and measures its peak memory.
 
+// `wait4` is called directly for the child's peak memory (rusage), which std does not give.
+#![allow(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -3,7 +3,7 @@
 //! (function names from the root), never by index, since indexes change with every
 //! transform.
 //!
-//! Every transform decides a [`Fate`] for each node of the old tree; one forward pass
+//! Every transform decides a `Fate` for each node of the old tree; one forward pass
 //! (parents come first) then places each node in the new tree and moves its self weight
 //! there.
 

@@ -136,7 +136,7 @@ pub fn escape_for_terminal(profile: &mut Profile) {
     escape(&mut profile.meta.event);
 }
 
-/// Writes `profile` as [`write`] would have written it at `path`, into a new file
+/// Writes `profile` as [`write()`] would have written it at `path`, into a new file
 /// elsewhere (see [`output::write_elsewhere`]), for when `path` could not take it.
 /// Returns where it went, or why every place failed.
 pub fn write_elsewhere(

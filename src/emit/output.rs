@@ -14,7 +14,7 @@
 //!   the directory must be one the user who ran sudo could write: the output is handed
 //!   to them, and they could not have created it there themselves.
 //! - When the output cannot be written at the end (its file system full or read-only),
-//!   the recording is not lost: [`fallback_file`] gives a private new file in `$TMPDIR`
+//!   the recording is not lost: [`write_elsewhere`] gives a private new file in `$TMPDIR`
 //!   (else `/tmp`), then in the user's cache directory, never replacing anything.
 
 use std::fs::File;

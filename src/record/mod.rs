@@ -146,7 +146,7 @@ fn cpu_ranges(list: &str) -> std::result::Result<Vec<i32>, String> {
     Ok(cpus)
 }
 
-/// The CPUs that are online ([`ONLINE_CPUS`]); where it cannot be read, as many as the
+/// The CPUs that are online (`ONLINE_CPUS`); where it cannot be read, as many as the
 /// machine has, from 0.
 pub fn online_cpus() -> Vec<i32> {
     let text = std::fs::read_to_string(ONLINE_CPUS).unwrap_or_default();

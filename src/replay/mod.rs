@@ -231,7 +231,7 @@ impl ProfileBuilder {
     }
 
     /// Also writes an unwinder fixture of the first samples to `path` (see
-    /// [`super::capture`]) when the profile is finished.
+    /// `replay::capture`) when the profile is finished.
     pub fn capture_samples(&mut self, path: std::path::PathBuf) {
         self.capture = Some(Capture::new(path));
     }

@@ -176,7 +176,7 @@ impl DwarfInfo {
     /// [`DwarfInfo::load`] for a file read through `at`: each section is read (and
     /// inflated) into a buffer of its own. For looking up `addresses` only, when they
     /// are given: the compilation units `.debug_aranges` places none of them in are left
-    /// out (see [`only_units_for`]).
+    /// out (see `only_units_for`).
     pub fn load_for<'d, R: object::ReadRef<'d>>(
         file: &Elf<'d, R>,
         at: &crate::binary::At,

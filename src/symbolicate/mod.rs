@@ -178,7 +178,7 @@ impl LibSymbols {
     }
 
     /// [`LibSymbols::load`], keeping of the symbol tables only what looking up
-    /// `addresses` needs, when they are given (see [`symtab`]): every other address may
+    /// `addresses` needs, when they are given (see `symtab`): every other address may
     /// be named wrongly.
     pub fn load_for(
         binary: &Binary,
@@ -323,7 +323,7 @@ impl LibSymbols {
     }
 
     /// [`LibSymbols::lookup_many`], resolving the whole function of each address (see
-    /// [`Names::resolve`]) and handing each function's pieces to `keep` (for the cache)
+    /// `Names::resolve`) and handing each function's pieces to `keep` (for the cache)
     /// as it is resolved. Split across the CPUs as `lookup_many` is.
     pub fn resolve_many(&self, addresses: &[u64], keep: &Keep<'_>) -> Vec<AddressInfo> {
         let names = self.names();

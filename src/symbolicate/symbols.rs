@@ -248,7 +248,7 @@ pub fn elf_symbols<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Ve
 }
 
 /// `functions` (a file's, from [`elf_symbols`]) with a symbol for each PLT entry of the
-/// file (see [`super::plt`]), whose IFUNC stubs are named from `functions`.
+/// file (see `symbolicate::plt`), whose IFUNC stubs are named from `functions`.
 pub fn with_plt<'d, R: object::ReadRef<'d>>(
     mut functions: Vec<(bool, Symbol)>,
     file: &crate::elf::Elf<'d, R>,
