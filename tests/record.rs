@@ -224,7 +224,7 @@ fn signal_to_sampler_is_forwarded(signal: nix::sys::signal::Signal) {
         stderr(&o)
     );
     let n = sample_count(&load_checked(&out));
-    assert!(n > 200, "only {n} samples recorded before the signal");
+    assert_covers_cpu("signalled", n, command_cpu_ms(&o), 0.8);
 }
 
 fn sigterm_to_sampler_is_forwarded_and_profile_written() {

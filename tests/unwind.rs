@@ -10,10 +10,19 @@ use common::*;
 fn paths_with(test: &str, mode: &str, cmd: &[&str]) -> Vec<Vec<String>> {
     let (o, path) = record(&["--unwind", mode], cmd);
     assert!(o.status.success(), "{test} {mode}: {}", stderr(&o));
-    thread_paths(&load_checked(&path))
+    let paths: Vec<Vec<String>> = thread_paths(&load_checked(&path))
         .into_iter()
         .flat_map(|t| t.paths)
-        .collect()
+        .collect();
+    // Every sample of the CPU time the command got (a busy machine gives it less than
+    // its wall time), whatever the unwinding made of it.
+    assert_covers_cpu(
+        &format!("{test} {mode}"),
+        paths.len(),
+        command_cpu_ms(&o),
+        0.8,
+    );
+    paths
 }
 
 /// The percentage of `paths` that contain one of `runs`.
@@ -38,7 +47,7 @@ fn c_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf() {
             "{test}: {mode}: {share:.1}% of {} samples have the full path",
             paths.len()
         );
-        assert!(paths.len() > 300 && share > 90.0, "{mode}: {share:.1}%");
+        assert!(share > 90.0, "{mode}: {share:.1}%");
     }
     // Frame pointers cannot follow this program: the paths are allowed to be wrong, but
     // recording must work.
@@ -48,7 +57,6 @@ fn c_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf() {
         "{test}: fp: {share:.1}% of {} samples have the full path",
         paths.len()
     );
-    assert!(paths.len() > 300);
 }
 
 fn rust_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf() {
@@ -68,7 +76,7 @@ fn rust_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf() {
             "{test}: {mode}: {share:.1}% of {} samples have the full path",
             paths.len()
         );
-        assert!(paths.len() > 300 && share > 90.0, "{mode}: {share:.1}%");
+        assert!(share > 90.0, "{mode}: {share:.1}%");
         let rooted = share_with_any(&paths, &[&["main"]]);
         assert!(rooted > 90.0, "{mode}: {rooted:.1}% reach main");
     }
@@ -113,7 +121,7 @@ fn recursion_2000_deep_keeps_every_level_in_hybrid_and_fp() {
         let share = 100.0 * deep as f64 / paths.len().max(1) as f64;
         let depth = paths.iter().map(Vec::len).max().unwrap_or(0);
         eprintln!("{test}: {mode}: {share:.1}% of {} samples have all 2,000 levels (deepest {depth} frames)", paths.len());
-        assert!(paths.len() > 300 && share > 90.0, "{mode}: {share:.1}%");
+        assert!(share > 90.0, "{mode}: {share:.1}%");
     }
     // CFI alone stops where the stack copy ends, and says so.
     let paths = paths_with(test, "dwarf", &[&target("deep"), "1", "2000"]);

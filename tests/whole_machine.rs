@@ -46,10 +46,12 @@ fn all_cpus_sees_processes_that_start_and_exit_while_it_records() {
     let recording = std::thread::spawn(|| record_without_command(&["-a", "-d", "3"]));
     // Starts after the recording began and exits before it ends.
     std::thread::sleep(Duration::from_millis(800));
-    let status = Command::new(target("split7030"))
-        .arg("0.6")
-        .output()
-        .expect("split7030 runs");
+    let (status, split_cpu_ms) = children_cpu_ms(|| {
+        Command::new(target("split7030"))
+            .arg("0.6")
+            .output()
+            .expect("split7030 runs")
+    });
     assert!(status.status.success());
     std::thread::sleep(Duration::from_millis(300));
     drop(before);
@@ -73,7 +75,11 @@ fn all_cpus_sees_processes_that_start_and_exit_while_it_records() {
     eprintln!(
         "{test}: split7030 (started after): {n} samples in main > outer > hot_a ({share:.0}%)"
     );
-    assert!(n > 300, "{n} samples in hot_a of split7030, 600 ms at 70%");
+    assert_covers_cpu(test, started[0].paths.len(), split_cpu_ms, 0.8);
+    assert!(
+        share >= 60.0,
+        "{share:.0}% in hot_a of split7030 (70% of its work)"
+    );
     let killed: Vec<_> = threads.iter().filter(|t| t.pid == before_pid).collect();
     assert!(
         !killed.is_empty(),
@@ -120,11 +126,14 @@ fn all_cpus_sees_processes_that_start_and_exit_while_it_records() {
 
 fn cpu_list_records_only_those_cpus() {
     let test = "cpu_list_records_only_those_cpus";
-    // split7030 runs on CPU 0, fploop on CPU 1, for the same time.
+    // split7030 runs on CPU 0, fploop on CPU 1, for the same time. The shell that runs
+    // split7030 then writes its /proc/PID/stat, whose children's times are split7030's.
+    let stat = tempdir().join("stat");
     let script = format!(
-        "taskset -c 1 {} 1 >/dev/null & taskset -c 0 {} 1; wait",
+        "taskset -c 1 {} 1 >/dev/null & taskset -c 0 sh -c '{} 1; cat /proc/$$/stat' >{}; wait",
         target("fploop"),
-        target("split7030")
+        target("split7030"),
+        stat.display()
     );
     let (o, path) = record(&["-C", "0"], &["sh", "-c", &script]);
     let err = stderr(&o);
@@ -146,7 +155,11 @@ fn cpu_list_records_only_those_cpus() {
         in_function("fploop", "spin_in_loop"),
     );
     eprintln!("{test}: split7030 (CPU 0): {on_0} samples, fploop (CPU 1): {on_1}");
-    assert!(on_0 > 800, "{on_0} samples of 1 s on CPU 0");
+    let stat = std::fs::read_to_string(&stat).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+    // cutime and cstime, fields 16 and 17 of the line, in ticks of 10 ms.
+    let ticks: u64 = fields[13].parse::<u64>().unwrap() + fields[14].parse::<u64>().unwrap();
+    assert_covers_cpu(test, on_0, ticks as f64 * 10.0, 0.8);
     assert_eq!(on_1, 0, "samples from CPU 1: {:?}", processes(&p));
 
     // The same with -a: only CPU 0's tasks.

@@ -834,3 +834,60 @@ pub fn go_pprof_top(file: &Path, sample_index: &str) -> String {
     );
     text
 }
+
+/// What one sample at 1000 Hz stands for on a time event: sampler's period is 1/199
+/// longer than 1 ms (1,005,025 ns; see the README's *Recording*).
+pub const MS_PER_SAMPLE_AT_1000_HZ: f64 = 1.005_025;
+
+/// The CPU time in ms that the recorded command used, from sampler's summary line `the
+/// command used N ms of CPU (getrusage)`. On a busy machine a target gets less CPU than
+/// its wall time, so sample counts are compared with this, never with the time it ran.
+pub fn command_cpu_ms(o: &Output) -> f64 {
+    let err = stderr(o);
+    err.lines()
+        .find_map(|l| {
+            l.split("the command used ")
+                .nth(1)?
+                .split(" ms of CPU")
+                .next()
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no CPU time in the summary: {err}"))
+}
+
+/// The CPU time in ms that process `pid` has used so far (user and system time of
+/// `/proc/PID/stat`, in clock ticks of 10 ms).
+pub fn process_cpu_ms(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+    // After the name: state is field 3 of the line, utime 14 and stime 15.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64 * 10.0
+}
+
+/// The CPU time in ms of the children this process waited for while `f` ran: the
+/// programs `f` ran (the tests run one at a time).
+pub fn children_cpu_ms<T>(f: impl FnOnce() -> T) -> (T, f64) {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let ms = || {
+        let u = getrusage(UsageWho::RUSAGE_CHILDREN).unwrap();
+        let tv = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 * 1e3 + t.tv_usec() as f64 / 1e3;
+        tv(u.user_time()) + tv(u.system_time())
+    };
+    let before = ms();
+    let result = f();
+    (result, ms() - before)
+}
+
+/// Asserts that `n` samples at 1000 Hz stand for at least `share` of `cpu_ms`, the CPU
+/// time the sampled code really got (and, a sample being at most one period, not much
+/// more than all of it).
+pub fn assert_covers_cpu(what: &str, n: usize, cpu_ms: f64, share: f64) {
+    let sampled = n as f64 * MS_PER_SAMPLE_AT_1000_HZ;
+    eprintln!("{what}: {n} samples stand for {sampled:.0} ms of {cpu_ms:.0} ms of CPU");
+    assert!(
+        sampled >= share * cpu_ms && sampled <= 1.15 * cpu_ms + 20.0,
+        "{what}: {n} samples stand for {sampled:.0} ms; the target used {cpu_ms:.0} ms of CPU (at least {:.0}% expected)",
+        share * 100.0
+    );
+}
