@@ -1,4 +1,4 @@
-//! The worked examples of design §3, through the public pipeline and without privileges:
+//! The worked examples of docs/design.md §3, through the public pipeline and without privileges:
 //! seed 003 (stack interning and func grouping) from a synthetic recording.
 
 use sampler::calltree::CallTree;

@@ -1,4 +1,4 @@
-//! End-to-end unwinding in each mode (design §5) on the bench targets built without frame
+//! End-to-end unwinding in each mode (docs/design.md §5) on the bench targets built without frame
 //! pointers, through libc's qsort, and down a 2,000-deep recursion. Each test is skipped
 //! (visibly) where perf recording is not permitted.
 

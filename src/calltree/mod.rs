@@ -1,4 +1,4 @@
-//! The call tree (design §2, §3): CallNodes keyed by (parent call node, func), with self
+//! The call tree (docs/design.md §2, §3): CallNodes keyed by (parent call node, func), with self
 //! and running sample weights, the transforms that reshape it, and per-line counts.
 //!
 //! Many stacks map to one call node, which is how frames of one function at different
@@ -307,7 +307,7 @@ impl CallTree {
         out
     }
 
-    /// The tree in the one-line notation of design §3:
+    /// The tree in the one-line notation of docs/design.md §3:
     /// `A:3,0 > B:3,0 > { C:2,0 > … ; H:1,0 > F:1,1 }` (name:running,self).
     pub fn to_compact_string(&self) -> String {
         self.compact_list(&self.roots)

@@ -1,4 +1,4 @@
-//! Call tree transforms (design §3, seed 001): each takes a tree and returns a new one,
+//! Call tree transforms (docs/design.md §3, seed 001): each takes a tree and returns a new one,
 //! so they stack and are applied in the order given. Nodes are named by CallNodePath
 //! (function names from the root), never by index, since indexes change with every
 //! transform.

@@ -1,5 +1,5 @@
 //! The Firefox Profiler's processed format, version 70 (facts in
-//! `shared/firefox-format.md` §4–5): shared struct-of-arrays tables, one thread entry per
+//! `docs/firefox-format.md` §4–5): shared struct-of-arrays tables, one thread entry per
 //! thread, symbols embedded so that the viewer never asks a symbol server, and inline
 //! frames linked outer-first with their native symbol so they get the "(inlined)" badge.
 

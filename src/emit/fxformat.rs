@@ -1,6 +1,6 @@
 //! The Firefox Profiler's processed format, version 70, as typed serde structs: the part
 //! of it sampler writes, spelled once, used by the writer ([`super::firefox`]) and the
-//! reader ([`super::load`]) alike. Facts in `shared/firefox-format.md` §4–5. Tables are
+//! reader ([`super::load`]) alike. Facts in `docs/firefox-format.md` §4–5. Tables are
 //! structs of arrays with a `length`; a reader must still check that every column has
 //! that length and every index is in range, which the types alone cannot say.
 

@@ -1,4 +1,4 @@
-//! Golden files: every export of two fixed profiles (design §3's seed 001, and a profile
+//! Golden files: every export of two fixed profiles (docs/design.md §3's seed 001, and a profile
 //! that uses every part of the format) compared with `tests/golden/`, byte for byte. A
 //! change to any output shows as a diff of these files; when it is meant,
 //! `SAMPLER_BLESS=1 cargo test golden` writes them anew.

@@ -1,4 +1,4 @@
-//! The profile data model: prefix tables as the Firefox Profiler defines them (design §2).
+//! The profile data model: prefix tables as the Firefox Profiler defines them (docs/design.md §2).
 //!
 //! Two stages share these types:
 //! - [`RawProfile`] (built by [`crate::replay`] from a recording): each unique stack is interned

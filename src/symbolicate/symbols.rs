@@ -1,5 +1,5 @@
 //! Symbol tables: ELF `.symtab`/`.dynsym` and `/proc/kallsyms`, with the lookup rule of
-//! design §2 (the symbol with the highest start address at or below the address), and
+//! docs/design.md §2 (the symbol with the highest start address at or below the address), and
 //! demangling of Rust and C++ names.
 
 use std::collections::HashMap;
@@ -64,7 +64,7 @@ impl SymbolMap {
         self.symbols.len()
     }
 
-    /// The symbol with the highest start address `<= address` (design §2), unless that
+    /// The symbol with the highest start address `<= address` (docs/design.md §2), unless that
     /// symbol's size is known and the address lies past its end: then the address is in
     /// code the table has no name for (a static function missing from `.dynsym`), and a
     /// neighbour's name would be a lie. The name is demangled.

@@ -6,7 +6,7 @@
 //! twice (by `object`'s read cache, then as owned strings), which was most of the peak
 //! memory of recording a build.
 //!
-//! A lookup (design §2, [`super::SymbolMap::lookup`]) needs, for an address, the symbol
+//! A lookup (docs/design.md §2, [`super::SymbolMap::lookup`]) needs, for an address, the symbol
 //! with the highest start at or below it (with its size) and the start of the next one
 //! (where the address's extent ends). With the addresses sorted, a symbol starting at `s`
 //! can only be the first of these for the addresses from `s` up to the next address, and

@@ -27,7 +27,7 @@ use crate::events::{Sample, UserRegs};
 use crate::lazycfi::LazyCfi;
 use crate::maps::{AddressSpace, Region};
 
-/// How the user part of stacks is unwound (design §5).
+/// How the user part of stacks is unwound (docs/design.md §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum UnwindMode {
     /// CFI through the stack copy, then the frame-pointer chain beyond it.
