@@ -143,6 +143,9 @@ fn symbolize_main(args: SymbolizeArgs) -> Result<()> {
     use std::io::{Read, Write};
     let binary = sampler::binary::Binary::open(&args.exe)
         .with_context(|| format!("cannot read {} as an ELF file", args.exe.display()))?;
+    if let Some(why) = &binary.damaged {
+        anyhow::bail!("{} is not read: {why}", args.exe.display());
+    }
     let opts = args.debug.symbol_options();
     let path = args.exe.canonicalize().unwrap_or(args.exe.clone());
     let mut input = String::new();

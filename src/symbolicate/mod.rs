@@ -189,7 +189,7 @@ impl LibSymbols {
         // Only the parts that name things are read (symbol tables, DWARF), not its code;
         // what is kept is copied out of the reader, which goes at the end.
         let reader = binary.reader();
-        let file = Elf::parse(&reader)?;
+        let file = binary.elf(&reader)?;
         let complete = binary.has_dwarf && binary.has_symtab;
         let (mut debug, rejected) = if complete {
             (None, Vec::new())
@@ -210,7 +210,10 @@ impl LibSymbols {
             }
         }
         let debug_reader = debug.as_ref().map(|d| d.binary.reader());
-        let debug_elf = debug_reader.as_ref().and_then(Elf::parse);
+        let debug_elf = debug
+            .as_ref()
+            .zip(debug_reader.as_ref())
+            .and_then(|(d, reader)| d.binary.elf(reader));
         // The debug file's full symbol table first: of two names at one address, it has
         // the better one.
         let mut files: Vec<(&Binary, &Elf<'_, _>)> = Vec::new();
@@ -230,8 +233,12 @@ impl LibSymbols {
                 files
                     .iter()
                     .map(|(binary, elf)| {
+                        // Read through a parse that checked the headers against
+                        // what the file holds, whose sizes `object` reads by.
                         let reader = binary.reader();
-                        let all = object::File::parse(&reader)
+                        let all = binary
+                            .elf(&reader)
+                            .and_then(|_| object::File::parse(&reader).ok())
                             .map(|f| symbols::elf_symbols(&f))
                             .unwrap_or_default();
                         symbols::with_plt(all, elf, &binary.at())
@@ -1073,6 +1080,16 @@ pub fn symbolicate(raw: RawProfile, lib_binaries: &[LibFile], opts: &SymbolOptio
     assemble(raw, &by_lib, named)
 }
 
+/// The file behind a library, or why it is not read: none was found, or its headers
+/// claim more than it holds.
+fn readable(binary: &LibFile) -> Result<&Binary, String> {
+    let binary = binary.as_ref().map_err(String::clone)?;
+    match &binary.damaged {
+        Some(why) => Err(format!("not read: {why}")),
+        None => Ok(binary),
+    }
+}
+
 /// Names the `addresses` of one library (through the cache for files and the kernel), or
 /// says why it has no names.
 fn name_lib(lib: &Lib, binary: &LibFile, addresses: &[u64], opts: &SymbolOptions) -> Named {
@@ -1083,7 +1100,7 @@ fn name_lib(lib: &Lib, binary: &LibFile, addresses: &[u64], opts: &SymbolOptions
     }
     match lib.kind {
         LibKind::File => {
-            let binary = binary.as_ref().map_err(String::clone)?;
+            let binary = readable(binary)?;
             name_file(binary, &lib.path, addresses, opts).ok_or_else(|| "not an ELF file".into())
         }
         LibKind::Kernel => name_kernel(lib.base, addresses, opts),
@@ -1239,7 +1256,7 @@ const MAX_PERF_MAP_BYTES: u64 = 1 << 30;
 fn load_lib(lib: &Lib, binary: &LibFile, opts: &SymbolOptions) -> Result<LibSymbols, String> {
     match lib.kind {
         LibKind::File => {
-            let binary = binary.as_ref().map_err(String::clone)?;
+            let binary = readable(binary)?;
             LibSymbols::load(binary, &lib.path, opts).ok_or_else(|| "not an ELF file".into())
         }
         LibKind::Kernel => Ok(LibSymbols {
