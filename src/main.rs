@@ -80,6 +80,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         kernel,
         read_kallsyms: kernel_base.is_some(),
         jit_dumps: built.jit_dumps.clone(),
+        jit_users: built.jit_users.clone(),
         ..plan.debug.symbol_options()
     };
     let profile = symbolicate::symbolicate(built.profile, &built.lib_binaries, &symbol_options);

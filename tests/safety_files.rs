@@ -416,6 +416,83 @@ fn as_root_recording_the_machine_survives_another_users_lying_files() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A JIT bench target running for a while, as user nobody or as root; its perf map.
+fn jit_process(as_nobody: bool) -> (Running, PathBuf) {
+    let mut c = Command::new("setpriv");
+    if as_nobody {
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+    }
+    let child = c
+        .args([&target("jit"), "8"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("setpriv runs");
+    let map = PathBuf::from(format!("/tmp/perf-{}.map", child.id()));
+    (Running(child), map)
+}
+
+fn as_root_planted_perf_maps_are_ignored() {
+    // Two of nobody's JIT processes whose maps become one 1 GiB file (sparse) with two
+    // names; a third of theirs keeps its own map; root's JIT process gets a map nobody
+    // owns.
+    let jits: Vec<(Running, PathBuf)> = [true, true, true, false]
+        .into_iter()
+        .map(jit_process)
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let big = PathBuf::from(format!("/tmp/sampler-test-{}-big.map", std::process::id()));
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    std::os::unix::fs::chown(&big, Some(65534), Some(65534)).unwrap();
+    for (_, map) in &jits[..2] {
+        std::fs::remove_file(map).unwrap();
+        std::fs::hard_link(&big, map).unwrap();
+    }
+    std::fs::remove_file(&big).unwrap();
+    std::os::unix::fs::chown(&jits[3].1, Some(65534), Some(65534)).unwrap();
+    let dir = tempdir();
+    let out = dir.join("jits.json");
+    let o = sampler(
+        &["record", "-a", "-d", "2", "-o", &out.display().to_string()],
+        &dir,
+    );
+    let kib = children_peak_kib();
+    let pids: Vec<String> = jits.iter().map(|(r, _)| r.pid()).collect();
+    for (running, map) in jits {
+        drop(running);
+        let _ = std::fs::remove_file(map);
+    }
+    let err = stderr(&o);
+    eprintln!("record -a beside planted perf maps: at most {kib} KiB");
+    assert!(o.status.success(), "{err}");
+    let ignored = |pid: &str, why: &str| {
+        let said = format!("/tmp/perf-{pid}.map is ignored: {why}");
+        assert!(err.contains(&said), "{said}: {err}");
+    };
+    ignored(&pids[0], "it has 2 names (hard links), not one");
+    ignored(&pids[1], "it has 2 names (hard links), not one");
+    ignored(
+        &pids[3],
+        "it belongs to user 65534, not to its process's user 0 or root",
+    );
+    let p = load_checked(&out);
+    let named: Vec<bool> = pids
+        .iter()
+        .map(|pid| {
+            thread_frames(&p)
+                .iter()
+                .filter(|(t, _)| &t.pid == pid)
+                .flat_map(|(_, stacks)| stacks.iter().flatten())
+                .any(|f| f.name == "jit_hot_a")
+        })
+        .collect();
+    assert_eq!(named, [false, false, true, false], "{err}");
+    assert!(kib < LIAR_MEMORY_KIB, "{kib} KiB");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 fn main() {
     run_tests(tests![
         failed_starts_touch_nothing: Need::Perf;
@@ -427,5 +504,6 @@ fn main() {
         attaching_twice_or_to_a_thread_records_the_process_once: Need::Perf;
         a_file_whose_section_lies_about_its_size_is_refused_by_symbolize;
         as_root_recording_the_machine_survives_another_users_lying_files: Need::Perf, Need::Root;
+        as_root_planted_perf_maps_are_ignored: Need::Perf, Need::Root;
     ]);
 }

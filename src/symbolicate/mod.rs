@@ -84,6 +84,10 @@ pub struct SymbolOptions {
     /// The JIT dump each process wrote, by the path of its perf map (the library its JIT
     /// code is in).
     pub jit_dumps: HashMap<String, PathBuf>,
+    /// The user each JIT process ran as, by the path of its perf map: the owner its perf
+    /// map and dump must have (or root) to be read. A process not listed was not seen
+    /// running: only root's files are read for it.
+    pub jit_users: HashMap<String, u32>,
     /// Where what was learned about files is kept between runs, if anywhere.
     pub cache: Option<Arc<cache::SymbolCache>>,
 }
@@ -96,6 +100,7 @@ impl Default for SymbolOptions {
             kernel: None,
             read_kallsyms: false,
             jit_dumps: HashMap::new(),
+            jit_users: HashMap::new(),
             cache: None,
         }
     }
@@ -1249,8 +1254,10 @@ pub fn kernel_entries(
 }
 
 /// The most of a perf map that is read: a line of about a hundred bytes per piece of JIT
-/// code keeps even a long-running JIT's far below this.
-const MAX_PERF_MAP_BYTES: u64 = 1 << 30;
+/// code makes this over a million pieces, far more than even a long-running JIT's; the
+/// text and the names made of it are held at once (about three times this), as root
+/// too. The rest of a larger map is left out, with a line that says so.
+const MAX_PERF_MAP_BYTES: u64 = 128 << 20;
 
 /// The symbols of one library, or why there are none.
 fn load_lib(lib: &Lib, binary: &LibFile, opts: &SymbolOptions) -> Result<LibSymbols, String> {
@@ -1270,15 +1277,32 @@ fn load_lib(lib: &Lib, binary: &LibFile, opts: &SymbolOptions) -> Result<LibSymb
             ..LibSymbols::default()
         }),
         LibKind::PerfMap => {
-            // The name is predictable and /tmp anyone's: a link or a fifo planted there is
-            // not read, nor more than a perf map can sensibly hold.
-            let mut entries =
-                crate::locate::read_regular(Path::new(&lib.path), 0, MAX_PERF_MAP_BYTES)
-                    .map(|text| symbols::perf_map_entries(&String::from_utf8_lossy(&text)))
-                    .ok();
+            // The name is predictable and /tmp anyone's: only a map the process's user
+            // (or root) wrote, under that one name, holding its bytes, is read.
+            let user = opts.jit_users.get(&lib.path).copied();
+            let path = Path::new(&lib.path);
+            let (mut entries, ignored) = match crate::locate::read_written_by(
+                path,
+                0,
+                MAX_PERF_MAP_BYTES,
+                user,
+            ) {
+                Ok(Some((text, len))) => {
+                    if len > MAX_PERF_MAP_BYTES {
+                        crate::say!(
+                                "sampler: {}: only its first {MAX_PERF_MAP_BYTES} bytes of {len} are read",
+                                lib.path
+                            );
+                    }
+                    let text = String::from_utf8_lossy(&text);
+                    (Some(symbols::perf_map_entries(&text)), None)
+                }
+                Ok(None) => (None, None),
+                Err(why) => (None, Some(why)),
+            };
             let dump = opts.jit_dumps.get(&lib.path);
             if let Some(path) = dump {
-                let read = crate::jitdump::read_from(path, 0).map_err(|e| e.to_string());
+                let read = crate::jitdump::read_from(path, 0, user);
                 match read.and_then(|data| crate::jitdump::parse(&data)) {
                     Ok(loads) => entries.get_or_insert_with(Vec::new).extend(loads),
                     Err(e) if entries.is_none() => {
@@ -1290,8 +1314,13 @@ fn load_lib(lib: &Lib, binary: &LibFile, opts: &SymbolOptions) -> Result<LibSymb
                     Err(_) => {}
                 }
             }
-            let entries =
-                entries.ok_or_else(|| format!("JIT code, but no {} was written", lib.path))?;
+            if let (Some(why), Some(_)) = (&ignored, &entries) {
+                crate::say!("sampler: {} is ignored: {why}", lib.path);
+            }
+            let entries = entries.ok_or_else(|| match ignored {
+                Some(why) => format!("JIT code, but {} is ignored: {why}", lib.path),
+                None => format!("JIT code, but no {} was written", lib.path),
+            })?;
             Ok(LibSymbols {
                 symbols: SymbolMap::from_written(entries),
                 ..LibSymbols::default()
