@@ -94,6 +94,10 @@ impl Held {
         offset: u64,
         size: u64,
     ) -> Result<(), String> {
+        // Nothing is read of an empty part, wherever it says it is.
+        if size == 0 {
+            return Ok(());
+        }
         let end = offset
             .checked_add(size)
             .filter(|&end| end <= self.len)
@@ -687,6 +691,39 @@ mod tests {
             assert_eq!(&buf[..got], &whole[offset as usize..end], "{offset}+{size}");
         }
         assert_eq!(at.seek(SeekFrom::End(0)).unwrap(), len);
+    }
+
+    #[test]
+    fn real_files_hold_what_their_headers_say_and_a_sparse_one_does_not() {
+        let mut files = vec![std::env::current_exe().unwrap()];
+        for path in ["/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/ls"] {
+            if Path::new(path).exists() {
+                files.push(path.into());
+            }
+        }
+        for path in files {
+            let b = Binary::open(&path).unwrap();
+            assert_eq!(b.damaged, None, "{}", path.display());
+            assert!(b.unwind.has_cfi(), "{}", path.display());
+        }
+        let path = std::env::temp_dir().join(format!("sampler-held-{}", std::process::id()));
+        let file = Arc::new(std::fs::File::create(&path).unwrap());
+        file.write_all_at(b"a few real bytes", 0).unwrap();
+        file.set_len(5 << 30).unwrap();
+        let held = Held::of(&file).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(held.check(&"a", 0, 16), Ok(()));
+        assert_eq!(held.check(&"nothing", u64::MAX, 0), Ok(()));
+        let holes = held.check(&"its section .x", 0, 64 << 20).unwrap_err();
+        assert!(
+            holes.starts_with("its section .x says it has 67108864 bytes"),
+            "{holes}"
+        );
+        assert!(holes.ends_with("(a sparse file)"), "{holes}");
+        let past = held.check(&"b", 1 << 20, 5 << 30).unwrap_err();
+        assert!(past.contains("past the file's end"), "{past}");
+        let huge = held.check(&"c", 0, MAX_SECTION_BYTES + 1).unwrap_err();
+        assert!(huge.contains("more than the 4294967296"), "{huge}");
     }
 
     fn binary(segments: Vec<LoadSegment>) -> Binary {
