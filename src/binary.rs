@@ -8,6 +8,11 @@
 //! frames need it ([`crate::lazycfi`]). The
 //! symbolicator reads what it needs later from the same open file, so a file replaced
 //! on disk meanwhile is still the one that was mapped.
+//!
+//! Any user can make a file whose headers claim gigabytes it does not hold (a sparse
+//! file costs its maker nothing): every size the headers give is checked against what
+//! the open file holds ([`Held`]) before it is read or allocated, and a file that fails
+//! is not read at all ([`Binary::damaged`]).
 
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
@@ -21,20 +26,113 @@ use crate::elf::{Elf, Section};
 const ENTRY_CODE_BYTES: usize = 4096;
 
 /// A shared buffer of `len` bytes that `fill` writes: made once at its final size and
-/// filled in place, never a copy of another buffer.
-fn shared_filled<E>(
+/// filled in place, never a copy of another buffer. A size the system cannot give is
+/// refused, not a reason to abort the run: `Arc<[u8]>` has no fallible constructor, so
+/// the same size is first reserved (and given back) as a `Vec`, which has one.
+fn shared_filled(
     len: usize,
-    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
-) -> Result<Arc<[u8]>, E> {
+    fill: impl FnOnce(&mut [u8]) -> Result<(), String>,
+) -> Result<Arc<[u8]>, String> {
+    Vec::<u8>::new()
+        .try_reserve_exact(len)
+        .map_err(|_| format!("{len} bytes cannot be allocated"))?;
     let mut data: Arc<[u8]> = std::iter::repeat_n(0u8, len).collect();
     fill(Arc::get_mut(&mut data).expect("a new buffer has one owner"))?;
     Ok(data)
 }
 
-/// Reads an open file whole into one shared buffer.
-fn read_whole(file: &std::fs::File) -> std::io::Result<Arc<[u8]>> {
-    let len = usize::try_from(file.metadata()?.len()).map_err(std::io::Error::other)?;
-    shared_filled(len, |buffer| file.read_exact_at(buffer, 0))
+/// Reads an open file whole into one shared buffer, when it holds all of its length
+/// (see [`Held::check`]).
+fn read_whole(file: &Arc<std::fs::File>) -> std::io::Result<Arc<[u8]>> {
+    let held = Held::of(file)?;
+    held.check(&"the file", 0, held.len)
+        .map_err(std::io::Error::other)?;
+    let len = usize::try_from(held.len).map_err(std::io::Error::other)?;
+    shared_filled(len, |buffer| {
+        file.read_exact_at(buffer, 0).map_err(|e| e.to_string())
+    })
+    .map_err(std::io::Error::other)
+}
+
+/// A region that a file's headers give may be this much larger than all the bytes the
+/// file stores on disk before its holes are looked for: a tiny file's data may live in
+/// its inode (no blocks at all), and a block holds up to 64 KiB on some filesystems.
+const UNSTORED_SLACK: u64 = 1 << 20;
+
+/// What an open file really holds: its length, and the bytes its blocks store (fewer
+/// than its length when it has holes: a sparse file, which reads as zeros there and
+/// costs whoever made it nothing). Every size that the file's headers give is checked
+/// against both, and against [`MAX_SECTION_BYTES`], before it is read or allocated.
+#[derive(Clone, Debug)]
+pub struct Held {
+    file: Arc<std::fs::File>,
+    len: u64,
+    stored: u64,
+}
+
+impl Held {
+    /// What `file` holds now.
+    pub fn of(file: &Arc<std::fs::File>) -> std::io::Result<Held> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = file.metadata()?;
+        Ok(Held {
+            file: file.clone(),
+            len: meta.len(),
+            // st_blocks counts 512-byte units whatever the filesystem's block size.
+            stored: meta.blocks().saturating_mul(512),
+        })
+    }
+
+    /// Whether the `size` bytes from `offset` that a header calls `what` are bytes the
+    /// file holds: inside its length, at most [`MAX_SECTION_BYTES`], and, when more than
+    /// the file stores on disk, without a hole among them (a filesystem that compresses
+    /// stores fewer bytes than it holds, but has no holes there). The error says which
+    /// and is one line, for the message that names the file.
+    pub fn check(
+        &self,
+        what: &dyn std::fmt::Display,
+        offset: u64,
+        size: u64,
+    ) -> Result<(), String> {
+        // Nothing is read of an empty part, wherever it says it is.
+        if size == 0 {
+            return Ok(());
+        }
+        let end = offset
+            .checked_add(size)
+            .filter(|&end| end <= self.len)
+            .ok_or_else(|| {
+                format!(
+                    "{what} says it has {size} bytes from offset {offset}, past the file's end at {} (a damaged file)",
+                    self.len
+                )
+            })?;
+        if size > MAX_SECTION_BYTES {
+            return Err(format!(
+                "{what} says it has {size} bytes, more than the {MAX_SECTION_BYTES} that sampler reads of any part of a file (a damaged file)"
+            ));
+        }
+        if size > self.stored.saturating_add(UNSTORED_SLACK) && self.has_hole(offset, end) {
+            return Err(format!(
+                "{what} says it has {size} bytes, but the file stores only {} on disk and the rest are holes (a sparse file)",
+                self.stored
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether `start..end` of the file has a hole (`SEEK_HOLE`, which finds the
+    /// file's end when there is none before it).
+    fn has_hole(&self, start: u64, end: u64) -> bool {
+        let Ok(from) = i64::try_from(start) else {
+            return true;
+        };
+        match nix::unistd::lseek(&*self.file, from, nix::unistd::Whence::SeekHole) {
+            Ok(hole) => u64::try_from(hole).map_or(true, |hole| hole < end),
+            // A filesystem that cannot say: its files are taken as having no holes.
+            Err(_) => false,
+        }
+    }
 }
 
 /// One `PT_LOAD` segment.
@@ -232,7 +330,9 @@ impl At {
     /// `len` bytes from `offset` (fewer at the end of the file), read as they are, with
     /// no read-ahead and leaving the position alone: for lookups that jump around.
     pub fn read_exact_at(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
-        let mut buf = vec![0; len];
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(len).ok()?;
+        buf.resize(len, 0);
         let got = self.read_into(offset, &mut buf)?;
         buf.truncate(got);
         Some(buf)
@@ -327,6 +427,9 @@ pub struct Binary {
     /// then derives rules from its instructions (see [`crate::unwind`]).
     pub code_without_cfi: Option<Arc<[u8]>>,
     pub build_id: Option<Vec<u8>>,
+    /// Why the file is not used at all when its headers claim more than it holds (see
+    /// [`Held::check`]): then it has no symbols, DWARF or CFI here.
+    pub damaged: Option<String>,
     /// The `.gnu_debuglink` of a stripped file: the debug file's name and its CRC-32.
     pub debuglink: Option<(String, u32)>,
     /// Whether the file has DWARF (`.debug_info`) and a full symbol table (`.symtab`),
@@ -353,20 +456,49 @@ impl Binary {
         if !file.metadata().ok()?.is_file() {
             return None;
         }
+        let held = Held::of(&file).ok()?;
         let image = Image::File(file);
         let cache = object::ReadCache::new(At::new(image.clone()));
-        Binary::parse(path.to_path_buf(), &cache, image)
+        Binary::parse(path.to_path_buf(), &cache, image, Some(&held))
     }
 
     /// Parses an ELF image held in `data`, which the binary keeps and shares: DWARF
     /// readers borrow its uncompressed sections rather than copying them.
     pub fn from_bytes(path: PathBuf, data: Arc<[u8]>) -> Option<Binary> {
         let bytes = data.clone();
-        Binary::parse(path, &*bytes, Image::Bytes(data))
+        Binary::parse(path, &*bytes, Image::Bytes(data), None)
     }
 
-    fn parse<'d, R: object::ReadRef<'d>>(path: PathBuf, data: R, image: Image) -> Option<Binary> {
-        let elf = Elf::parse(data)?;
+    /// A binary whose headers claim more than the file holds: nothing of it is read,
+    /// only why.
+    fn damaged(path: PathBuf, image: Image, why: String) -> Binary {
+        Binary {
+            path,
+            image,
+            code_without_cfi: None,
+            build_id: None,
+            damaged: Some(why),
+            debuglink: None,
+            has_dwarf: false,
+            has_symtab: false,
+            segments: Vec::new(),
+            unwind: UnwindSections::default(),
+            entry_returns: Vec::new(),
+            entry_stub: None,
+        }
+    }
+
+    fn parse<'d, R: object::ReadRef<'d>>(
+        path: PathBuf,
+        data: R,
+        image: Image,
+        held: Option<&Held>,
+    ) -> Option<Binary> {
+        let elf = match Elf::parse_held(data, held) {
+            Ok(elf) => elf,
+            Err(None) => return None,
+            Err(Some(why)) => return Some(Binary::damaged(path, image, why)),
+        };
         let range = |name: &str| {
             let s = elf.section(name)?;
             Some(s.address()..s.address() + s.size())
@@ -421,6 +553,7 @@ impl Binary {
             image,
             code_without_cfi: None,
             build_id: elf.build_id().map(<[u8]>::to_vec),
+            damaged: None,
             debuglink: elf
                 .gnu_debuglink()
                 .map(|(name, crc)| (String::from_utf8_lossy(name).into_owned(), crc)),
@@ -450,6 +583,20 @@ impl Binary {
     /// `object::File::parse(&reader)`, which then reads only the sections asked for.
     pub fn reader(&self) -> object::ReadCache<At> {
         object::ReadCache::new(At::new(self.image.clone()))
+    }
+
+    /// The file parsed through `reader` (from [`Binary::reader`]), its headers checked
+    /// anew against what it holds now (see [`Elf::parse_held`]): its owner may have
+    /// changed it since it was opened. `None` when they claim more than it holds.
+    pub fn elf<'d>(
+        &self,
+        reader: &'d object::ReadCache<At>,
+    ) -> Option<Elf<'d, &'d object::ReadCache<At>>> {
+        let held = match &self.image {
+            Image::File(file) => Some(Held::of(file).ok()?),
+            Image::Bytes(_) => None,
+        };
+        Elf::parse_held(reader, held.as_ref()).ok()
     }
 
     /// A reader of the file's bytes from its start.
@@ -546,12 +693,46 @@ mod tests {
         assert_eq!(at.seek(SeekFrom::End(0)).unwrap(), len);
     }
 
+    #[test]
+    fn real_files_hold_what_their_headers_say_and_a_sparse_one_does_not() {
+        let mut files = vec![std::env::current_exe().unwrap()];
+        for path in ["/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/ls"] {
+            if Path::new(path).exists() {
+                files.push(path.into());
+            }
+        }
+        for path in files {
+            let b = Binary::open(&path).unwrap();
+            assert_eq!(b.damaged, None, "{}", path.display());
+            assert!(b.unwind.has_cfi(), "{}", path.display());
+        }
+        let path = std::env::temp_dir().join(format!("sampler-held-{}", std::process::id()));
+        let file = Arc::new(std::fs::File::create(&path).unwrap());
+        file.write_all_at(b"a few real bytes", 0).unwrap();
+        file.set_len(5 << 30).unwrap();
+        let held = Held::of(&file).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(held.check(&"a", 0, 16), Ok(()));
+        assert_eq!(held.check(&"nothing", u64::MAX, 0), Ok(()));
+        let holes = held.check(&"its section .x", 0, 64 << 20).unwrap_err();
+        assert!(
+            holes.starts_with("its section .x says it has 67108864 bytes"),
+            "{holes}"
+        );
+        assert!(holes.ends_with("(a sparse file)"), "{holes}");
+        let past = held.check(&"b", 1 << 20, 5 << 30).unwrap_err();
+        assert!(past.contains("past the file's end"), "{past}");
+        let huge = held.check(&"c", 0, MAX_SECTION_BYTES + 1).unwrap_err();
+        assert!(huge.contains("more than the 4294967296"), "{huge}");
+    }
+
     fn binary(segments: Vec<LoadSegment>) -> Binary {
         Binary {
             path: PathBuf::from("test"),
             image: Image::Bytes(Arc::from(Vec::new())),
             code_without_cfi: None,
             build_id: None,
+            damaged: None,
             debuglink: None,
             has_dwarf: false,
             has_symtab: false,

@@ -9,7 +9,7 @@
 //!
 //! 64-bit ELF only, of either byte order: the files sampler unwinds and names.
 
-use crate::binary::LoadSegment;
+use crate::binary::{Held, LoadSegment};
 use object::elf::{FileHeader64, SectionHeader64};
 use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _, SectionTable};
 use object::{CompressedFileRange, CompressionFormat, Endian as _, Endianness, ReadRef};
@@ -18,6 +18,9 @@ use object::{CompressedFileRange, CompressionFormat, Endian as _, Endianness, Re
 /// bytes start with `ZLIB` and the inflated size as 8 big-endian bytes.
 const GNU_ZLIB_MAGIC: &[u8; 4] = b"ZLIB";
 const GNU_ZLIB_HEADER_BYTES: u64 = 12;
+
+/// The size of an `Elf64_Phdr`, the program header table's entries.
+const PROGRAM_HEADER_BYTES: u64 = 56;
 
 /// A parsed 64-bit ELF file: its header and section table, over the reader of its bytes.
 pub struct Elf<'d, R: ReadRef<'d>> {
@@ -74,16 +77,51 @@ impl Section<'_> {
 
 impl<'d, R: ReadRef<'d>> Elf<'d, R> {
     /// `None` when `data` is not a 64-bit ELF file or its section table cannot be read.
+    /// For bytes in memory, whose every read is bounded by their length; a file read
+    /// through its reader is parsed with [`Elf::parse_held`].
     pub fn parse(data: R) -> Option<Elf<'d, R>> {
-        let header = FileHeader64::<Endianness>::parse(data).ok()?;
-        let endian = header.endian().ok()?;
-        let table = header.sections(endian, data).ok()?;
-        Some(Elf {
+        Elf::parse_held(data, None).ok()
+    }
+
+    /// Parses the ELF file whose bytes `data` reads and which really holds `held`: its
+    /// section table, program headers and every section's bytes must lie in what it
+    /// holds (see [`Held::check`]), checked before any of them is read, so that no size
+    /// a header gives is allocated unless the file has the bytes. `Err(None)` when it is
+    /// not a 64-bit ELF file; `Err(Some(why))` when its headers claim what it does not
+    /// hold (a damaged or hostile file).
+    pub fn parse_held(data: R, held: Option<&Held>) -> Result<Elf<'d, R>, Option<String>> {
+        let header = FileHeader64::<Endianness>::parse(data).map_err(|_| None)?;
+        let endian = header.endian().map_err(|_| None)?;
+        if let Some(held) = held {
+            let count = u64::from(header.shnum(endian, data).map_err(|_| None)?);
+            let entry = u64::from(header.e_shentsize(endian));
+            let bytes = count.checked_mul(entry).ok_or(None)?;
+            held.check(&"its section table", header.e_shoff(endian), bytes)
+                .map_err(Some)?;
+            let count = u64::from(header.phnum(endian, data).map_err(|_| None)?);
+            held.check(
+                &"its program headers",
+                header.e_phoff(endian),
+                count * PROGRAM_HEADER_BYTES,
+            )
+            .map_err(Some)?;
+        }
+        let table = header.sections(endian, data).map_err(|_| None)?;
+        let elf = Elf {
             data,
             endian,
             header,
             table,
-        })
+        };
+        if let Some(held) = held {
+            for section in elf.sections() {
+                if let Some((offset, size)) = section.file_range() {
+                    held.check(&format_args!("its section {}", section.name), offset, size)
+                        .map_err(Some)?;
+                }
+            }
+        }
+        Ok(elf)
     }
 
     /// The file's byte order, which reads its fields (`object::Endian`).

@@ -11,14 +11,23 @@
 use crate::symbolicate::symbols::Symbol;
 
 /// The most of a dump that is read: a dump grows by a record of about a hundred bytes per
-/// piece of code compiled, so even a long-running JIT's stays far below this, and a file
-/// that is larger is not a dump worth reading whole.
-pub const MAX_DUMP_BYTES: u64 = 1 << 30;
+/// piece of code compiled (and the code's bytes), so even a long-running JIT's stays far
+/// below this; the dump is held whole while its names are read, as root too.
+pub const MAX_DUMP_BYTES: u64 = 256 << 20;
 
-/// Reads the dump at `path` from `offset` on, at most up to [`MAX_DUMP_BYTES`] (see
-/// [`crate::locate::read_regular`]: the recorded process chose the name).
-pub fn read_from(path: &std::path::Path, offset: u64) -> std::io::Result<Vec<u8>> {
-    crate::locate::read_regular(path, offset, MAX_DUMP_BYTES.saturating_sub(offset))
+/// Reads the dump at `path` from `offset` on, at most up to [`MAX_DUMP_BYTES`], when the
+/// process's user `user` (or root) wrote it (see [`crate::locate::read_written_by`]: the
+/// recorded process chose the name, maybe in a directory anyone may write); why not.
+pub fn read_from(
+    path: &std::path::Path,
+    offset: u64,
+    user: Option<u32>,
+) -> Result<Vec<u8>, String> {
+    let limit = MAX_DUMP_BYTES.saturating_sub(offset);
+    match crate::locate::read_written_by(path, offset, limit, user)? {
+        Some((data, _)) => Ok(data),
+        None => Err("there is no such file".into()),
+    }
 }
 
 /// "JiTD" as a little-endian u32: the first word of every dump.
@@ -281,20 +290,66 @@ mod tests {
     fn a_dump_is_read_only_as_a_regular_file_and_from_an_offset() {
         let dir = std::env::temp_dir().join(format!("sampler-jitdump-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
+        let me = Some(nix::unistd::Uid::effective().as_raw());
         let dump = dir.join("jit-77.dump");
         std::fs::write(&dump, header()).unwrap();
-        assert_eq!(read_from(&dump, 0).unwrap(), header());
-        assert_eq!(read_from(&dump, 8).unwrap(), header()[8..].to_vec());
+        assert_eq!(read_from(&dump, 0, me).unwrap(), header());
+        assert_eq!(read_from(&dump, 8, me).unwrap(), header()[8..].to_vec());
         // A link at the dump's name (to a file root may read) is not followed, and a fifo
         // is not opened for reading (that would block until someone writes).
         let link = dir.join("jit-78.dump");
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&dump, &link).unwrap();
-        assert!(read_from(&link, 0).is_err());
+        assert!(read_from(&link, 0, me).is_err());
         let fifo = dir.join("jit-79.dump");
         let _ = std::fs::remove_file(&fifo);
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        assert!(read_from(&fifo, 0).is_err());
+        assert!(read_from(&fifo, 0, me).is_err());
+        assert_eq!(
+            read_from(&dir.join("jit-80.dump"), 0, me),
+            Err("there is no such file".to_string())
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_dump_of_another_user_with_two_names_or_sparse_is_not_read() {
+        let dir = std::env::temp_dir().join(format!("sampler-jitdump-u-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let me = nix::unistd::Uid::effective().as_raw();
+        let dump = dir.join("jit-81.dump");
+        std::fs::write(&dump, header()).unwrap();
+        // A file of a user other than root (as root, nobody's).
+        let owner = match me {
+            0 => {
+                std::os::unix::fs::chown(&dump, Some(65534), Some(65534)).unwrap();
+                65534
+            }
+            me => me,
+        };
+        assert_eq!(read_from(&dump, 0, Some(owner)).unwrap(), header());
+        // Another user's process, or one whose user is not known: only its own files,
+        // or root's, are read for it.
+        let refused = read_from(&dump, 0, Some(owner + 1)).unwrap_err();
+        assert!(
+            refused.contains(&format!("belongs to user {owner}")),
+            "{refused}"
+        );
+        assert!(read_from(&dump, 0, None).is_err());
+        // A second name: one file read for two processes.
+        let twin = dir.join("jit-82.dump");
+        std::fs::hard_link(&dump, &twin).unwrap();
+        let refused = read_from(&dump, 0, Some(owner)).unwrap_err();
+        assert!(refused.contains("2 names"), "{refused}");
+        std::fs::remove_file(&twin).unwrap();
+        // 64 MiB of holes.
+        let sparse = dir.join("jit-83.dump");
+        std::fs::File::create(&sparse)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        let refused = read_from(&sparse, 0, Some(me)).unwrap_err();
+        assert!(refused.contains("a sparse file"), "{refused}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

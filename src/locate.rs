@@ -316,16 +316,67 @@ pub fn open_regular(path: &Path) -> Option<File> {
     file.metadata().ok()?.is_file().then_some(file)
 }
 
-/// At most `limit` bytes of the regular file at `path` from `offset` on (see
-/// [`open_regular`]).
-pub fn read_regular(path: &Path, offset: u64, limit: u64) -> std::io::Result<Vec<u8>> {
+/// At most `limit` bytes, from `offset` on, of a file that recorded process's user
+/// `user` wrote where anyone may write (a JIT's perf map in `/tmp`, the JIT dump it
+/// names): read only when it is a regular file reached through no link (see
+/// [`open_regular`]), owned by `user` or root (any other user could plant it, and root
+/// only reads it for `user`'s process when root has not said who that is: `None`),
+/// with one name (a hard link would let one file be read for many processes, or another
+/// user's file be passed off as one's own), and holding the bytes it is read for (see
+/// [`crate::binary::Held::check`]: not a sparse file). Its bytes and its length;
+/// `Ok(None)` when there is no such file; else why it is not read.
+pub fn read_written_by(
+    path: &Path,
+    offset: u64,
+    limit: u64,
+    user: Option<u32>,
+) -> Result<Option<(Vec<u8>, u64)>, String> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut file = open_regular(path)
-        .ok_or_else(|| std::io::Error::other("not a regular file (or a link to one)"))?;
-    file.seek(SeekFrom::Start(offset))?;
+    use std::os::unix::fs::MetadataExt;
+    if std::fs::symlink_metadata(path).is_err() {
+        return Ok(None);
+    }
+    let file = open_regular(path).ok_or("it is not a regular file (or it is a symbolic link)")?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    let owner = meta.uid();
+    if owner != 0 && Some(owner) != user {
+        return Err(match user {
+            Some(user) => {
+                format!("it belongs to user {owner}, not to its process's user {user} or root")
+            }
+            None => format!("it belongs to user {owner}, and its process's user is not known"),
+        });
+    }
+    if meta.nlink() != 1 {
+        return Err(format!(
+            "it has {} names (hard links), not one",
+            meta.nlink()
+        ));
+    }
+    let file = std::sync::Arc::new(file);
+    let held = crate::binary::Held::of(&file).map_err(|e| e.to_string())?;
+    let len = meta.len();
+    let wanted = len.saturating_sub(offset).min(limit);
+    held.check(&"it", offset.min(len), wanted)?;
     let mut data = Vec::new();
-    file.take(limit).read_to_end(&mut data)?;
-    Ok(data)
+    data.try_reserve_exact(usize::try_from(wanted).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    let mut reader = &*file;
+    reader
+        .seek(SeekFrom::Start(offset))
+        .map_err(|e| e.to_string())?;
+    reader
+        .take(wanted)
+        .read_to_end(&mut data)
+        .map_err(|e| e.to_string())?;
+    Ok(Some((data, len)))
+}
+
+/// The user a process runs as (its effective user ID), while it runs.
+pub fn process_user(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let ids = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    ids.split_whitespace().nth(1)?.parse().ok()
 }
 
 #[cfg(test)]

@@ -80,6 +80,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         kernel,
         read_kallsyms: kernel_base.is_some(),
         jit_dumps: built.jit_dumps.clone(),
+        jit_users: built.jit_users.clone(),
         ..plan.debug.symbol_options()
     };
     let profile = symbolicate::symbolicate(built.profile, &built.lib_binaries, &symbol_options);
@@ -167,6 +168,9 @@ fn symbolize_main(args: SymbolizeArgs) -> Result<()> {
     use std::io::{Read, Write};
     let binary = sampler::binary::Binary::open(&args.exe)
         .with_context(|| format!("cannot read {} as an ELF file", args.exe.display()))?;
+    if let Some(why) = &binary.damaged {
+        anyhow::bail!("{} is not read: {why}", args.exe.display());
+    }
     let opts = args.debug.symbol_options();
     let path = args.exe.canonicalize().unwrap_or(args.exe.clone());
     let mut input = String::new();

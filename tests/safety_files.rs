@@ -627,6 +627,189 @@ fn control_characters_in_names_never_reach_a_terminal() {
         .any(|w| w == folded_name));
 }
 
+/// A copy at `to` of the ELF file `from` whose `.debug_info` header says it has `size`
+/// bytes, made a sparse file of that length: it stores what `from` does, and its
+/// length covers the lie. Executable by anyone.
+fn lying_copy(from: &Path, to: &Path, size: u64) {
+    use object::{Object, ObjectSection};
+    let mut data = std::fs::read(from).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let section = file.section_by_name(".debug_info").expect(".debug_info");
+    let (offset, _) = section.file_range().unwrap();
+    let index = section.index().0 as u64;
+    // Elf64_Ehdr's e_shoff; sh_size is the sixth field (at 32) of a 64-byte Elf64_Shdr.
+    let table = u64::from_le_bytes(data[0x28..0x30].try_into().unwrap());
+    let at = (table + index * 64 + 32) as usize;
+    data[at..at + 8].copy_from_slice(&size.to_le_bytes());
+    std::fs::write(to, &data).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(to).unwrap();
+    f.set_len(offset + size).unwrap();
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The largest peak resident set, in KiB, of the children this test program has waited
+/// for (one test runs at a time): an upper bound on the last one's.
+fn children_peak_kib() -> u64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    getrusage(UsageWho::RUSAGE_CHILDREN).unwrap().max_rss() as u64
+}
+
+/// What no run on a lying file may reach: 1 GiB resident.
+const LIAR_MEMORY_KIB: u64 = 1 << 20;
+
+/// Lies of 64 GiB (past any section's cap) and 2 GiB (within it, but holes).
+const LIES: [(&str, u64); 2] = [("liar64g", 64 << 30), ("liar2g", 2 << 30)];
+
+fn a_file_whose_section_lies_about_its_size_is_refused_by_symbolize() {
+    let dir = tempdir();
+    let (name, size) = LIES[1];
+    let liar = dir.join(name);
+    lying_copy(Path::new(&target("split7030")), &liar, size);
+    let started = std::time::Instant::now();
+    let o = sampler(
+        &[
+            "symbolize",
+            "--no-cache",
+            "-e",
+            &liar.display().to_string(),
+            "0x1000",
+        ],
+        &dir,
+    );
+    let took = started.elapsed();
+    let kib = children_peak_kib();
+    let err = stderr(&o);
+    eprintln!("symbolize {name}: {took:?}, at most {kib} KiB: {err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    assert!(
+        lines[0].contains(&liar.display().to_string()) && lines[0].contains("a sparse file"),
+        "{err}"
+    );
+    assert!(kib < LIAR_MEMORY_KIB, "{kib} KiB");
+    assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn as_root_recording_the_machine_survives_another_users_lying_files() {
+    let dir = tempdir();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let liars: Vec<Running> = LIES
+        .iter()
+        .map(|&(name, size)| {
+            let liar = dir.join(name);
+            lying_copy(Path::new(&target("split7030")), &liar, size);
+            let child = Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(&liar)
+                .arg("4")
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("setpriv runs");
+            Running(child)
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = dir.join("machine.json");
+    let o = sampler(
+        &["record", "-a", "-d", "2", "-o", &out.display().to_string()],
+        &dir,
+    );
+    let kib = children_peak_kib();
+    drop(liars);
+    let err = stderr(&o);
+    eprintln!("record -a beside lying files: at most {kib} KiB");
+    assert!(o.status.success(), "{err}");
+    for (name, _) in LIES {
+        let said: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains(name) && l.contains("not read: its section .debug_info"))
+            .collect();
+        assert_eq!(said.len(), 1, "one line on {name}: {err}");
+    }
+    assert!(kib < LIAR_MEMORY_KIB, "{kib} KiB");
+    load_checked(&out);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A JIT bench target running for a while, as user nobody or as root; its perf map.
+fn jit_process(as_nobody: bool) -> (Running, PathBuf) {
+    let mut c = Command::new("setpriv");
+    if as_nobody {
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+    }
+    let child = c
+        .args([&target("jit"), "8"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("setpriv runs");
+    let map = PathBuf::from(format!("/tmp/perf-{}.map", child.id()));
+    (Running(child), map)
+}
+
+fn as_root_planted_perf_maps_are_ignored() {
+    // Two of nobody's JIT processes whose maps become one 1 GiB file (sparse) with two
+    // names; a third of theirs keeps its own map; root's JIT process gets a map nobody
+    // owns.
+    let jits: Vec<(Running, PathBuf)> = [true, true, true, false]
+        .into_iter()
+        .map(jit_process)
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let big = PathBuf::from(format!("/tmp/sampler-test-{}-big.map", std::process::id()));
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    std::os::unix::fs::chown(&big, Some(65534), Some(65534)).unwrap();
+    for (_, map) in &jits[..2] {
+        std::fs::remove_file(map).unwrap();
+        std::fs::hard_link(&big, map).unwrap();
+    }
+    std::fs::remove_file(&big).unwrap();
+    std::os::unix::fs::chown(&jits[3].1, Some(65534), Some(65534)).unwrap();
+    let dir = tempdir();
+    let out = dir.join("jits.json");
+    let o = sampler(
+        &["record", "-a", "-d", "2", "-o", &out.display().to_string()],
+        &dir,
+    );
+    let kib = children_peak_kib();
+    let pids: Vec<String> = jits.iter().map(|(r, _)| r.pid()).collect();
+    for (running, map) in jits {
+        drop(running);
+        let _ = std::fs::remove_file(map);
+    }
+    let err = stderr(&o);
+    eprintln!("record -a beside planted perf maps: at most {kib} KiB");
+    assert!(o.status.success(), "{err}");
+    let ignored = |pid: &str, why: &str| {
+        let said = format!("/tmp/perf-{pid}.map is ignored: {why}");
+        assert!(err.contains(&said), "{said}: {err}");
+    };
+    ignored(&pids[0], "it has 2 names (hard links), not one");
+    ignored(&pids[1], "it has 2 names (hard links), not one");
+    ignored(
+        &pids[3],
+        "it belongs to user 65534, not to its process's user 0 or root",
+    );
+    let p = load_checked(&out);
+    let named: Vec<bool> = pids
+        .iter()
+        .map(|pid| {
+            thread_frames(&p)
+                .iter()
+                .filter(|(t, _)| &t.pid == pid)
+                .flat_map(|(_, stacks)| stacks.iter().flatten())
+                .any(|f| f.name == "jit_hot_a")
+        })
+        .collect();
+    assert_eq!(named, [false, false, true, false], "{err}");
+    assert!(kib < LIAR_MEMORY_KIB, "{kib} KiB");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 fn main() {
     run_tests(tests![
         failed_starts_touch_nothing: Need::Perf;
@@ -642,5 +825,8 @@ fn main() {
         as_root_planted_links_and_other_users_files_are_refused: Need::Perf, Need::Root;
         under_sudo_the_command_runs_as_the_user_who_ran_it: Need::Perf, Need::Root;
         attaching_twice_or_to_a_thread_records_the_process_once: Need::Perf;
+        a_file_whose_section_lies_about_its_size_is_refused_by_symbolize;
+        as_root_recording_the_machine_survives_another_users_lying_files: Need::Perf, Need::Root;
+        as_root_planted_perf_maps_are_ignored: Need::Perf, Need::Root;
     ]);
 }

@@ -1,34 +1,43 @@
 //! The profile reader on any bytes, and everything that runs on what it accepts: call
-//! trees, a transform, the report, every export.
+//! trees and the report in each time view (on-CPU, off-CPU, wall-clock), a transform,
+//! every export.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use sampler::calltree::{CallTree, Transform};
 use sampler::emit;
+use sampler::profile::TimeView;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(profile) = emit::load::from_slice(data) else {
         return;
     };
-    let tree = CallTree::all_threads(&profile);
-    let opts = emit::report::ReportOptions {
+    let mut text = String::new();
+    let plain = emit::report::ReportOptions {
         width: Some(100),
         color: false,
         max_depth: None,
         min_percent: 0.0,
+        time: None,
     };
-    let mut text = String::new();
-    emit::report::render_tree(&tree.inverted(), &opts, &mut text);
+    for view in [TimeView::Cpu, TimeView::OffCpu, TimeView::Wall] {
+        let opts = emit::report::ReportOptions {
+            time: Some(view),
+            ..plain
+        };
+        let tree = CallTree::all_threads_in(&profile, view);
+        emit::report::render_tree(&tree.inverted(), &opts, &mut text);
+        let _ = emit::folded::to_folded(&profile, true, view);
+        let _ = emit::speedscope::to_json(&profile, view);
+        let _ = emit::svg::to_svg(&profile, true, view);
+    }
     let merged = sampler::calltree::transform::apply_all(
         CallTree::all_threads(&profile),
         &[Transform::MergeFunction("main".into())],
     );
     if let Ok(tree) = merged {
-        emit::report::render_tree(&tree, &opts, &mut text);
+        emit::report::render_tree(&tree, &plain, &mut text);
     }
-    let _ = emit::folded::to_folded(&profile, true);
-    let _ = emit::speedscope::to_json(&profile);
     let _ = emit::pprof::to_pprof(&profile);
-    let _ = emit::svg::to_svg(&profile, true);
     let _ = emit::firefox::to_json(&profile);
 });

@@ -100,6 +100,9 @@ pub struct Built {
     /// The JIT dump each process mapped, by the path of its perf map (see
     /// [`crate::symbolicate::SymbolOptions::jit_dumps`]).
     pub jit_dumps: HashMap<String, std::path::PathBuf>,
+    /// The user each process with JIT code ran as, by the path of its perf map (see
+    /// [`crate::symbolicate::SymbolOptions::jit_users`]).
+    pub jit_users: HashMap<String, u32>,
     /// The library of the outermost frame of stacks cut by code without unwind rules,
     /// with their counts, most first (what the summary names).
     pub no_unwind_info_in: Vec<(String, u64)>,
@@ -123,6 +126,7 @@ pub struct ProfileBuilder {
     thread_by_tid: HashMap<i32, usize>,
     truncated: TruncatedBy,
     jit_dumps: HashMap<String, std::path::PathBuf>,
+    jit_users: HashMap<String, u32>,
     /// Each process's JIT dump as read so far while recording: its path and how many bytes
     /// of it were read.
     jit_tails: HashMap<i32, (std::path::PathBuf, u64)>,
@@ -208,6 +212,7 @@ impl ProfileBuilder {
             thread_by_tid: HashMap::new(),
             truncated: TruncatedBy::default(),
             jit_dumps: HashMap::new(),
+            jit_users: HashMap::new(),
             jit_tails: HashMap::new(),
             no_unwind_info_in: HashMap::new(),
             restored_callers: 0,
@@ -499,7 +504,8 @@ impl ProfileBuilder {
     /// runs, so the records of code that the events' samples ran in are there.
     fn read_jit_dumps(&mut self) {
         for (&pid, (path, offset)) in &mut self.jit_tails {
-            let Ok(data) = crate::jitdump::read_from(path, *offset) else {
+            let user = self.jit_users.get(&perf_map_path(pid)).copied();
+            let Ok(data) = crate::jitdump::read_from(path, *offset, user) else {
                 continue;
             };
             let (found, used) = crate::jitdump::unwind_records(&data, *offset == 0);
@@ -627,6 +633,7 @@ impl ProfileBuilder {
             lib_binaries: self.lib_binaries,
             truncated: self.truncated,
             jit_dumps: self.jit_dumps,
+            jit_users: self.jit_users,
             no_unwind_info_in,
         }
     }
@@ -729,6 +736,9 @@ impl ProfileBuilder {
     /// would be wrong, so it is not used).
     fn map(&mut self, m: &Mapping) {
         self.map_generation += 1;
+        if is_jit_dump(&m.path) || is_anonymous(m) {
+            self.note_jit_user(m.pid);
+        }
         if is_jit_dump(&m.path) {
             // The JIT marks its dump by mapping it; the dump names the process's JIT code,
             // which is in its anonymous memory (the perf map's library).
@@ -832,6 +842,18 @@ impl ProfileBuilder {
     }
 
     /// The module of memory with no file behind it.
+    /// Notes the user process `pid` runs as, the first time it maps JIT code or a dump
+    /// (while it runs): whose perf map and dump are its own.
+    fn note_jit_user(&mut self, pid: i32) {
+        if let std::collections::hash_map::Entry::Vacant(entry) =
+            self.jit_users.entry(perf_map_path(pid))
+        {
+            if let Some(user) = crate::locate::process_user(pid) {
+                entry.insert(user);
+            }
+        }
+    }
+
     fn fileless_module(
         &mut self,
         name: String,

@@ -686,9 +686,11 @@ impl Entry {
             }
         });
         let frames_end = (first + count).min(self.count(FRAMES));
-        let mut frames = Vec::with_capacity(count);
-        let mut frame_symbols = Vec::with_capacity(count);
-        for i in first.min(frames_end)..frames_end {
+        // The entry's count is input: only the frames it holds are made room for.
+        let frames_start = first.min(frames_end);
+        let mut frames = Vec::with_capacity(frames_end - frames_start);
+        let mut frame_symbols = Vec::with_capacity(frames_end - frames_start);
+        for i in frames_start..frames_end {
             let at = self.record(FRAMES, i);
             let flags = self.u32(at + 16);
             frames.push(SourceFrame {

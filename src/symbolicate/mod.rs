@@ -84,6 +84,10 @@ pub struct SymbolOptions {
     /// The JIT dump each process wrote, by the path of its perf map (the library its JIT
     /// code is in).
     pub jit_dumps: HashMap<String, PathBuf>,
+    /// The user each JIT process ran as, by the path of its perf map: the owner its perf
+    /// map and dump must have (or root) to be read. A process not listed was not seen
+    /// running: only root's files are read for it.
+    pub jit_users: HashMap<String, u32>,
     /// Where what was learned about files is kept between runs, if anywhere.
     pub cache: Option<Arc<cache::SymbolCache>>,
 }
@@ -96,6 +100,7 @@ impl Default for SymbolOptions {
             kernel: None,
             read_kallsyms: false,
             jit_dumps: HashMap::new(),
+            jit_users: HashMap::new(),
             cache: None,
         }
     }
@@ -189,7 +194,7 @@ impl LibSymbols {
         // Only the parts that name things are read (symbol tables, DWARF), not its code;
         // what is kept is copied out of the reader, which goes at the end.
         let reader = binary.reader();
-        let file = Elf::parse(&reader)?;
+        let file = binary.elf(&reader)?;
         let complete = binary.has_dwarf && binary.has_symtab;
         let (mut debug, rejected) = if complete {
             (None, Vec::new())
@@ -210,7 +215,10 @@ impl LibSymbols {
             }
         }
         let debug_reader = debug.as_ref().map(|d| d.binary.reader());
-        let debug_elf = debug_reader.as_ref().and_then(Elf::parse);
+        let debug_elf = debug
+            .as_ref()
+            .zip(debug_reader.as_ref())
+            .and_then(|(d, reader)| d.binary.elf(reader));
         // The debug file's full symbol table first: of two names at one address, it has
         // the better one.
         let mut files: Vec<(&Binary, &Elf<'_, _>)> = Vec::new();
@@ -230,8 +238,12 @@ impl LibSymbols {
                 files
                     .iter()
                     .map(|(binary, elf)| {
+                        // Read through a parse that checked the headers against
+                        // what the file holds, whose sizes `object` reads by.
                         let reader = binary.reader();
-                        let all = object::File::parse(&reader)
+                        let all = binary
+                            .elf(&reader)
+                            .and_then(|_| object::File::parse(&reader).ok())
                             .map(|f| symbols::elf_symbols(&f))
                             .unwrap_or_default();
                         symbols::with_plt(all, elf, &binary.at())
@@ -1073,6 +1085,16 @@ pub fn symbolicate(raw: RawProfile, lib_binaries: &[LibFile], opts: &SymbolOptio
     assemble(raw, &by_lib, named)
 }
 
+/// The file behind a library, or why it is not read: none was found, or its headers
+/// claim more than it holds.
+fn readable(binary: &LibFile) -> Result<&Binary, String> {
+    let binary = binary.as_ref().map_err(String::clone)?;
+    match &binary.damaged {
+        Some(why) => Err(format!("not read: {why}")),
+        None => Ok(binary),
+    }
+}
+
 /// Names the `addresses` of one library (through the cache for files and the kernel), or
 /// says why it has no names.
 fn name_lib(lib: &Lib, binary: &LibFile, addresses: &[u64], opts: &SymbolOptions) -> Named {
@@ -1083,7 +1105,7 @@ fn name_lib(lib: &Lib, binary: &LibFile, addresses: &[u64], opts: &SymbolOptions
     }
     match lib.kind {
         LibKind::File => {
-            let binary = binary.as_ref().map_err(String::clone)?;
+            let binary = readable(binary)?;
             name_file(binary, &lib.path, addresses, opts).ok_or_else(|| "not an ELF file".into())
         }
         LibKind::Kernel => name_kernel(lib.base, addresses, opts),
@@ -1232,14 +1254,16 @@ pub fn kernel_entries(
 }
 
 /// The most of a perf map that is read: a line of about a hundred bytes per piece of JIT
-/// code keeps even a long-running JIT's far below this.
-const MAX_PERF_MAP_BYTES: u64 = 1 << 30;
+/// code makes this over a million pieces, far more than even a long-running JIT's; the
+/// text and the names made of it are held at once (about three times this), as root
+/// too. The rest of a larger map is left out, with a line that says so.
+const MAX_PERF_MAP_BYTES: u64 = 128 << 20;
 
 /// The symbols of one library, or why there are none.
 fn load_lib(lib: &Lib, binary: &LibFile, opts: &SymbolOptions) -> Result<LibSymbols, String> {
     match lib.kind {
         LibKind::File => {
-            let binary = binary.as_ref().map_err(String::clone)?;
+            let binary = readable(binary)?;
             LibSymbols::load(binary, &lib.path, opts).ok_or_else(|| "not an ELF file".into())
         }
         LibKind::Kernel => Ok(LibSymbols {
@@ -1253,15 +1277,32 @@ fn load_lib(lib: &Lib, binary: &LibFile, opts: &SymbolOptions) -> Result<LibSymb
             ..LibSymbols::default()
         }),
         LibKind::PerfMap => {
-            // The name is predictable and /tmp anyone's: a link or a fifo planted there is
-            // not read, nor more than a perf map can sensibly hold.
-            let mut entries =
-                crate::locate::read_regular(Path::new(&lib.path), 0, MAX_PERF_MAP_BYTES)
-                    .map(|text| symbols::perf_map_entries(&String::from_utf8_lossy(&text)))
-                    .ok();
+            // The name is predictable and /tmp anyone's: only a map the process's user
+            // (or root) wrote, under that one name, holding its bytes, is read.
+            let user = opts.jit_users.get(&lib.path).copied();
+            let path = Path::new(&lib.path);
+            let (mut entries, ignored) = match crate::locate::read_written_by(
+                path,
+                0,
+                MAX_PERF_MAP_BYTES,
+                user,
+            ) {
+                Ok(Some((text, len))) => {
+                    if len > MAX_PERF_MAP_BYTES {
+                        crate::say!(
+                                "sampler: {}: only its first {MAX_PERF_MAP_BYTES} bytes of {len} are read",
+                                lib.path
+                            );
+                    }
+                    let text = String::from_utf8_lossy(&text);
+                    (Some(symbols::perf_map_entries(&text)), None)
+                }
+                Ok(None) => (None, None),
+                Err(why) => (None, Some(why)),
+            };
             let dump = opts.jit_dumps.get(&lib.path);
             if let Some(path) = dump {
-                let read = crate::jitdump::read_from(path, 0).map_err(|e| e.to_string());
+                let read = crate::jitdump::read_from(path, 0, user);
                 match read.and_then(|data| crate::jitdump::parse(&data)) {
                     Ok(loads) => entries.get_or_insert_with(Vec::new).extend(loads),
                     Err(e) if entries.is_none() => {
@@ -1273,8 +1314,13 @@ fn load_lib(lib: &Lib, binary: &LibFile, opts: &SymbolOptions) -> Result<LibSymb
                     Err(_) => {}
                 }
             }
-            let entries =
-                entries.ok_or_else(|| format!("JIT code, but no {} was written", lib.path))?;
+            if let (Some(why), Some(_)) = (&ignored, &entries) {
+                crate::say!("sampler: {} is ignored: {why}", lib.path);
+            }
+            let entries = entries.ok_or_else(|| match ignored {
+                Some(why) => format!("JIT code, but {} is ignored: {why}", lib.path),
+                None => format!("JIT code, but no {} was written", lib.path),
+            })?;
             Ok(LibSymbols {
                 symbols: SymbolMap::from_written(entries),
                 ..LibSymbols::default()
