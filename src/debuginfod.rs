@@ -369,7 +369,13 @@ impl Client {
             }
             _ => {}
         }
-        let dir = match usercache::open_dir(cache, &[hex], self.config.owner, true) {
+        let dir = match usercache::open_dir(
+            cache,
+            &[hex],
+            self.config.owner,
+            true,
+            usercache::Access::Shared,
+        ) {
             Ok(dir) => dir,
             Err(e) => {
                 return Answer::NoCache(format!("cannot use the cache {}: {e}", cache.display()))
@@ -468,7 +474,7 @@ fn plural(n: usize) -> &'static str {
 }
 
 /// A byte count for people: kB, MB or GB.
-fn size(bytes: u64) -> String {
+pub(crate) fn size(bytes: u64) -> String {
     match bytes {
         0..1_000_000 => format!("{:.1} kB", bytes as f64 / 1e3),
         1_000_000..1_000_000_000 => format!("{:.1} MB", bytes as f64 / 1e6),
@@ -581,11 +587,12 @@ mod tests {
         })
     }
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("sampler-debuginfod-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
+    /// A scratch directory (removed when the test ends) and the cache in it, not yet
+    /// created.
+    fn scratch(name: &str) -> (crate::testdir::TestDir, PathBuf) {
+        let dir = crate::testdir::TestDir::new(&format!("debuginfod-{name}"));
+        let cache = dir.join("cache");
+        (dir, cache)
     }
 
     /// An ELF file with a build ID (`/bin/true` is a small one), and the ID.
@@ -605,7 +612,7 @@ mod tests {
     fn a_download_is_cached_under_its_build_id_once_per_run() {
         let (elf, id) = elf_with_build_id("/bin/true");
         let (url, requests) = serve("200 OK", elf.clone());
-        let cache = scratch("fetch");
+        let (_dir, cache) = scratch("fetch");
         let c = client(vec![url.clone()], &cache.join("new/cache"), 5);
         let path = c.find(&id, "test").unwrap();
         assert_eq!(
@@ -633,7 +640,7 @@ mod tests {
         let (elf, mut id) = elf_with_build_id("/bin/true");
         id[0] ^= 0xff;
         let (url, _) = serve("200 OK", elf);
-        let cache = scratch("wrong");
+        let (_dir, cache) = scratch("wrong");
         let c = client(vec![url], &cache, 5);
         let err = c.find(&id, "test").unwrap_err();
         assert!(err.contains("not its debug file: its build ID is"), "{err}");
@@ -650,7 +657,7 @@ mod tests {
         let (elf, id) = elf_with_build_id("/bin/true");
         for with_length in [true, false] {
             let (url, _) = serve_with("200 OK", elf.clone(), with_length);
-            let cache = scratch(&format!("large-{with_length}"));
+            let (_dir, cache) = scratch(&format!("large-{with_length}"));
             let c = Client::new(Config {
                 max_size: elf.len() as u64 - 1,
                 ..client(vec![url], &cache, 5).config
@@ -668,7 +675,7 @@ mod tests {
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let (not_found, _) = serve("404 Not Found", Vec::new());
         let url = format!("http://{}", silent.local_addr().unwrap());
-        let cache = scratch("silent");
+        let (_dir, cache) = scratch("silent");
         let c = client(vec![url.clone(), not_found], &cache, 1);
         let started = Instant::now();
         assert!(c.find(&[1; 20], "test").is_err());

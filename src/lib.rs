@@ -46,5 +46,7 @@ pub mod record;
 pub mod replay;
 pub mod summary;
 pub mod symbolicate;
+#[cfg(test)]
+mod testdir;
 pub mod unwind;
 pub mod usercache;

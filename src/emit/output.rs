@@ -205,12 +205,8 @@ impl Drop for AtomicFile {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("sampler-output-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    fn scratch(name: &str) -> crate::testdir::TestDir {
+        crate::testdir::TestDir::new(&format!("output-{name}"))
     }
 
     #[test]
@@ -224,7 +220,7 @@ mod tests {
         drop(new);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
         assert_eq!(
-            std::fs::read_dir(&dir).unwrap().count(),
+            std::fs::read_dir(dir.path()).unwrap().count(),
             1,
             "the new file is gone"
         );
@@ -232,7 +228,7 @@ mod tests {
         new.write_all(b"new").unwrap();
         new.commit(None).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]
@@ -243,7 +239,7 @@ mod tests {
         assert!(!path.exists());
         let err = check_destination(&dir.join("nodir/out.json"), false, None).unwrap_err();
         assert!(format!("{err:#}").contains("no directory"), "{err:#}");
-        let err = check_destination(&dir, false, None).unwrap_err();
+        let err = check_destination(dir.path(), false, None).unwrap_err();
         assert!(format!("{err:#}").contains("is a directory"), "{err:#}");
         let err = check_destination(Path::new("/dev/null"), true, None).unwrap_err();
         assert!(format!("{err:#}").contains("not a regular file"), "{err:#}");
