@@ -8,7 +8,9 @@
 //!   exclusively, never through a symbolic link), flushes it to disk, hands it to the
 //!   sudo user through its open descriptor (never by path), and only then renames it
 //!   over the old name. When anything fails, the new file is removed and the old one is
-//!   untouched; every error names the path.
+//!   untouched; every error names the path. New files of the same name that a killed
+//!   run left (its pid is gone; they are this user's) are removed once the output is
+//!   written: a run that fails deletes nothing.
 //! - As root, the path itself must not be a symbolic link, nor a file of a user other
 //!   than root or the one who ran sudo: someone else may have put it there.
 
@@ -168,7 +170,8 @@ impl AtomicFile {
     }
 
     /// Flushes the new file to disk, gives it to `owner` (through the descriptor), and
-    /// renames it over `path`.
+    /// renames it over `path`; then removes what killed runs left beside it
+    /// ([`remove_left_behind`]).
     pub fn commit(mut self, owner: Option<SudoUser>) -> Result<()> {
         let file = self.file.take().expect("committed once");
         let what = || format!("cannot write {}", self.path.display());
@@ -180,7 +183,42 @@ impl AtomicFile {
         }
         drop(file);
         std::fs::rename(&self.temp, &self.path).with_context(what)?;
+        if let Some(name) = self.path.file_name() {
+            remove_left_behind(directory_of(&self.path), &name.to_string_lossy());
+        }
         Ok(())
+    }
+}
+
+/// Removes the new files of outputs named `name` in `dir` (`.NAME.sampler-PID-N`) that
+/// runs killed before they could rename or remove them (SIGKILL, a power cut) left:
+/// those of a pid that is gone, and regular files of this process's user only (never
+/// another user's, never through a link). A live pid's may be a run writing now.
+fn remove_left_behind(dir: &Path, name: &str) {
+    let prefix = format!(".{name}.sampler-");
+    let Ok(listing) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let me = nix::unistd::Uid::effective().as_raw();
+    for entry in listing.flatten() {
+        let file_name = entry.file_name();
+        let Some(pid) = file_name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|rest| rest.split_once('-'))
+            .filter(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok())
+            .filter(|&pid| pid > 0)
+        else {
+            continue;
+        };
+        let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+            == Err(nix::errno::Errno::ESRCH);
+        let path = entry.path();
+        let ours = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.uid() == me);
+        if gone && ours {
+            let _ = std::fs::remove_file(&path);
+        }
     }
 }
 
