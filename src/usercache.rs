@@ -200,14 +200,76 @@ pub fn remove_file(dir: &impl AsFd, name: &OsStr) -> io::Result<()> {
 /// named after sampler, so that one left behind by a killed process can be recognised.
 pub const TEMP_PREFIX: &str = ".sampler-";
 
+/// The names of what `dir` holds (`.` and `..` left out).
+pub fn names_in(dir: &OwnedFd) -> Vec<std::ffi::OsString> {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(mut listing) = nix::dir::Dir::openat(
+        dir,
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return Vec::new();
+    };
+    listing
+        .iter()
+        .flatten()
+        .map(|e| OsStr::from_bytes(e.file_name().to_bytes()).to_os_string())
+        .filter(|n| n != "." && n != "..")
+        .collect()
+}
+
+/// Removes from `dir` the files on their way in ([`TEMP_PREFIX`]) last written longer
+/// than `age` ago: left by a process that was killed. Regular files only, never
+/// through a link.
+pub fn remove_stale_temps(dir: &OwnedFd, age: std::time::Duration) {
+    use std::os::unix::ffi::OsStrExt;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    for name in names_in(dir) {
+        if !name.as_bytes().starts_with(TEMP_PREFIX.as_bytes()) {
+            continue;
+        }
+        let Ok(stat) = nix::sys::stat::fstatat(
+            dir,
+            name.as_os_str(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) else {
+            continue;
+        };
+        if stat.st_mode & libc::S_IFMT == libc::S_IFREG
+            && now - stat.st_mtime > age.as_secs() as i64
+        {
+            let _ = remove_file(dir, &name);
+        }
+    }
+}
+
+/// The files on their way in that this process has not committed or removed yet: their
+/// directory and name, by a number of their own.
+static UNFINISHED: std::sync::Mutex<Vec<(u64, OwnedFd, String)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Removes the files on their way in that are still unfinished: for a process about to
+/// exit while a thread still writes one (a download that a signal made it give up on).
+pub fn remove_unfinished() {
+    let unfinished = std::mem::take(&mut *UNFINISHED.lock().unwrap_or_else(|e| e.into_inner()));
+    for (_, dir, name) in unfinished {
+        let _ = remove_file(&dir, OsStr::new(&name));
+    }
+}
+
 /// A file on its way into a cache directory: a new file beside its final name, removed
-/// unless committed.
+/// unless committed (and by [`remove_unfinished`], should the process exit first).
 pub struct TempFile {
     dir: OwnedFd,
     name: String,
     final_name: String,
     pub file: File,
     committed: bool,
+    /// Its number among the [`UNFINISHED`].
+    number: u64,
 }
 
 impl TempFile {
@@ -215,23 +277,27 @@ impl TempFile {
     /// to `final_name`, with permission bits `mode`.
     pub fn create(dir: OwnedFd, final_name: &str, mode: u32) -> io::Result<TempFile> {
         static N: AtomicU64 = AtomicU64::new(0);
-        let name = format!(
-            "{TEMP_PREFIX}{}-{}.{final_name}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
+        let number = N.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{TEMP_PREFIX}{}-{number}.{final_name}", std::process::id());
         let fd = openat(
             &dir,
             name.as_str(),
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::from_bits_truncate(mode),
         )?;
+        if let Ok(copy) = dir.try_clone() {
+            UNFINISHED
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((number, copy, name.clone()));
+        }
         Ok(TempFile {
             dir,
             name,
             final_name: final_name.to_string(),
             file: File::from(fd),
             committed: false,
+            number,
         })
     }
 
@@ -289,6 +355,10 @@ impl TempFile {
 
 impl Drop for TempFile {
     fn drop(&mut self) {
+        UNFINISHED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(number, _, _)| *number != self.number);
         if !self.committed {
             let _ = remove_file(&self.dir, OsStr::new(&self.name));
         }

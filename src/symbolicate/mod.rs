@@ -1081,6 +1081,9 @@ fn name_lib(lib: &Lib, binary: &LibFile, addresses: &[u64], opts: &SymbolOptions
     if addresses.is_empty() {
         return Ok((LibFacts::default(), Vec::new()));
     }
+    if let Some(signal) = crate::interrupt::stopped() {
+        return Err(format!("not read: {signal} stopped the naming"));
+    }
     match lib.kind {
         LibKind::File => {
             let binary = binary.as_ref().map_err(String::clone)?;
