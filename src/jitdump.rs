@@ -279,8 +279,7 @@ mod tests {
     }
     #[test]
     fn a_dump_is_read_only_as_a_regular_file_and_from_an_offset() {
-        let dir = std::env::temp_dir().join(format!("sampler-jitdump-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::testdir::TestDir::new("jitdump");
         let dump = dir.join("jit-77.dump");
         std::fs::write(&dump, header()).unwrap();
         assert_eq!(read_from(&dump, 0).unwrap(), header());
@@ -295,6 +294,5 @@ mod tests {
         let _ = std::fs::remove_file(&fifo);
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
         assert!(read_from(&fifo, 0).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
