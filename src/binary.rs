@@ -612,6 +612,15 @@ impl Binary {
         }
     }
 
+    /// The file's metadata (inode, times), when it was read from a file and not from
+    /// memory.
+    pub fn metadata(&self) -> Option<std::fs::Metadata> {
+        match &self.image {
+            Image::Bytes(_) => None,
+            Image::File(file) => file.metadata().ok(),
+        }
+    }
+
     /// The whole file's bytes: shared when they are in memory, else read from the open
     /// file (for the symbolicator, which drops them when it is done with the file).
     pub fn bytes(&self) -> std::io::Result<Arc<[u8]>> {

@@ -17,6 +17,14 @@
 //!   directory is opened relative to one already opened and checked to be theirs, new
 //!   ones are created and given to them through their descriptors, never by path
 //!   ([`crate::usercache`], which the symbol cache shares).
+//! - Time: a download has [`DEFAULT_MAX_TIME`] in all, and must keep going at
+//!   [`MIN_RATE`] over each time-out's span, so that a server sending a byte now and
+//!   then cannot hold sampler; its first bytes must be an ELF file, with the build ID
+//!   asked for when its notes are among them, or nothing more is read. A signal that
+//!   stops the naming ([`crate::interrupt`]) leaves a lookup at once; the download is
+//!   dropped, and its new file removed before sampler exits
+//!   ([`usercache::remove_unfinished`]). New files a killed run left are removed a week
+//!   later.
 //! - Nothing here fails the run: what went wrong is said in [`Client::summary`].
 
 use std::collections::HashMap;
@@ -37,6 +45,32 @@ use crate::usercache::{self, TempFile};
 /// a few seconds to pull one out of a large package), and since a server that times out
 /// is not asked again, it is also the most a server that is down can add to a run.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest a download may take in all, when `DEBUGINFOD_MAXTIME` does not say:
+/// 60 s. Every file a profile lacks is asked for after its command has ended, with the
+/// person waiting for the profile; 60 s fetches a debug file of hundreds of MB on an
+/// ordinary connection (a distribution's libc's is a few MB), and one that takes longer
+/// is better fetched by hand (`debuginfod-find`) than by every profile.
+pub const DEFAULT_MAX_TIME: Duration = Duration::from_secs(60);
+
+/// The slowest a download may go, averaged over each span of the time-out
+/// (`DEBUGINFOD_TIMEOUT`): 100 KiB/s, as elfutils' client asks of a server (curl's low
+/// speed limit). A server below it would not deliver a debug file within
+/// [`DEFAULT_MAX_TIME`] anyway.
+pub const MIN_RATE: u64 = 100 << 10;
+
+/// How much of a download's start is kept to check that it is an ELF file with the
+/// build ID asked for: 64 KiB holds an ELF header, its program headers and the notes
+/// they place at the start, where linkers put the build ID.
+const PREFIX_BYTES: usize = 64 << 10;
+
+/// How often a lookup looks whether a signal has stopped the naming: 100 ms, well within
+/// the few seconds a person waits after Ctrl-C.
+const STOP_POLL: Duration = Duration::from_millis(100);
+
+/// New files of downloads older than this were left by a run that was killed: a week,
+/// far longer than any download takes.
+const STALE_DOWNLOAD: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The largest file downloaded, when `DEBUGINFOD_MAXSIZE` does not say: 4 GiB. The
 /// largest debug files of real programs (a browser's or a compiler's, with full DWARF)
@@ -88,13 +122,13 @@ pub fn cache_dir(
     }
 }
 
-/// A time-out in seconds as `DEBUGINFOD_TIMEOUT` gives it: zero or negative is none;
-/// unset or not a number is [`DEFAULT_TIMEOUT`].
-pub fn parse_timeout(value: Option<&str>) -> Option<Duration> {
+/// A time-out in seconds as `DEBUGINFOD_TIMEOUT` or `DEBUGINFOD_MAXTIME` gives it:
+/// zero or negative is none; unset or not a number is `default`.
+pub fn parse_timeout(value: Option<&str>, default: Duration) -> Option<Duration> {
     match value.map(str::trim).map(str::parse::<i64>) {
         Some(Ok(s)) if s <= 0 => None,
         Some(Ok(s)) => Some(Duration::from_secs(s.unsigned_abs())),
-        _ => Some(DEFAULT_TIMEOUT),
+        _ => Some(default),
     }
 }
 
@@ -123,7 +157,7 @@ pub struct Config {
     /// Who the cache belongs to: under sudo, the user who ran it.
     pub owner: Option<SudoUser>,
     pub timeout: Option<Duration>,
-    /// `DEBUGINFOD_MAXTIME`: the longest one download may take.
+    /// `DEBUGINFOD_MAXTIME`: the longest one download may take ([`DEFAULT_MAX_TIME`]).
     pub max_time: Option<Duration>,
     pub max_size: u64,
 }
@@ -141,12 +175,6 @@ impl Config {
         // Under sudo HOME may still be the user's or already root's; the cache is the
         // user's either way.
         let home = usercache::user_home(owner);
-        let seconds = |name: &str| {
-            var(name)
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .filter(|&s| s > 0)
-                .map(Duration::from_secs)
-        };
         Some(Config {
             servers,
             cache: cache_dir(
@@ -155,8 +183,8 @@ impl Config {
                 home.as_deref(),
             ),
             owner,
-            timeout: parse_timeout(var("DEBUGINFOD_TIMEOUT").as_deref()),
-            max_time: seconds("DEBUGINFOD_MAXTIME"),
+            timeout: parse_timeout(var("DEBUGINFOD_TIMEOUT").as_deref(), DEFAULT_TIMEOUT),
+            max_time: parse_timeout(var("DEBUGINFOD_MAXTIME").as_deref(), DEFAULT_MAX_TIME),
             max_size: var("DEBUGINFOD_MAXSIZE")
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .filter(|&s| s > 0)
@@ -193,6 +221,8 @@ pub struct Client {
     /// Servers not asked again: index into `config.servers`.
     down: Mutex<Vec<usize>>,
     report: Mutex<Report>,
+    /// New files killed runs left in the cache are looked for once per run.
+    cleaned: std::sync::Once,
 }
 
 impl fmt::Debug for Client {
@@ -241,6 +271,7 @@ impl Client {
             lookups: Mutex::default(),
             down: Mutex::default(),
             report: Mutex::default(),
+            cleaned: std::sync::Once::new(),
         }
     }
 
@@ -251,8 +282,10 @@ impl Client {
 
     /// The debug file of build ID `id` (of the file `name`, for messages), from the cache
     /// or else from the first server that has it; or why there is none. Asked once per
-    /// build ID: later calls get the answer of the first.
-    pub fn find(&self, id: &[u8], name: &str) -> Result<PathBuf, String> {
+    /// build ID: later calls get the answer of the first. A signal that stops the naming
+    /// ends the wait at once (the lookup, in a thread of its own, gives up at its next
+    /// read).
+    pub fn find(self: &Arc<Self>, id: &[u8], name: &str) -> Result<PathBuf, String> {
         let cell = self
             .lookups
             .lock()
@@ -260,7 +293,32 @@ impl Client {
             .entry(id.to_vec())
             .or_default()
             .clone();
-        cell.get_or_init(|| self.look_up(id, name)).clone()
+        cell.get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let (client, owned_id, owned_name) = (self.clone(), id.to_vec(), name.to_string());
+            let spawned = std::thread::Builder::new()
+                .name("sampler-debuginfod".into())
+                .spawn(move || {
+                    let _ = tx.send(client.look_up(&owned_id, &owned_name));
+                });
+            if spawned.is_err() {
+                return self.look_up(id, name);
+            }
+            loop {
+                match rx.recv_timeout(STOP_POLL) {
+                    Ok(answer) => return answer,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        if let Some(signal) = crate::interrupt::stopped() {
+                            return Err(format!("debuginfod: {signal} stopped the lookup"));
+                        }
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                        return Err("debuginfod: the lookup failed".into())
+                    }
+                }
+            }
+        })
+        .clone()
     }
 
     fn look_up(&self, id: &[u8], name: &str) -> Result<PathBuf, String> {
@@ -369,24 +427,67 @@ impl Client {
             }
             _ => {}
         }
-        let dir = match usercache::open_dir(cache, &[hex], self.config.owner, true) {
+        let dir = match usercache::open_dir(cache, &[hex], self.config.owner, true, SHARED) {
             Ok(dir) => dir,
             Err(e) => {
                 return Answer::NoCache(format!("cannot use the cache {}: {e}", cache.display()))
             }
         };
+        self.cleaned
+            .call_once(|| remove_stale_downloads(cache, self.config.owner));
         let mut temp = match TempFile::create(dir, CACHED_NAME, FILE_MODE) {
             Ok(t) => t,
             Err(e) => {
                 return Answer::Refused(format!("cannot write into {}: {e}", cache.display()))
             }
         };
-        let mut body = response.body_mut().as_reader().take(limit + 1);
-        let bytes = match io::copy(&mut body, &mut temp.file) {
-            Ok(n) if n > limit => return too_large(),
-            Ok(n) => n,
-            Err(e) => return Answer::Down(format!("the download broke off: {}", io_reason(&e))),
-        };
+        let mut body = response.body_mut().as_reader();
+        let mut buffer = vec![0u8; 64 << 10];
+        let mut prefix = Vec::new();
+        let mut bytes = 0u64;
+        // Bytes by the start of the current span of the time-out, and when it began.
+        let mut span = (Instant::now(), 0u64);
+        loop {
+            if let Some(signal) = crate::interrupt::stopped() {
+                return Answer::Refused(format!("{signal} stopped the download"));
+            }
+            let n = match body.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Answer::Down(self.broke_off(e)),
+            };
+            bytes += n as u64;
+            if bytes > limit {
+                return too_large();
+            }
+            if let Err(e) = temp.file.write_all(&buffer[..n]) {
+                return Answer::Refused(format!("cannot write into {}: {e}", cache.display()));
+            }
+            if prefix.len() < PREFIX_BYTES {
+                let take = n.min(PREFIX_BYTES - prefix.len());
+                prefix.extend_from_slice(&buffer[..take]);
+                if let Some(Err(why)) = early_verdict(&prefix, id) {
+                    return Answer::Refused(format!(
+                        "sent a file for {hex} that is not its debug file: {why}"
+                    ));
+                }
+            }
+            if let Some(timeout) = self.config.timeout {
+                if span.0.elapsed() >= timeout {
+                    let sent = bytes - span.1;
+                    if sent < MIN_RATE * timeout.as_secs().max(1) {
+                        return Answer::Down(format!(
+                            "sent {} in {} s, slower than {} KiB/s (DEBUGINFOD_TIMEOUT)",
+                            size(sent),
+                            timeout.as_secs(),
+                            MIN_RATE >> 10
+                        ));
+                    }
+                    span = (Instant::now(), bytes);
+                }
+            }
+        }
         if let Err(why) = verify_written(&mut temp, id) {
             return Answer::Refused(format!(
                 "sent a file for {hex} that is not its debug file: {why}"
@@ -395,6 +496,15 @@ impl Client {
         match temp.commit(self.config.owner, true) {
             Ok(()) => Answer::Fetched(cache.join(hex).join(CACHED_NAME), bytes),
             Err(e) => Answer::Refused(format!("cannot write into {}: {e}", cache.display())),
+        }
+    }
+
+    /// One clause for a download that broke off with `e`.
+    fn broke_off(&self, e: io::Error) -> String {
+        match ureq::Error::from(e) {
+            timeout @ ureq::Error::Timeout(_) => self.describe(&timeout),
+            ureq::Error::Io(io) => format!("the download broke off: {}", io_reason(&io)),
+            other => format!("the download broke off: {other}"),
         }
     }
 
@@ -468,7 +578,7 @@ fn plural(n: usize) -> &'static str {
 }
 
 /// A byte count for people: kB, MB or GB.
-fn size(bytes: u64) -> String {
+pub(crate) fn size(bytes: u64) -> String {
     match bytes {
         0..1_000_000 => format!("{:.1} kB", bytes as f64 / 1e3),
         1_000_000..1_000_000_000 => format!("{:.1} MB", bytes as f64 / 1e6),
@@ -484,6 +594,77 @@ fn io_reason(e: &io::Error) -> String {
         _ => e.to_string(),
     }
 }
+
+/// What the first bytes of a download (`prefix`) tell of it: `Some(Err)` when they are not
+/// an ELF file, or one whose build ID (in the notes its program headers place among
+/// them) is not `id`; `Some(Ok)` when it is `id`; `None` when they cannot tell yet (the
+/// whole file is checked once it is in).
+fn early_verdict(prefix: &[u8], id: &[u8]) -> Option<Result<(), String>> {
+    if prefix.len() < object::elf::ELFMAG.len() {
+        return None;
+    }
+    if prefix[..object::elf::ELFMAG.len()] != object::elf::ELFMAG {
+        return Some(Err("not an ELF file".into()));
+    }
+    let found = match object::FileKind::parse(prefix).ok()? {
+        object::FileKind::Elf64 => {
+            build_id_note::<object::elf::FileHeader64<object::Endianness>>(prefix)
+        }
+        object::FileKind::Elf32 => {
+            build_id_note::<object::elf::FileHeader32<object::Endianness>>(prefix)
+        }
+        _ => None,
+    }?;
+    Some(match found == id {
+        true => Ok(()),
+        false => Err(format!("its build ID is {}, not {}", hex(found), hex(id))),
+    })
+}
+
+/// The build ID in the notes that the program headers of the ELF file starting `data`
+/// place within `data`.
+fn build_id_note<Elf: object::read::elf::FileHeader<Endian = object::Endianness>>(
+    data: &[u8],
+) -> Option<&[u8]> {
+    use object::read::elf::ProgramHeader;
+    let header = Elf::parse(data).ok()?;
+    let endian = header.endian().ok()?;
+    for segment in header.program_headers(endian, data).ok()? {
+        let Ok(Some(mut notes)) = segment.notes(endian, data) else {
+            continue;
+        };
+        while let Ok(Some(note)) = notes.next() {
+            if note.name() == b"GNU" && note.n_type(endian) == object::elf::NT_GNU_BUILD_ID {
+                return Some(note.desc());
+            }
+        }
+    }
+    None
+}
+
+/// Removes from the cache at `cache` (its user's, `owner`) the new files of downloads
+/// that runs killed before they ended left, once older than [`STALE_DOWNLOAD`]; only
+/// sampler's (named [`usercache::TEMP_PREFIX`]…), in the build IDs' directories, never
+/// through a link.
+fn remove_stale_downloads(cache: &Path, owner: Option<SudoUser>) {
+    let Ok(top) = usercache::open_dir(cache, &[], owner, false, SHARED) else {
+        return;
+    };
+    for name in usercache::names_in(&top) {
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if name.len() < 2 || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        if let Ok(dir) = usercache::open_dir(cache, &[name], owner, false, SHARED) {
+            usercache::remove_stale_temps(&dir, STALE_DOWNLOAD);
+        }
+    }
+}
+
+/// debuginfod's cache is shared with elfutils' tools, and its debug files are public.
+const SHARED: usercache::Access = usercache::Access::Shared;
 
 /// Whether what was written into `temp` has build ID `id`, read back through a second
 /// descriptor of the same file (only its headers and notes are read).
@@ -528,11 +709,17 @@ mod tests {
 
     #[test]
     fn time_outs_as_elfutils_reads_them() {
-        assert_eq!(parse_timeout(None), Some(DEFAULT_TIMEOUT));
-        assert_eq!(parse_timeout(Some("3")), Some(Duration::from_secs(3)));
-        assert_eq!(parse_timeout(Some("0")), None);
-        assert_eq!(parse_timeout(Some("-1")), None);
-        assert_eq!(parse_timeout(Some("soon")), Some(DEFAULT_TIMEOUT));
+        let parse = |v| parse_timeout(v, DEFAULT_TIMEOUT);
+        assert_eq!(parse(None), Some(DEFAULT_TIMEOUT));
+        assert_eq!(parse(Some("3")), Some(Duration::from_secs(3)));
+        assert_eq!(parse(Some("0")), None);
+        assert_eq!(parse(Some("-1")), None);
+        assert_eq!(parse(Some("soon")), Some(DEFAULT_TIMEOUT));
+        assert_eq!(
+            parse_timeout(None, DEFAULT_MAX_TIME),
+            Some(Duration::from_secs(60)),
+            "a download has 60 s unless DEBUGINFOD_MAXTIME says"
+        );
     }
 
     /// A server on 127.0.0.1 that answers every request with `status` and `body`, and
@@ -570,22 +757,23 @@ mod tests {
         (url, requests)
     }
 
-    fn client(servers: Vec<String>, cache: &Path, timeout: u64) -> Client {
-        Client::new(Config {
+    fn client(servers: Vec<String>, cache: &Path, timeout: u64) -> Arc<Client> {
+        Arc::new(Client::new(Config {
             servers,
             cache: Some(cache.to_path_buf()),
             owner: None,
             timeout: Some(Duration::from_secs(timeout)),
             max_time: None,
             max_size: DEFAULT_MAX_SIZE,
-        })
+        }))
     }
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("sampler-debuginfod-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
+    /// A scratch directory (removed when the test ends) and the cache in it, not yet
+    /// created.
+    fn scratch(name: &str) -> (crate::testdir::TestDir, PathBuf) {
+        let dir = crate::testdir::TestDir::new(&format!("debuginfod-{name}"));
+        let cache = dir.join("cache");
+        (dir, cache)
     }
 
     /// An ELF file with a build ID (`/bin/true` is a small one), and the ID.
@@ -605,7 +793,7 @@ mod tests {
     fn a_download_is_cached_under_its_build_id_once_per_run() {
         let (elf, id) = elf_with_build_id("/bin/true");
         let (url, requests) = serve("200 OK", elf.clone());
-        let cache = scratch("fetch");
+        let (_dir, cache) = scratch("fetch");
         let c = client(vec![url.clone()], &cache.join("new/cache"), 5);
         let path = c.find(&id, "test").unwrap();
         assert_eq!(
@@ -633,7 +821,7 @@ mod tests {
         let (elf, mut id) = elf_with_build_id("/bin/true");
         id[0] ^= 0xff;
         let (url, _) = serve("200 OK", elf);
-        let cache = scratch("wrong");
+        let (_dir, cache) = scratch("wrong");
         let c = client(vec![url], &cache, 5);
         let err = c.find(&id, "test").unwrap_err();
         assert!(err.contains("not its debug file: its build ID is"), "{err}");
@@ -650,11 +838,11 @@ mod tests {
         let (elf, id) = elf_with_build_id("/bin/true");
         for with_length in [true, false] {
             let (url, _) = serve_with("200 OK", elf.clone(), with_length);
-            let cache = scratch(&format!("large-{with_length}"));
-            let c = Client::new(Config {
+            let (_dir, cache) = scratch(&format!("large-{with_length}"));
+            let c = Arc::new(Client::new(Config {
                 max_size: elf.len() as u64 - 1,
-                ..client(vec![url], &cache, 5).config
-            });
+                ..client(vec![url], &cache, 5).config.clone()
+            }));
             let err = c.find(&id, "test").unwrap_err();
             assert!(err.contains("is larger than the limit of"), "{err}");
             let left = std::fs::read_dir(cache.join(hex(&id))).map_or(0, |d| d.count());
@@ -668,7 +856,7 @@ mod tests {
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let (not_found, _) = serve("404 Not Found", Vec::new());
         let url = format!("http://{}", silent.local_addr().unwrap());
-        let cache = scratch("silent");
+        let (_dir, cache) = scratch("silent");
         let c = client(vec![url.clone(), not_found], &cache, 1);
         let started = Instant::now();
         assert!(c.find(&[1; 20], "test").is_err());
@@ -681,6 +869,26 @@ mod tests {
         let line = c.summary().unwrap();
         assert_eq!(line.matches("no answer within 1 s").count(), 1, "{line}");
         assert!(!cache.exists(), "nothing fetched, nothing created");
+    }
+
+    #[test]
+    fn the_first_bytes_of_a_download_say_what_it_is_not() {
+        let (elf, id) = elf_with_build_id("/bin/true");
+        let mut other = id.clone();
+        other[0] ^= 0xff;
+        assert_eq!(early_verdict(&[0; 3], &id), None, "too short to tell");
+        assert_eq!(
+            early_verdict(&[0; 4], &id),
+            Some(Err("not an ELF file".into()))
+        );
+        assert_eq!(early_verdict(&elf[..64], &id), None, "no notes yet");
+        let prefix = &elf[..elf.len().min(PREFIX_BYTES)];
+        assert_eq!(early_verdict(prefix, &id), Some(Ok(())));
+        let wrong = early_verdict(prefix, &other).unwrap().unwrap_err();
+        assert!(wrong.starts_with("its build ID is "), "{wrong}");
+        for len in 0..256.min(elf.len()) {
+            let _ = early_verdict(&elf[..len], &id);
+        }
     }
 
     #[test]

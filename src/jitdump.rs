@@ -288,8 +288,7 @@ mod tests {
     }
     #[test]
     fn a_dump_is_read_only_as_a_regular_file_and_from_an_offset() {
-        let dir = std::env::temp_dir().join(format!("sampler-jitdump-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::testdir::TestDir::new("jitdump");
         let me = Some(nix::unistd::Uid::effective().as_raw());
         let dump = dir.join("jit-77.dump");
         std::fs::write(&dump, header()).unwrap();
@@ -309,13 +308,11 @@ mod tests {
             read_from(&dir.join("jit-80.dump"), 0, me),
             Err("there is no such file".to_string())
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_dump_of_another_user_with_two_names_or_sparse_is_not_read() {
-        let dir = std::env::temp_dir().join(format!("sampler-jitdump-u-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::testdir::TestDir::new("jitdump-owners");
         let me = nix::unistd::Uid::effective().as_raw();
         let dump = dir.join("jit-81.dump");
         std::fs::write(&dump, header()).unwrap();
@@ -350,6 +347,5 @@ mod tests {
             .unwrap();
         let refused = read_from(&sparse, 0, Some(me)).unwrap_err();
         assert!(refused.contains("a sparse file"), "{refused}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

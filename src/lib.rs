@@ -22,6 +22,7 @@
 //! [`maps`] are shared, perf-free helpers: what a mapped ELF file is, where a mapped file
 //! and its debug file are found, and which file backs which address in a process.
 //! [`debuginfod`] fetches the debug files that are not on the machine, by build ID.
+//! [`interrupt`] lets the signals that end a recording stop the naming after it.
 
 #[macro_use]
 pub mod diag;
@@ -33,6 +34,7 @@ pub mod debuginfod;
 pub mod elf;
 pub mod emit;
 pub mod events;
+pub mod interrupt;
 pub mod jitdump;
 pub mod lazycfi;
 pub mod locate;
@@ -44,5 +46,7 @@ pub mod record;
 pub mod replay;
 pub mod summary;
 pub mod symbolicate;
+#[cfg(test)]
+mod testdir;
 pub mod unwind;
 pub mod usercache;

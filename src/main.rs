@@ -20,7 +20,13 @@ fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
-        Command::Record(args) => record_main(args),
+        Command::Record(args) => {
+            let code = record_main(args);
+            // A download a signal made naming give up on may still be writing its new
+            // file into the debuginfod cache: it goes with sampler.
+            sampler::usercache::remove_unfinished();
+            code
+        }
         Command::Symbolize(args) => symbolize_main(args).map(|()| 0),
         Command::Convert(args) => convert_main(args).map(|()| 0),
         Command::Demangle { names } => demangle_main(&names).map(|()| 0),
@@ -69,6 +75,11 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     }
     let (info, ended) = record::record(&plan.options, &mut |events| builder.add_events(events))?;
     let exited = Instant::now();
+    // Naming can take long (a slow debuginfod server): a signal now stops it, and the
+    // profile is written with the names found until then.
+    if let Err(e) = sampler::interrupt::watch(&record::STOP_SIGNALS) {
+        sampler::say!("sampler: warning: signals cannot stop the naming: {e}");
+    }
     // Where the kernel's text starts, which places kernel frames, read only when a sample
     // was in the kernel; its symbols are read when the cache does not name every frame.
     let (kernel_base, kernel) = match builder.has_kernel_frames() {
@@ -89,6 +100,11 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         return Err(save_elsewhere(e, &profile, &plan, sudo));
     }
     let write_ms = exited.elapsed().as_secs_f64() * 1000.0;
+    if let Some(signal) = sampler::interrupt::stopped() {
+        sampler::say!(
+            "sampler: {signal} stopped the naming: the profile has the names found until then (libraries not reached are listed below)"
+        );
+    }
     // After the profile, which it must not delay; a cache that cannot be written only
     // means that the next run reads the debug information again.
     save_cache(&symbol_options);

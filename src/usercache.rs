@@ -17,15 +17,43 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, renameat, OFlag, AT_FDCWD};
-use nix::sys::stat::{fstat, mkdirat, Mode};
+use nix::fcntl::{openat, renameat2, OFlag, RenameFlags, AT_FDCWD};
+use nix::sys::stat::{fchmod, fstat, mkdirat, Mode};
 use nix::unistd::{fchown, unlinkat, Gid, Uid, UnlinkatFlags};
 
 use crate::emit::output::SudoUser;
 
-/// Permission bits of a new cache directory: the user's, readable by others as
-/// directories under the usual umask are (nothing cached is secret).
-const DIR_MODE: u32 = 0o755;
+/// Who may read a cache besides its user.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Everyone, as directories under the usual umask are (0755): debuginfod's cache,
+    /// whose debug files are public and which other tools share.
+    Shared,
+    /// Its user only (0700): the symbol cache, where which files were profiled, and
+    /// what the running kernel's entries are called, are the user's business. A
+    /// directory found open to others is closed to them when opened.
+    Private,
+}
+
+impl Access {
+    /// Permission bits of a new directory.
+    fn dir_mode(self) -> u32 {
+        match self {
+            Access::Shared => 0o755,
+            Access::Private => 0o700,
+        }
+    }
+}
+
+/// Takes the group's and others' permissions off `fd` when it has any (a private cache
+/// made before it was private, or under a loose umask).
+pub fn make_private(fd: &impl AsFd) -> io::Result<()> {
+    let mode = fstat(fd.as_fd())?.st_mode;
+    if mode & 0o077 != 0 {
+        fchmod(fd.as_fd(), Mode::from_bits_truncate(mode & 0o700))?;
+    }
+    Ok(())
+}
 
 /// The home directory of the cache's user: under sudo the invoking user's, from the
 /// password database (HOME may still be theirs or already root's), else `$HOME`.
@@ -60,12 +88,14 @@ fn cache_user(owner: Option<SudoUser>) -> u32 {
 /// parent without following a link. Every directory opened must belong to the cache's
 /// user (the sudo user, else whoever runs sampler). With `create`, what is missing is
 /// created, `root` included (from the nearest directory that exists), and given to the
-/// user; without it, a missing directory is an error.
+/// user; without it, a missing directory is an error. `access` says the mode of new
+/// directories, and with [`Access::Private`] those of `below` are made private.
 pub fn open_dir(
     root: &Path,
     below: &[&str],
     owner: Option<SudoUser>,
     create: bool,
+    access: Access,
 ) -> io::Result<OwnedFd> {
     let user = cache_user(owner);
     // Names still to open, the next one last; those of `root` may be created too.
@@ -91,7 +121,11 @@ pub fn open_dir(
     check_owner(&dir, user, &existing)?;
     while let Some(name) = missing.pop() {
         let created = create
-            && match mkdirat(&dir, name.as_os_str(), Mode::from_bits_truncate(DIR_MODE)) {
+            && match mkdirat(
+                &dir,
+                name.as_os_str(),
+                Mode::from_bits_truncate(access.dir_mode()),
+            ) {
                 Ok(()) => true,
                 Err(Errno::EEXIST) => false,
                 Err(e) => return Err(e.into()),
@@ -118,6 +152,9 @@ pub fn open_dir(
             }
         }
         check_owner(&sub, user, &existing)?;
+        if access == Access::Private && missing.len() < below.len() {
+            make_private(&sub)?;
+        }
         dir = sub;
     }
     Ok(dir)
@@ -163,14 +200,76 @@ pub fn remove_file(dir: &impl AsFd, name: &OsStr) -> io::Result<()> {
 /// named after sampler, so that one left behind by a killed process can be recognised.
 pub const TEMP_PREFIX: &str = ".sampler-";
 
+/// The names of what `dir` holds (`.` and `..` left out).
+pub fn names_in(dir: &OwnedFd) -> Vec<std::ffi::OsString> {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(mut listing) = nix::dir::Dir::openat(
+        dir,
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return Vec::new();
+    };
+    listing
+        .iter()
+        .flatten()
+        .map(|e| OsStr::from_bytes(e.file_name().to_bytes()).to_os_string())
+        .filter(|n| n != "." && n != "..")
+        .collect()
+}
+
+/// Removes from `dir` the files on their way in ([`TEMP_PREFIX`]) last written longer
+/// than `age` ago: left by a process that was killed. Regular files only, never
+/// through a link.
+pub fn remove_stale_temps(dir: &OwnedFd, age: std::time::Duration) {
+    use std::os::unix::ffi::OsStrExt;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    for name in names_in(dir) {
+        if !name.as_bytes().starts_with(TEMP_PREFIX.as_bytes()) {
+            continue;
+        }
+        let Ok(stat) = nix::sys::stat::fstatat(
+            dir,
+            name.as_os_str(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) else {
+            continue;
+        };
+        if stat.st_mode & libc::S_IFMT == libc::S_IFREG
+            && now - stat.st_mtime > age.as_secs() as i64
+        {
+            let _ = remove_file(dir, &name);
+        }
+    }
+}
+
+/// The files on their way in that this process has not committed or removed yet: their
+/// directory and name, by a number of their own.
+static UNFINISHED: std::sync::Mutex<Vec<(u64, OwnedFd, String)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Removes the files on their way in that are still unfinished: for a process about to
+/// exit while a thread still writes one (a download that a signal made it give up on).
+pub fn remove_unfinished() {
+    let unfinished = std::mem::take(&mut *UNFINISHED.lock().unwrap_or_else(|e| e.into_inner()));
+    for (_, dir, name) in unfinished {
+        let _ = remove_file(&dir, OsStr::new(&name));
+    }
+}
+
 /// A file on its way into a cache directory: a new file beside its final name, removed
-/// unless committed.
+/// unless committed (and by [`remove_unfinished`], should the process exit first).
 pub struct TempFile {
     dir: OwnedFd,
     name: String,
     final_name: String,
     pub file: File,
     committed: bool,
+    /// Its number among the [`UNFINISHED`].
+    number: u64,
 }
 
 impl TempFile {
@@ -178,23 +277,27 @@ impl TempFile {
     /// to `final_name`, with permission bits `mode`.
     pub fn create(dir: OwnedFd, final_name: &str, mode: u32) -> io::Result<TempFile> {
         static N: AtomicU64 = AtomicU64::new(0);
-        let name = format!(
-            "{TEMP_PREFIX}{}-{}.{final_name}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
+        let number = N.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{TEMP_PREFIX}{}-{number}.{final_name}", std::process::id());
         let fd = openat(
             &dir,
             name.as_str(),
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::from_bits_truncate(mode),
         )?;
+        if let Ok(copy) = dir.try_clone() {
+            UNFINISHED
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((number, copy, name.clone()));
+        }
         Ok(TempFile {
             dir,
             name,
             final_name: final_name.to_string(),
             file: File::from(fd),
             committed: false,
+            number,
         })
     }
 
@@ -216,7 +319,18 @@ impl TempFile {
 
     /// Flushes the file to disk when `sync` asks for it, gives it to `owner`, and renames
     /// it to its final name.
-    pub fn commit(mut self, owner: Option<SudoUser>, sync: bool) -> io::Result<()> {
+    pub fn commit(self, owner: Option<SudoUser>, sync: bool) -> io::Result<()> {
+        self.rename(owner, sync, RenameFlags::empty())
+    }
+
+    /// [`TempFile::commit`], unless a file of the final name exists: then that one is
+    /// kept, this one removed, and the error is `EEXIST`. For a file that must be the
+    /// same for every process that reads it once one has written it.
+    pub fn commit_new(self, owner: Option<SudoUser>, sync: bool) -> io::Result<()> {
+        self.rename(owner, sync, RenameFlags::RENAME_NOREPLACE)
+    }
+
+    fn rename(mut self, owner: Option<SudoUser>, sync: bool, flags: RenameFlags) -> io::Result<()> {
         if sync {
             self.file.sync_all()?;
         }
@@ -227,11 +341,12 @@ impl TempFile {
                 Some(Gid::from_raw(u.gid)),
             )?;
         }
-        renameat(
+        renameat2(
             &self.dir,
             self.name.as_str(),
             &self.dir,
             self.final_name.as_str(),
+            flags,
         )?;
         self.committed = true;
         Ok(())
@@ -240,6 +355,10 @@ impl TempFile {
 
 impl Drop for TempFile {
     fn drop(&mut self) {
+        UNFINISHED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(number, _, _)| *number != self.number);
         if !self.committed {
             let _ = remove_file(&self.dir, OsStr::new(&self.name));
         }
@@ -250,11 +369,8 @@ impl Drop for TempFile {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("sampler-usercache-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
+    fn scratch(name: &str) -> crate::testdir::TestDir {
+        crate::testdir::TestDir::new(&format!("usercache-{name}"))
     }
 
     #[test]
@@ -270,9 +386,13 @@ mod tests {
 
     #[test]
     fn directories_are_created_and_a_file_lands_atomically() {
-        let root = scratch("create").join("a");
-        assert!(open_dir(&root, &["b"], None, false).is_err(), "not created");
-        let dir = open_dir(&root, &["b", "c"], None, true).unwrap();
+        let scratch = scratch("create");
+        let root = scratch.join("a");
+        assert!(
+            open_dir(&root, &["b"], None, false, Access::Shared).is_err(),
+            "not created"
+        );
+        let dir = open_dir(&root, &["b", "c"], None, true, Access::Shared).unwrap();
         let mut temp = TempFile::create(dir, "entry", 0o644).unwrap();
         use std::io::Write;
         temp.file.write_all(b"bytes").unwrap();
@@ -280,7 +400,7 @@ mod tests {
         assert!(!final_path.exists(), "only once committed");
         temp.commit(None, false).unwrap();
         assert_eq!(std::fs::read(&final_path).unwrap(), b"bytes");
-        let dir = open_dir(&root, &["b", "c"], None, false).unwrap();
+        let dir = open_dir(&root, &["b", "c"], None, false, Access::Shared).unwrap();
         let mut read = String::new();
         use std::io::Read;
         open_file(&dir, "entry", None)
@@ -295,21 +415,20 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["entry"]);
-        let _ = std::fs::remove_dir_all(root.parent().unwrap());
     }
 
     #[test]
     fn links_inside_the_cache_are_not_followed() {
-        let root = scratch("links");
+        let scratch = scratch("links");
+        let root = scratch.path();
         std::fs::create_dir_all(root.join("real")).unwrap();
         std::fs::write(root.join("real/file"), b"x").unwrap();
         std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
         std::os::unix::fs::symlink(root.join("real/file"), root.join("real/alias")).unwrap();
-        let err = open_dir(&root, &["link"], None, true).unwrap_err();
+        let err = open_dir(root, &["link"], None, true, Access::Shared).unwrap_err();
         assert!(err.to_string().contains("symbolic link"), "{err}");
-        let dir = open_dir(&root, &["real"], None, false).unwrap();
+        let dir = open_dir(root, &["real"], None, false, Access::Shared).unwrap();
         assert!(open_file(&dir, "file", None).is_ok());
         assert!(open_file(&dir, "alias", None).is_err());
-        let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -135,10 +135,10 @@ fn record_with(
     (o, frames, took)
 }
 
-/// The summary's debuginfod line.
+/// The summary's debuginfod line (the last: a large download is announced before).
 fn debuginfod_line(err: &str) -> &str {
     err.lines()
-        .find(|l| l.starts_with("sampler: debuginfod: "))
+        .rfind(|l| l.starts_with("sampler: debuginfod: "))
         .unwrap_or_else(|| panic!("no debuginfod summary line: {err}"))
 }
 
@@ -417,10 +417,305 @@ fn under_sudo_the_cache_is_the_users_and_links_are_not_followed() {
     }
 }
 
+/// A server on 127.0.0.1 that answers the request for the debug file of `hex` with 200,
+/// a length of `length` bytes, and then those bytes (`body`'s, zeros past its end),
+/// `chunk` at a time with `pause` between; 404 to anything else. It counts the bytes
+/// that it got to send, and says on `requested` when the file is asked for.
+struct SlowServer {
+    url: String,
+    sent: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    requested: std::sync::mpsc::Receiver<()>,
+}
+
+fn serve_slowly(
+    hex: &str,
+    body: Vec<u8>,
+    length: u64,
+    chunk: usize,
+    pause: Duration,
+) -> SlowServer {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let wanted = format!("GET /buildid/{hex}/debuginfo ");
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (tell, requested) = std::sync::mpsc::channel();
+    let (counted, body) = (sent.clone(), std::sync::Arc::new(body));
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let (counted, body, tell, wanted) =
+                (counted.clone(), body.clone(), tell.clone(), wanted.clone());
+            std::thread::spawn(move || {
+                let mut request = [0u8; 4096];
+                let n = stream.read(&mut request).unwrap_or(0);
+                if !request[..n].starts_with(wanted.as_bytes()) {
+                    let _ = stream.write_all(
+                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    );
+                    return;
+                }
+                let _ = tell.send(());
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
+                );
+                if stream.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                let mut at = 0u64;
+                let mut bytes = vec![0u8; chunk];
+                while at < length {
+                    let n = chunk.min((length - at) as usize);
+                    for (i, b) in bytes[..n].iter_mut().enumerate() {
+                        *b = body.get(at as usize + i).copied().unwrap_or(0);
+                    }
+                    if stream.write_all(&bytes[..n]).is_err() {
+                        return;
+                    }
+                    at += n as u64;
+                    counted.fetch_add(n as u64, Ordering::SeqCst);
+                    std::thread::sleep(pause);
+                }
+            });
+        }
+    });
+    SlowServer {
+        url,
+        sent,
+        requested,
+    }
+}
+
+/// sampler, started in the background; killed when dropped, so that a run that hangs
+/// does not outlive its test.
+struct Started(Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `sampler record -o OUT -- PROGRAM 0.3` with `DEBUGINFOD_URLS=url`, the cache at
+/// `cache` and `env`, in the background.
+fn start_recording(
+    url: &str,
+    cache: &Path,
+    env: &[(&str, &str)],
+    program: &Path,
+    out: &Path,
+) -> Started {
+    Started(
+        Command::new(sampler_bin())
+            .args(["record", "-o"])
+            .arg(out)
+            .arg("--")
+            .arg(program)
+            .arg(RUN_SECONDS)
+            .env("DEBUGINFOD_URLS", url)
+            .env("DEBUGINFOD_CACHE_PATH", cache)
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sampler runs"),
+    )
+}
+
+/// Waits at most `limit` for the background sampler to end; its stderr and how long it
+/// took, or a failure that says it hung.
+fn finish(mut run: Started, limit: Duration, what: &str) -> (String, Duration) {
+    let started = Instant::now();
+    let status = wait_with_timeout(&mut run.0, limit);
+    let took = started.elapsed();
+    let Some(status) = status else {
+        panic!("{what}: sampler still runs after {limit:?}");
+    };
+    let mut err = String::new();
+    use std::io::Read;
+    run.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(status.success(), "{what}: sampler failed: {err}");
+    (err, took)
+}
+
+/// Whether a file on its way in (sampler's `.sampler-…`) is anywhere in `cache`.
+fn new_files_in(cache: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for dir in std::fs::read_dir(cache).into_iter().flatten() {
+        let dir = dir.unwrap().path();
+        for file in std::fs::read_dir(&dir).into_iter().flatten() {
+            let file = file.unwrap().path();
+            if file
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(".sampler-")
+            {
+                found.push(file);
+            }
+        }
+    }
+    found
+}
+
+/// A server that sends a byte now and then (each within the time-out between bytes)
+/// is given up on when it falls below 100 kB/s over a time-out's span: with
+/// DEBUGINFOD_TIMEOUT=2 and a byte a second, within a few seconds, where sampler used to
+/// wait for the whole file for ever.
+fn a_server_that_trickles_is_given_up_on() {
+    let dir = tempdir();
+    let (stripped, served, hex) = stripped_inline3_served(&dir);
+    let debug = std::fs::read(served.join("inline3.debug")).unwrap();
+    let length = debug.len() as u64;
+    let server = serve_slowly(&hex, debug, length, 1, Duration::from_secs(1));
+    let (took, _) = record_from_slow_server(
+        &server,
+        &stripped,
+        &[("DEBUGINFOD_TIMEOUT", "2")],
+        "a byte a second",
+        "slower than 100 KiB/s (DEBUGINFOD_TIMEOUT)",
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+/// Records `program` with debuginfod's `server` and `env`, in the background, allowing
+/// it 120 s; checks that the summary's debuginfod line `says` so, that the profile
+/// loads, and that no new file is left in the cache. How long it took, and the bytes
+/// the server sent.
+fn record_from_slow_server(
+    server: &SlowServer,
+    program: &Path,
+    env: &[(&str, &str)],
+    what: &str,
+    says: &str,
+) -> (Duration, u64) {
+    let dir = tempdir();
+    let (cache, out) = (dir.join("cache"), dir.join("profile.json"));
+    let run = start_recording(&server.url, &cache, env, program, &out);
+    let (err, took) = finish(run, Duration::from_secs(120), what);
+    let sent = server.sent.load(std::sync::atomic::Ordering::SeqCst);
+    let line = debuginfod_line(&err);
+    eprintln!("{what}: sampler ended after {took:?}, {sent} bytes sent: {line}");
+    assert!(line.contains(says), "{err}");
+    check_processed_profile(&load(&out));
+    assert!(
+        new_files_in(&cache).is_empty(),
+        "{:?}",
+        new_files_in(&cache)
+    );
+    (took, sent)
+}
+
+/// Ctrl-C (or SIGTERM, SIGHUP) while sampler names the profile's functions stops the
+/// naming: the download it waits on is given up, and the profile is written with what
+/// is named, within seconds (sampler used to ignore them, and only SIGKILL ended it);
+/// the download leaves nothing in the cache.
+fn a_signal_while_naming_stops_it_and_the_profile_is_written() {
+    use nix::sys::signal::Signal;
+    let dir = tempdir();
+    let (stripped, served, hex) = stripped_inline3_served(&dir);
+    let debug = std::fs::read(served.join("inline3.debug")).unwrap();
+    let length = debug.len() as u64;
+    for signal in [Signal::SIGINT, Signal::SIGTERM] {
+        // Fast enough for the progress bound (100 kB/s), too slow to end in the test's time.
+        let server = serve_slowly(
+            &hex,
+            debug.clone(),
+            length * 1000,
+            64 << 10,
+            Duration::from_millis(200),
+        );
+        let cache = dir.join(format!("cache-{signal}"));
+        let out = dir.join(format!("{signal}.json"));
+        let run = start_recording(&server.url, &cache, &[], &stripped, &out);
+        server
+            .requested
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the debug file is asked for");
+        std::thread::sleep(Duration::from_millis(500));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(run.0.id() as i32), signal).unwrap();
+        let (err, took) = finish(
+            run,
+            Duration::from_secs(5),
+            &format!("{signal} while naming"),
+        );
+        eprintln!("{signal} while naming: sampler ended {took:?} after it");
+        assert!(
+            err.contains(&format!("sampler: {signal} stopped the naming")),
+            "{err}"
+        );
+        let p = load(&out);
+        check_processed_profile(&p);
+        assert!(
+            new_files_in(&cache).is_empty(),
+            "{:?}",
+            new_files_in(&cache)
+        );
+        assert!(!cache.join(&hex).join("debuginfo").exists());
+    }
+}
+
+/// A body whose first bytes are not an ELF file is refused at once: 2 GiB of zeros,
+/// which sampler used to download whole before it looked.
+fn a_body_that_is_no_elf_file_is_refused_at_its_first_bytes() {
+    let dir = tempdir();
+    let (stripped, _, hex) = stripped_inline3_served(&dir);
+    let server = serve_slowly(&hex, Vec::new(), 2 << 30, 64 << 10, Duration::ZERO);
+    let (_, sent) = record_from_slow_server(
+        &server,
+        &stripped,
+        &[],
+        "2 GiB of zeros",
+        "not its debug file: not an ELF file",
+    );
+    assert!(
+        sent < 64 << 20,
+        "{sent} bytes were taken before the file was refused"
+    );
+}
+
+/// New files of downloads that killed runs left in the cache are removed once a week
+/// old, when the next download starts; younger ones, and files not sampler's, stay.
+fn downloads_killed_runs_left_are_removed_after_a_week() {
+    let dir = tempdir();
+    let (stripped, served, hex) = stripped_inline3_served(&dir);
+    let debug = std::fs::read(served.join("inline3.debug")).unwrap();
+    let url = serve_one(&hex, debug);
+    let cache = dir.join("cache");
+    let day = Duration::from_secs(86_400);
+    let plant = |id: &str, name: &str, age: Duration| {
+        let path = cache.join(id).join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, b"half a download").unwrap();
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(std::time::SystemTime::now() - age)
+            .unwrap();
+        path
+    };
+    let week_old = plant("aa11", ".sampler-12345-0.debuginfo", 8 * day);
+    let day_old = plant("bb22", ".sampler-12346-0.debuginfo", day);
+    let not_ours = plant("cc33", ".other-tool.tmp", 8 * day);
+    let (o, frames, _) = record_with(&url, &cache, &[], &[], &stripped);
+    assert!(inline3_named(&frames), "{}", stderr(&o));
+    assert!(!week_old.exists(), "{} is left", week_old.display());
+    assert!(day_old.exists(), "a day-old one was removed");
+    assert!(not_ours.exists(), "another tool's file was removed");
+}
+
 fn main() {
     run_tests(tests![
         missing_debug_files_are_fetched_from_debuginfod_and_cached: Need::Perf, DEBUGINFOD;
         unreachable_or_silent_servers_cost_one_time_out_and_the_run_goes_on: Need::Perf;
         under_sudo_the_cache_is_the_users_and_links_are_not_followed: Need::Root;
+        a_server_that_trickles_is_given_up_on: Need::Perf;
+        a_signal_while_naming_stops_it_and_the_profile_is_written: Need::Perf;
+        a_body_that_is_no_elf_file_is_refused_at_its_first_bytes: Need::Perf;
+        downloads_killed_runs_left_are_removed_after_a_week: Need::Perf;
     ]);
 }

@@ -211,6 +211,24 @@ fn campaign(
     accepted
 }
 
+/// A directory `TMP/sampler-WHAT-PID` for a test's files, removed when the test ends,
+/// passed or failed.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(what: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("sampler-{what}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[test]
 fn mutated_profiles_never_panic() {
     let mut p = Profile::from_named_stacks(&[
@@ -219,9 +237,8 @@ fn mutated_profiles_never_panic() {
         &["main", "other"],
     ]);
     p.threads[0].samples[1].weight = SampleWeight::OnCpu(3);
-    let dir = std::env::temp_dir().join(format!("sampler-mutation-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("seed.json");
+    let dir = Scratch::new("mutation");
+    let file = dir.0.join("seed.json");
     emit::write(&p, Format::Firefox, &Default::default(), &file, None).unwrap();
     let seed = std::fs::read(&file).unwrap();
     let accepted = campaign("profile", &seed, 20_000, true, |bytes| {
@@ -238,9 +255,8 @@ fn mutated_profiles_never_panic() {
 #[test]
 fn mutated_elf_files_never_panic() {
     // A small real ELF with compressed DWARF, compiled here.
-    let dir = std::env::temp_dir().join(format!("sampler-mutation-elf-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let bin = dir.join("inline3");
+    let dir = Scratch::new("mutation-elf");
+    let bin = dir.0.join("inline3");
     let ok = std::process::Command::new("cc")
         .args(["-O2", "-g", "-gz=zlib", "-I"])
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("bench-targets"))

@@ -810,6 +810,52 @@ fn as_root_planted_perf_maps_are_ignored() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A pid that no process has now: that of a child that has exited and been reaped.
+fn dead_pid() -> u32 {
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+/// The new file a run killed while writing `out` (SIGKILL) left beside it is removed by
+/// the next run that writes `out`; not those of a run still going (its pid lives), of
+/// another output, or of another user.
+fn new_files_that_killed_runs_left_are_removed() {
+    let dir = tempdir();
+    let out = dir.join("out.json");
+    let dead = dead_pid();
+    let left = |name: &str, pid: u32| {
+        let path = dir.join(format!(".{name}.sampler-{pid}-0"));
+        std::fs::write(&path, b"half a profile").unwrap();
+        path
+    };
+    let killed = left("out.json", dead);
+    let killed_again = dir.join(format!(".out.json.sampler-{dead}-1"));
+    std::fs::write(&killed_again, b"half a profile").unwrap();
+    let running = left("out.json", std::process::id());
+    let other_output = left("other.json", dead);
+    let others = dir.join(format!(".out.json.sampler-{dead}-7"));
+    std::fs::write(&others, b"another user's").unwrap();
+    let root = nix::unistd::Uid::effective().is_root();
+    if root {
+        std::os::unix::fs::chown(&others, Some(65534), Some(65534)).unwrap();
+    }
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/rich.firefox.json");
+    let o = sampler(
+        &["convert", golden.to_str().unwrap(), "-o", "out.json"],
+        &dir,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.exists());
+    assert!(!killed.exists(), "{} is left", killed.display());
+    assert!(!killed_again.exists(), "{} is left", killed_again.display());
+    assert!(running.exists(), "a live run's new file was removed");
+    assert!(other_output.exists(), "another output's was removed");
+    assert_eq!(others.exists(), root, "another user's was removed");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn main() {
     run_tests(tests![
         failed_starts_touch_nothing: Need::Perf;
@@ -828,5 +874,6 @@ fn main() {
         a_file_whose_section_lies_about_its_size_is_refused_by_symbolize;
         as_root_recording_the_machine_survives_another_users_lying_files: Need::Perf, Need::Root;
         as_root_planted_perf_maps_are_ignored: Need::Perf, Need::Root;
+        new_files_that_killed_runs_left_are_removed;
     ]);
 }

@@ -9,6 +9,7 @@
 
 mod common;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -314,6 +315,7 @@ ffffffffc0002000 t bpf_prog_6deef7357e7b4530_sd_fw_egress\t[bpf]
             Some(Key {
                 build_id: vec![7; 20],
                 size: piece,
+                stamp: Default::default(),
             })
         };
         let pieces: std::collections::HashMap<u64, cache::Entry> =
@@ -545,6 +547,329 @@ fn under_sudo_the_cache_is_the_users_and_links_are_not_followed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The mode bits of `path` (not through a link).
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// The running kernel's build ID in hex, from its notes (`NT_GNU_BUILD_ID` of `GNU`).
+fn kernel_build_id() -> String {
+    let notes = std::fs::read("/sys/kernel/notes").unwrap();
+    let mut at = 0;
+    let word = |at: usize| u32::from_le_bytes(notes[at..at + 4].try_into().unwrap()) as usize;
+    while at + 12 <= notes.len() {
+        let (name, desc, kind) = (word(at), word(at + 4), word(at + 8));
+        let desc_at = at + 12 + name.next_multiple_of(4);
+        if kind == 3 && &notes[at + 12..at + 12 + name] == b"GNU\0" {
+            return sampler::debuginfod::hex(&notes[desc_at..desc_at + desc]);
+        }
+        at = desc_at + desc.next_multiple_of(4);
+    }
+    panic!("the kernel's notes hold no build ID");
+}
+
+/// Records `dd`, which spends its time in the kernel, with the symbol cache in `cache`.
+fn record_kernel_work(cache: &Path, out: &Path) {
+    let o = Command::new(sampler_bin())
+        .args(["record", "-o"])
+        .arg(out)
+        .args([
+            "--",
+            "dd",
+            "if=/dev/zero",
+            "of=/dev/null",
+            "bs=64k",
+            "count=100000",
+        ])
+        .env("XDG_CACHE_HOME", cache)
+        .output()
+        .expect("sampler runs");
+    assert!(o.status.success(), "sampler failed: {}", stderr(&o));
+    ffp_check(out);
+}
+
+/// The cache is its user's alone: directories 0700 and files 0600, those of an older
+/// cache (0755, 0644) made so when it is opened; and the kernel's entries, whose names
+/// were a checksum of public facts and of where the kernel's text starts (some hundreds
+/// of possible values: anyone who could list the cache found the address in seconds),
+/// are named with a secret of the cache's: two caches of one boot name them apart.
+fn the_cache_is_private_and_its_kernel_names_give_no_address_away() {
+    let dir = scratch("private");
+    let kernel = kernel_build_id();
+    let kernel_entries = |cache: &Path| -> std::collections::BTreeSet<String> {
+        std::fs::read_dir(cache.join("sampler/symbols"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with(&kernel))
+            .collect()
+    };
+    // A cache as an earlier sampler left it, open to everyone.
+    let first = dir.join("first");
+    let symbols = first.join("sampler/symbols");
+    std::fs::create_dir_all(&symbols).unwrap();
+    let older = symbols.join("00-0");
+    std::fs::write(&older, b"an entry of an older version").unwrap();
+    for (path, mode) in [
+        (first.join("sampler"), 0o755),
+        (symbols.clone(), 0o755),
+        (older.clone(), 0o644),
+    ] {
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .unwrap();
+    }
+    record_kernel_work(&first, &dir.join("first.json"));
+    let second = dir.join("second");
+    record_kernel_work(&second, &dir.join("second.json"));
+
+    let (a, b) = (kernel_entries(&first), kernel_entries(&second));
+    eprintln!("kernel entries: {} and {}", a.len(), b.len());
+    assert!(
+        !a.is_empty() && !b.is_empty(),
+        "the kernel was cached: {a:?} {b:?}"
+    );
+    let shared: Vec<&String> = a.intersection(&b).collect();
+    assert!(
+        shared.is_empty(),
+        "{} kernel entries have the same name in two caches: their names follow from public facts and the kernel's address ({:?})",
+        shared.len(),
+        shared.first()
+    );
+    for cache in [&first, &second] {
+        for sub in ["sampler", "sampler/symbols"] {
+            let path = cache.join(sub);
+            assert_eq!(mode(&path), 0o700, "{}", path.display());
+        }
+        let files = std::fs::read_dir(cache.join("sampler/symbols"))
+            .unwrap()
+            .chain(std::fs::read_dir(cache.join("sampler")).unwrap())
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file());
+        for path in files {
+            assert_eq!(mode(&path), 0o600, "{}", path.display());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A program rebuilt with a fixed `--build-id` and the same size is named from its new
+/// symbols, not from the entry of the old build: rewritten in place with its
+/// modification time put back, and replaced by a new file.
+fn a_file_rebuilt_with_the_same_build_id_and_size_is_named_afresh() {
+    let dir = scratch("rebuilt");
+    let build = |function: &str, out: &Path| {
+        let source = dir.join(format!("{function}.c"));
+        std::fs::write(
+            &source,
+            format!(
+                "__attribute__((noinline)) int {function}(int x) {{ return x * 3 + 1; }}\n\
+                 int main(int argc, char **argv) {{ (void)argv; return {function}(argc); }}\n"
+            ),
+        )
+        .unwrap();
+        run(Command::new("cc")
+            .args([
+                "-O1",
+                "-g",
+                "-Wl,--build-id=0x5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+                "-o",
+            ])
+            .arg(out)
+            .arg(&source));
+        let data = std::fs::read(out).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let address = file
+            .symbols()
+            .find(|s| s.name() == Ok(function))
+            .unwrap()
+            .address();
+        (data, address)
+    };
+    let (alpha, alpha_at) = build("alpha_fn", &dir.join("alpha"));
+    let (bravo, bravo_at) = build("bravo_fn", &dir.join("bravo"));
+    assert_eq!(alpha.len(), bravo.len(), "the two builds have one size");
+    assert_eq!(alpha_at, bravo_at, "and their functions one address");
+    let cache = dir.join("cache");
+    let env = [("XDG_CACHE_HOME", cache.as_path())];
+    let program = dir.join("program");
+    std::fs::write(&program, &alpha).unwrap();
+    let (out, _) = symbolize(&program, &[alpha_at], &[], &env);
+    assert!(out.contains("alpha_fn"), "{out}");
+    let entries = std::fs::read_dir(cache.join("sampler/symbols"))
+        .unwrap()
+        .count();
+    assert_eq!(entries, 1, "the program's entry");
+
+    // Rewritten in place (same inode), its modification time put back.
+    let mtime = std::fs::metadata(&program).unwrap().modified().unwrap();
+    std::fs::write(&program, &bravo).unwrap();
+    let file = std::fs::File::options().write(true).open(&program).unwrap();
+    file.set_modified(mtime).unwrap();
+    drop(file);
+    let (out, _) = symbolize(&program, &[alpha_at], &[], &env);
+    assert!(
+        out.contains("bravo_fn") && !out.contains("alpha_fn"),
+        "named from the old build: {out}"
+    );
+    let (again, _) = symbolize(&program, &[alpha_at], &[], &env);
+    assert_eq!(again, out, "and from the new entry");
+
+    // Replaced by a new file, as a linker writes it.
+    std::fs::write(dir.join("new"), &alpha).unwrap();
+    std::fs::rename(dir.join("new"), &program).unwrap();
+    let (out, _) = symbolize(&program, &[alpha_at], &[], &env);
+    assert!(
+        out.contains("alpha_fn") && !out.contains("bravo_fn"),
+        "named from the old build: {out}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Files in `dir` that look like entries of long ago: `count` of them, each `len` bytes
+/// long and taking `allocated` bytes of the disk (fallocate, keeping the length).
+fn old_entries(dir: &Path, count: usize, len: usize, allocated: u64) -> std::io::Result<usize> {
+    let long_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
+    for i in 0..count {
+        let path = dir.join(format!("{i:040x}-100"));
+        let file = std::fs::File::create(&path)?;
+        let written = (&file).write_all(&vec![7u8; len]).and_then(|()| {
+            if allocated > len as u64 {
+                nix::fcntl::fallocate(
+                    &file,
+                    nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
+                    0,
+                    allocated as i64,
+                )?;
+            }
+            file.set_modified(long_ago)
+        });
+        if let Err(e) = written {
+            drop(file);
+            let _ = std::fs::remove_file(&path);
+            return match e.raw_os_error() {
+                Some(libc::ENOSPC) => Ok(i),
+                _ => Err(e),
+            };
+        }
+    }
+    Ok(count)
+}
+
+/// The bytes of the disk the files of `dir` take.
+fn allocated(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().blocks() * 512)
+        .sum()
+}
+
+/// The bound of the cache is what its entries take of the disk: three entries of 100
+/// bytes that take 100 MiB each are more than the 256 MiB, and the oldest go.
+fn the_bound_counts_what_entries_take_of_the_disk() {
+    let dir = scratch("blocks");
+    let cache = dir.join("cache");
+    let symbols = cache.join("sampler/symbols");
+    std::fs::create_dir_all(&symbols).unwrap();
+    assert_eq!(old_entries(&symbols, 3, 100, 100 << 20).unwrap(), 3);
+    let before = allocated(&symbols);
+    assert!(before > cache::MAX_TOTAL_BYTES, "{before}");
+    let program = bench_target("inline3");
+    let some = addresses(&program, None, 1, 13);
+    symbolize(&program, &some, &[], &[("XDG_CACHE_HOME", cache.as_path())]);
+    let after = allocated(&symbols);
+    eprintln!(
+        "the cache took {} MiB of the disk, then {} MiB",
+        before >> 20,
+        after >> 20
+    );
+    assert!(
+        after <= cache::MAX_TOTAL_BYTES,
+        "the cache takes {after} bytes of the disk, above its bound"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A tmpfs of `kib` KiB at `dir`, unmounted when dropped.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: PathBuf, kib: u32) -> SmallDisk {
+        std::fs::create_dir_all(&dir).unwrap();
+        run(Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
+            .arg(&dir));
+        SmallDisk(dir)
+    }
+
+    /// Free bytes, as an ordinary user may use them.
+    fn free(&self) -> u64 {
+        let s = nix::sys::statvfs::statvfs(&self.0).unwrap();
+        s.blocks_available() as u64 * s.fragment_size() as u64
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A cache on a file system that it has filled: the write that fails makes the cache
+/// give up half of what it holds, so the disk is not left full, and the next run's
+/// entry fits.
+fn a_full_disk_is_not_kept_full_by_the_cache() {
+    let dir = scratch("full");
+    let disk = SmallDisk::mount(dir.join("disk"), 1024);
+    let symbols = disk.0.join("sampler/symbols");
+    std::fs::create_dir_all(&symbols).unwrap();
+    std::fs::set_permissions(
+        disk.0.join("sampler"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &symbols,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let filled = old_entries(&symbols, 1 << 20, 4096, 0).unwrap();
+    assert_eq!(disk.free(), 0, "the disk is full after {filled} entries");
+    let program = bench_target("inline3");
+    let some = addresses(&program, None, 1, 13);
+    let env = [("XDG_CACHE_HOME", disk.0.as_path())];
+    let (expected, _) = symbolize(&program, &some, &["--no-cache"], &env);
+    let (out, err) = symbolize(&program, &some, &[], &env);
+    assert_eq!(out, expected, "named as without the cache");
+    eprintln!("{}", err.trim());
+    assert!(err.contains("symbol cache: cannot write into"), "{err}");
+    let free = disk.free();
+    eprintln!("free after the failed write: {free} bytes of 1 MiB");
+    assert!(
+        free >= 400 << 10,
+        "the cache keeps the disk full: {free} bytes free"
+    );
+    // The next run's entry fits.
+    let (out, err) = symbolize(&program, &some, &[], &env);
+    assert_eq!(out, expected);
+    assert!(!err.contains("symbol cache"), "{err}");
+    let hex = sampler::debuginfod::hex(Binary::open(&program).unwrap().build_id.as_ref().unwrap());
+    assert!(
+        std::fs::read_dir(&symbols).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with(&hex)),
+        "the program's entry was written"
+    );
+    drop(disk);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn main() {
     run_tests(tests![
         functions_of_inline3_answer_as_lookups_do;
@@ -558,5 +883,10 @@ fn main() {
         symbolize_says_the_same_through_the_cache;
         a_recording_fills_the_cache_and_the_next_names_from_it: Need::Perf;
         under_sudo_the_cache_is_the_users_and_links_are_not_followed: Need::Root;
+        the_cache_is_private_and_its_kernel_names_give_no_address_away:
+            Need::Perf, Need::Root, Need::KernelFrames;
+        a_file_rebuilt_with_the_same_build_id_and_size_is_named_afresh;
+        the_bound_counts_what_entries_take_of_the_disk;
+        a_full_disk_is_not_kept_full_by_the_cache: Need::Root;
     ]);
 }

@@ -8,7 +8,9 @@
 //!   exclusively, never through a symbolic link), flushes it to disk, hands it to the
 //!   sudo user through its open descriptor (never by path), and only then renames it
 //!   over the old name. When anything fails, the new file is removed and the old one is
-//!   untouched; every error names the path.
+//!   untouched; every error names the path. New files of the same name that a killed
+//!   run left (its pid is gone; they are this user's) are removed once the output is
+//!   written: a run that fails deletes nothing.
 //! - As root, the path itself must not be a symbolic link, nor a file of a user other
 //!   than root or the one who ran sudo: someone else may have put it there. Under sudo
 //!   the directory must be one the user who ran sudo could write: the output is handed
@@ -214,7 +216,8 @@ impl AtomicFile {
     }
 
     /// Flushes the new file to disk, gives it to `owner` (through the descriptor), and
-    /// renames it over `path`.
+    /// renames it over `path`; then removes what killed runs left beside it
+    /// ([`remove_left_behind`]).
     pub fn commit(mut self, owner: Option<SudoUser>) -> Result<()> {
         let file = self.file.take().expect("committed once");
         let what = || format!("cannot write {}", self.path.display());
@@ -226,7 +229,42 @@ impl AtomicFile {
         }
         drop(file);
         std::fs::rename(&self.temp, &self.path).with_context(what)?;
+        if let Some(name) = self.path.file_name() {
+            remove_left_behind(directory_of(&self.path), &name.to_string_lossy());
+        }
         Ok(())
+    }
+}
+
+/// Removes the new files of outputs named `name` in `dir` (`.NAME.sampler-PID-N`) that
+/// runs killed before they could rename or remove them (SIGKILL, a power cut) left:
+/// those of a pid that is gone, and regular files of this process's user only (never
+/// another user's, never through a link). A live pid's may be a run writing now.
+fn remove_left_behind(dir: &Path, name: &str) {
+    let prefix = format!(".{name}.sampler-");
+    let Ok(listing) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let me = nix::unistd::Uid::effective().as_raw();
+    for entry in listing.flatten() {
+        let file_name = entry.file_name();
+        let Some(pid) = file_name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|rest| rest.split_once('-'))
+            .filter(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok())
+            .filter(|&pid| pid > 0)
+        else {
+            continue;
+        };
+        let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+            == Err(nix::errno::Errno::ESRCH);
+        let path = entry.path();
+        let ours = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.uid() == me);
+        if gone && ours {
+            let _ = std::fs::remove_file(&path);
+        }
     }
 }
 
@@ -334,8 +372,8 @@ fn write_in_cache(
     owner: Option<SudoUser>,
     write: &mut dyn FnMut(&mut File) -> std::io::Result<()>,
 ) -> std::io::Result<PathBuf> {
-    use crate::usercache::{open_dir, TempFile};
-    let dir = open_dir(root, &FALLBACK_CACHE_DIRS, owner, true)?;
+    use crate::usercache::{open_dir, Access, TempFile};
+    let dir = open_dir(root, &FALLBACK_CACHE_DIRS, owner, true, Access::Private)?;
     let mut temp = TempFile::create(dir, name, FALLBACK_MODE)?;
     write(&mut temp.file)?;
     temp.commit(owner, true)?;
@@ -346,12 +384,8 @@ fn write_in_cache(
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("sampler-output-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    fn scratch(name: &str) -> crate::testdir::TestDir {
+        crate::testdir::TestDir::new(&format!("output-{name}"))
     }
 
     #[test]
@@ -365,7 +399,7 @@ mod tests {
         drop(new);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
         assert_eq!(
-            std::fs::read_dir(&dir).unwrap().count(),
+            std::fs::read_dir(dir.path()).unwrap().count(),
             1,
             "the new file is gone"
         );
@@ -373,7 +407,7 @@ mod tests {
         new.write_all(b"new").unwrap();
         new.commit(None).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]
@@ -384,7 +418,7 @@ mod tests {
         assert!(!path.exists());
         let err = check_destination(&dir.join("nodir/out.json"), false, None).unwrap_err();
         assert!(format!("{err:#}").contains("no directory"), "{err:#}");
-        let err = check_destination(&dir, false, None).unwrap_err();
+        let err = check_destination(dir.path(), false, None).unwrap_err();
         assert!(format!("{err:#}").contains("is a directory"), "{err:#}");
         let err = check_destination(Path::new("/dev/null"), true, None).unwrap_err();
         assert!(format!("{err:#}").contains("not a regular file"), "{err:#}");

@@ -7,7 +7,10 @@
 //! - Where: `$XDG_CACHE_HOME/sampler/symbols/`, else `~/.cache/sampler/symbols/`; under
 //!   sudo the invoking user's, created and written as [`crate::usercache`] does.
 //! - Key: one entry per file, named after its build ID and size (`HEX-SIZE`); files
-//!   without a build ID are not cached. The entry also records where the file's debug
+//!   without a build ID are not cached. The entry holds the file's device, inode,
+//!   modification and change times ([`Stamp`]) and is used only for that very file: a
+//!   file rebuilt with a fixed build ID and the same size is another file (its change
+//!   time at least differs, and nobody can set that back). The entry also records where the file's debug
 //!   information came from (its own sections, a separate debug file by path, device,
 //!   inode, size and modification time, or none), and is used only when the same source
 //!   would be used now (see [`predict_source`]): installing or removing a debug package,
@@ -16,9 +19,16 @@
 //!   lies, memory-mapped or, as here, read whole; checked entirely before use (magic,
 //!   version, length, checksum, every offset and index in range, sorted intervals,
 //!   UTF-8 names). A truncated or damaged entry is ignored and rebuilt.
-//! - Bounds: [`MAX_ENTRY_BYTES`] per entry and [`MAX_TOTAL_BYTES`] for the directory,
-//!   least recently used entries (by modification time, which every use renews) evicted
-//!   after each write.
+//! - Bounds: [`MAX_ENTRY_BYTES`] per entry and [`MAX_TOTAL_BYTES`] on the disk (the
+//!   blocks the entries take, not their length) for the directory, least recently used
+//!   entries (by modification time, which every use renews) evicted after each write;
+//!   a write that fails (a full disk) halves the cache, so that it never keeps its file
+//!   system full.
+//! - Privacy: the directories are the user's alone (0700, made so when found open to
+//!   others), entries 0600. The kernel's entries are named after a keyed hash of the
+//!   boot and of where the kernel's text starts (see [`SymbolCache::kernel_key`]), with
+//!   a random secret kept in the cache (`sampler/secret`, 0600): from public facts
+//!   (build ID, boot ID) and an entry's name nobody can work out the kernel's address.
 //! - Writes: atomic (a new file beside the entry, renamed over it), after the profile is
 //!   written ([`SymbolCache::save`]), so they never delay it; a failure only means the
 //!   next run reads the debug information again.
@@ -56,29 +66,74 @@ pub const MAX_TOTAL_BYTES: u64 = 256 << 20;
 /// while writing it (a write takes milliseconds).
 const STALE_TEMP: Duration = Duration::from_secs(3600);
 
-/// Permission bits of an entry: the user's, readable by others as files under the usual
-/// umask are (it holds what the file's debug information says, nothing secret).
-const FILE_MODE: u32 = 0o644;
+/// Permission bits of an entry and of the secret: the user's alone. An entry says which
+/// files the user profiles, and the kernel's entries where the kernel lies.
+const FILE_MODE: u32 = 0o600;
+
+/// The file of the cache's secret, in `sampler/` beside the entries' directory.
+const SECRET_NAME: &str = "secret";
+
+/// The cache's secret: a key of [`siphash`], 16 random bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Secret([u8; 16]);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
 
 /// The longest build ID cached: 64 bytes, four times the usual SHA-1's 20, so that the
 /// entry's name stays far below the 255 bytes a file name can have.
 const MAX_BUILD_ID: usize = 64;
 
-/// What identifies a file's entry: its build ID and size.
+/// What identifies a file's entry: its build ID and size, which name it, and which
+/// file on the disk it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Key {
     pub build_id: Vec<u8>,
     pub size: u64,
+    pub stamp: Stamp,
+}
+
+/// Which file on the disk, in which version: its device and inode, modification and
+/// change times. A file written anew (even in place, with its modification time put
+/// back) has another change time; a copy or a reinstalled package is another inode, and
+/// is named afresh once. Zero for the kernel, which is no file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Stamp {
+    pub dev: u64,
+    pub ino: u64,
+    pub mtime: i64,
+    pub mtime_nsec: u32,
+    pub ctime: i64,
+    pub ctime_nsec: u32,
+}
+
+impl Stamp {
+    fn of(m: &std::fs::Metadata) -> Option<Stamp> {
+        Some(Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            mtime: m.mtime(),
+            mtime_nsec: u32::try_from(m.mtime_nsec()).ok()?,
+            ctime: m.ctime(),
+            ctime_nsec: u32::try_from(m.ctime_nsec()).ok()?,
+        })
+    }
 }
 
 impl Key {
-    /// The key of `binary`; `None` without a build ID (or an implausibly long one).
+    /// The key of `binary`; `None` without a build ID (or an implausibly long one), or
+    /// when it was read from memory (no file to tell versions apart).
     pub fn of(binary: &Binary) -> Option<Key> {
         let id = binary.build_id.as_ref()?;
-        let size = binary.size().ok()?;
+        let meta = binary.metadata()?;
+        let stamp = Stamp::of(&meta)?;
         (!id.is_empty() && id.len() <= MAX_BUILD_ID).then(|| Key {
             build_id: id.clone(),
-            size,
+            size: meta.len(),
+            stamp,
         })
     }
 
@@ -88,18 +143,66 @@ impl Key {
 }
 
 /// The key of the running kernel's own symbols (`/proc/kallsyms`), whose text starts at
-/// `text_start`: its build ID, and in place of a size a fingerprint of the boot and of
-/// the text start, since where the kernel's code lies is chosen at random at each boot.
-/// Read once per run; each piece's key is made from it ([`Key::kernel_piece`]).
-pub fn kernel_key(text_start: u64) -> Option<Key> {
+/// `text_start`, in the cache whose secret is `secret`: its build ID, and in place of a
+/// size a fingerprint of the boot and of the text start, since where the kernel's code
+/// lies is chosen at random at each boot. The fingerprint is keyed with the secret: the
+/// build ID and the boot ID can be read by everyone, and the text start has only some
+/// hundreds of possible values, so an unkeyed one would give the address away.
+fn kernel_key_with(secret: &Secret, text_start: u64) -> Option<Key> {
     let notes = std::fs::read("/sys/kernel/notes").ok()?;
     let build_id = gnu_build_id(&notes)?;
     let mut boot = std::fs::read("/proc/sys/kernel/random/boot_id").ok()?;
     boot.extend_from_slice(&text_start.to_le_bytes());
     (!build_id.is_empty() && build_id.len() <= MAX_BUILD_ID).then(|| Key {
         build_id: build_id.to_vec(),
-        size: checksum(&boot),
+        size: siphash(&secret.0, &boot),
+        stamp: Stamp::default(),
     })
+}
+
+/// SipHash-2-4 of `data` under `key` (Aumasson and Bernstein, 2012): a keyed hash made
+/// for short inputs, from which nobody without the key learns anything of the input.
+fn siphash(key: &[u8; 16], data: &[u8]) -> u64 {
+    let k0 = u64::from_le_bytes(key[..8].try_into().expect("8 bytes"));
+    let k1 = u64::from_le_bytes(key[8..].try_into().expect("8 bytes"));
+    let mut v = [
+        k0 ^ 0x736f_6d65_7073_6575,
+        k1 ^ 0x646f_7261_6e64_6f6d,
+        k0 ^ 0x6c79_6765_6e65_7261,
+        k1 ^ 0x7465_6462_7974_6573,
+    ];
+    let rounds = |v: &mut [u64; 4], n: usize| {
+        for _ in 0..n {
+            v[0] = v[0].wrapping_add(v[1]);
+            v[1] = v[1].rotate_left(13) ^ v[0];
+            v[0] = v[0].rotate_left(32);
+            v[2] = v[2].wrapping_add(v[3]);
+            v[3] = v[3].rotate_left(16) ^ v[2];
+            v[0] = v[0].wrapping_add(v[3]);
+            v[3] = v[3].rotate_left(21) ^ v[0];
+            v[2] = v[2].wrapping_add(v[1]);
+            v[1] = v[1].rotate_left(17) ^ v[2];
+            v[2] = v[2].rotate_left(32);
+        }
+    };
+    let compress = |v: &mut [u64; 4], m: u64| {
+        v[3] ^= m;
+        rounds(v, 2);
+        v[0] ^= m;
+    };
+    let mut chunks = data.chunks_exact(8);
+    for chunk in chunks.by_ref() {
+        compress(
+            &mut v,
+            u64::from_le_bytes(chunk.try_into().expect("8 bytes")),
+        );
+    }
+    let mut last = [0u8; 8];
+    last[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    compress(&mut v, u64::from_le_bytes(last) | (data.len() as u64) << 56);
+    v[2] ^= 0xff;
+    rounds(&mut v, 4);
+    v[0] ^ v[1] ^ v[2] ^ v[3]
 }
 
 impl Key {
@@ -111,6 +214,7 @@ impl Key {
         Key {
             build_id: self.build_id.clone(),
             size: checksum(&fingerprint),
+            stamp: Stamp::default(),
         }
     }
 }
@@ -210,6 +314,8 @@ pub struct SymbolCache {
     root: PathBuf,
     owner: Option<SudoUser>,
     pending: Mutex<Vec<(String, Vec<u8>)>>,
+    /// Read or made once, when the kernel's entries are first needed.
+    secret: std::sync::OnceLock<Option<Secret>>,
 }
 
 impl SymbolCache {
@@ -231,6 +337,53 @@ impl SymbolCache {
             root,
             owner,
             pending: Mutex::default(),
+            secret: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The key of the running kernel's own symbols, whose text starts at `text_start`
+    /// (see [`kernel_key_with`]); `None` when the kernel says no build ID, or the cache
+    /// has no secret and cannot be given one. Each piece's key is made from it
+    /// ([`Key::kernel_piece`]).
+    pub fn kernel_key(&self, text_start: u64) -> Option<Key> {
+        let secret = self
+            .secret
+            .get_or_init(|| self.read_or_make_secret().ok())
+            .as_ref()?;
+        kernel_key_with(secret, text_start)
+    }
+
+    /// The cache's secret, made (16 bytes of the kernel's randomness) when there is none
+    /// or it is damaged. Two runs that make one at once keep the first written.
+    fn read_or_make_secret(&self) -> std::io::Result<Secret> {
+        let dir = usercache::open_dir(&self.root, &DIRS[..1], self.owner, true, PRIVATE)?;
+        let read = || -> std::io::Result<Option<Secret>> {
+            let file = usercache::open_file(&dir, SECRET_NAME, self.owner)?;
+            usercache::make_private(&file)?;
+            let mut bytes = Vec::new();
+            file.take(17).read_to_end(&mut bytes)?;
+            Ok(bytes.try_into().ok().map(Secret))
+        };
+        let damaged = match read() {
+            Ok(Some(secret)) => return Ok(secret),
+            Ok(None) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(e),
+        };
+        let mut secret = [0u8; 16];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut secret)?;
+        let mut temp = TempFile::create(dir.try_clone()?, SECRET_NAME, FILE_MODE)?;
+        temp.file.write_all(&secret)?;
+        let written = match damaged {
+            true => temp.commit(self.owner, true),
+            false => temp.commit_new(self.owner, true),
+        };
+        match written {
+            Ok(()) => Ok(Secret(secret)),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                read()?.ok_or_else(|| std::io::Error::other("the cache's secret is damaged"))
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -243,8 +396,9 @@ impl SymbolCache {
     /// The entry of `key`, when there is one and it is sound; its use is recorded (its
     /// modification time), which keeps it from eviction.
     pub fn load(&self, key: &Key) -> Option<Entry> {
-        let dir = usercache::open_dir(&self.root, &DIRS, self.owner, false).ok()?;
+        let dir = usercache::open_dir(&self.root, &DIRS, self.owner, false, PRIVATE).ok()?;
         let file = usercache::open_file(&dir, &key.file_name(), self.owner).ok()?;
+        usercache::make_private(&file).ok()?;
         let len = file.metadata().ok()?.len();
         if len > MAX_ENTRY_BYTES {
             return None;
@@ -272,33 +426,68 @@ impl SymbolCache {
 
     /// Writes the entries kept by [`SymbolCache::put`], then evicts the least recently
     /// used entries beyond [`MAX_TOTAL_BYTES`]. Returns how many were written, or why
-    /// none could be.
+    /// not all could be: after a write that failed (a full disk, a quota), the cache is
+    /// halved as well, so that it does not keep its file system full.
     pub fn save(&self) -> Result<usize, String> {
         let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
         if pending.is_empty() {
             return Ok(0);
         }
         let cannot = |e: std::io::Error| format!("cannot write into {}: {e}", self.dir().display());
-        let dir = usercache::open_dir(&self.root, &DIRS, self.owner, true).map_err(cannot)?;
+        let dir =
+            usercache::open_dir(&self.root, &DIRS, self.owner, true, PRIVATE).map_err(cannot)?;
         let mut written = Vec::new();
+        let mut failed = None;
         for (name, bytes) in &pending {
-            let dir = dir.try_clone().map_err(cannot)?;
-            let mut temp = TempFile::create(dir, name, FILE_MODE).map_err(cannot)?;
-            temp.file.write_all(bytes).map_err(cannot)?;
-            // Not flushed to disk: an entry cut short by a crash fails its checks and is
-            // rebuilt, which is cheaper than waiting for the disk on every run.
-            temp.commit(self.owner, false).map_err(cannot)?;
-            written.push(name.as_str());
+            let write = || -> std::io::Result<()> {
+                let mut temp = TempFile::create(dir.try_clone()?, name, FILE_MODE)?;
+                temp.file.write_all(bytes)?;
+                // Not flushed to disk: an entry cut short by a crash fails its checks and
+                // is rebuilt, which is cheaper than waiting for the disk on every run.
+                temp.commit(self.owner, false)
+            };
+            match write() {
+                Ok(()) => written.push(name.as_str()),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
         }
-        evict(&dir, &written, MAX_TOTAL_BYTES);
-        Ok(written.len())
+        let evicted = evict(
+            &dir,
+            self.owner,
+            &written,
+            MAX_TOTAL_BYTES,
+            failed.is_some(),
+        );
+        match failed {
+            None => Ok(written.len()),
+            Some(e) => Err(format!(
+                "{}; {} entries ({}) removed to make room",
+                cannot(e),
+                evicted.0,
+                crate::debuginfod::size(evicted.1)
+            )),
+        }
     }
 }
 
-/// Removes the least recently modified entries of `dir` until the rest hold at most
-/// `limit` bytes (never those just written, `keep`), and files left on their way in by
-/// a process that died.
-fn evict(dir: &std::os::fd::OwnedFd, keep: &[&str], limit: u64) {
+/// The symbol cache is its user's alone (see the module's text).
+const PRIVATE: usercache::Access = usercache::Access::Private;
+
+/// Removes the least recently modified entries of `dir` until the rest take at most
+/// `limit` bytes of the disk (never those just written, `keep`; files are `owner`'s), or with `shrink` (a
+/// write failed) at most half of what they took, and files left on their way in by a
+/// process that died. Entries that others may read are made private. Returns how many
+/// entries were removed, and the bytes of the disk they took.
+fn evict(
+    dir: &std::os::fd::OwnedFd,
+    owner: Option<SudoUser>,
+    keep: &[&str],
+    limit: u64,
+    shrink: bool,
+) -> (usize, u64) {
     use nix::fcntl::{AtFlags, OFlag};
     let Ok(mut listing) = nix::dir::Dir::openat(
         dir,
@@ -306,7 +495,7 @@ fn evict(dir: &std::os::fd::OwnedFd, keep: &[&str], limit: u64) {
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         nix::sys::stat::Mode::empty(),
     ) else {
-        return;
+        return (0, 0);
     };
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -332,21 +521,32 @@ fn evict(dir: &std::os::fd::OwnedFd, keep: &[&str], limit: u64) {
             }
             continue;
         }
-        let size = stat.st_size as u64;
+        if stat.st_mode & 0o077 != 0 {
+            let _ = usercache::open_file(dir, &name.to_string_lossy(), owner)
+                .and_then(|f| usercache::make_private(&f));
+        }
+        // What the entry takes of the disk: a small entry takes a whole block (4 KiB,
+        // where its length may be a few hundred bytes).
+        let size = stat.st_blocks as u64 * 512;
         total += size;
         if !keep.iter().any(|k| name == *k) {
             files.push((stat.st_mtime, size, name));
         }
     }
     files.sort();
+    let limit = if shrink { limit.min(total / 2) } else { limit };
+    let mut removed = (0, 0);
     for (_, size, name) in files {
         if total <= limit {
             break;
         }
         if usercache::remove_file(dir, &name).is_ok() {
             total -= size;
+            removed.0 += 1;
+            removed.1 += size;
         }
     }
+    removed
 }
 
 // The layout of an entry. Every number is little-endian; every table starts at a
@@ -358,7 +558,8 @@ fn evict(dir: &std::os::fd::OwnedFd, keep: &[&str], limit: u64) {
 //   (dev, ino, size u64, mtime i64, mtime_nsec u32), 76 build ID length u32,
 //   80 build ID (MAX_BUILD_ID bytes, zero-padded), 144 the tables' (offset u64,
 //   count u64) in TABLES order, 240 debug file path (string index), 244 why there is
-//   no debug information (string index), 248..256 zero.
+//   no debug information (string index), 248..256 zero, 256 the file's stamp (dev u64,
+//   ino u64, mtime i64, ctime i64, mtime_nsec u32, ctime_nsec u32), 296..304 zero.
 // tables:
 //   intervals (24 bytes): start u64, end u64, info u32, zero u32; sorted, disjoint.
 //   infos (16): symbol u32, first frame u32, frame count u32, flags u32.
@@ -371,8 +572,9 @@ fn evict(dir: &std::os::fd::OwnedFd, keep: &[&str], limit: u64) {
 const MAGIC: [u8; 8] = *b"SMPLSYM\0";
 /// Raised whenever the layout or the meaning of a field changes: an entry of another
 /// version is ignored and rebuilt.
-const VERSION: u32 = 1;
-const HEADER_BYTES: usize = 256;
+const VERSION: u32 = 2;
+const HEADER_BYTES: usize = 304;
+const STAMP_AT: usize = 256;
 const CHECKSUM_AT: usize = 24;
 const TABLES_AT: usize = 144;
 const STRINGS_AT: usize = 240;
@@ -436,6 +638,18 @@ pub fn with_checksum(mut bytes: Vec<u8>) -> Vec<u8> {
     bytes
 }
 
+/// A file's stamp as the header holds it.
+fn stamp_bytes(stamp: &Stamp) -> [u8; 40] {
+    let mut out = [0u8; 40];
+    out[..8].copy_from_slice(&stamp.dev.to_le_bytes());
+    out[8..16].copy_from_slice(&stamp.ino.to_le_bytes());
+    out[16..24].copy_from_slice(&stamp.mtime.to_le_bytes());
+    out[24..32].copy_from_slice(&stamp.ctime.to_le_bytes());
+    out[32..36].copy_from_slice(&stamp.mtime_nsec.to_le_bytes());
+    out[36..40].copy_from_slice(&stamp.ctime_nsec.to_le_bytes());
+    out
+}
+
 /// Why an entry was refused (for tests; a refused entry is simply rebuilt).
 pub type Refused = &'static str;
 
@@ -483,13 +697,15 @@ impl Entry {
         }
         let id_len = u32_at(&bytes, 76) as usize;
         if u64_at(&bytes, 32) != key.size
+            || stamp_bytes(&key.stamp)[..] != bytes[STAMP_AT..STAMP_AT + 40]
             || id_len != key.build_id.len()
             || bytes[80..80 + id_len.min(MAX_BUILD_ID)] != key.build_id[..]
         {
             return Err("another file's");
         }
         if bytes[80 + id_len..TABLES_AT].iter().any(|&b| b != 0)
-            || bytes[248..HEADER_BYTES].iter().any(|&b| b != 0)
+            || bytes[248..STAMP_AT].iter().any(|&b| b != 0)
+            || bytes[STAMP_AT + 40..HEADER_BYTES].iter().any(|&b| b != 0)
         {
             return Err("padding not zero");
         }
@@ -1032,6 +1248,7 @@ impl EntryBuilder {
         out[72..76].copy_from_slice(&identity.mtime_nsec.to_le_bytes());
         out[76..80].copy_from_slice(&(key.build_id.len() as u32).to_le_bytes());
         out[80..80 + key.build_id.len()].copy_from_slice(&key.build_id);
+        out[STAMP_AT..STAMP_AT + 40].copy_from_slice(&stamp_bytes(&key.stamp));
         for (t, table) in tables.into_iter().enumerate() {
             let offset = out.len() as u64;
             let count = (table.len() / RECORD_BYTES[t]) as u64;
@@ -1059,6 +1276,14 @@ mod tests {
         Key {
             build_id: vec![0xab; 20],
             size: 0x1234,
+            stamp: Stamp {
+                dev: 1,
+                ino: 2,
+                mtime: 3,
+                mtime_nsec: 4,
+                ctime: 5,
+                ctime_nsec: 6,
+            },
         }
     }
 
@@ -1155,6 +1380,18 @@ mod tests {
         assert!(
             Entry::parse(entry.bytes.clone(), &other).is_err(),
             "another file's"
+        );
+        let rebuilt = Key {
+            stamp: Stamp {
+                ctime_nsec: 7,
+                ..key().stamp
+            },
+            ..key()
+        };
+        assert_eq!(
+            Entry::parse(entry.bytes.clone(), &rebuilt).err(),
+            Some("another file's"),
+            "the same name, build ID and size, written anew"
         );
     }
 
@@ -1302,8 +1539,12 @@ mod tests {
         }
         assert_eq!(gnu_build_id(&notes[..notes.len() - 4]), None);
         // This machine's kernel, when it says.
+        let secret = Secret([9; 16]);
+        let kernel_key = |start| kernel_key_with(&secret, start);
         if let Some(key) = kernel_key(0xffff_ffff_8100_0000) {
             assert_eq!(kernel_key(0xffff_ffff_8100_0000), Some(key.clone()));
+            let another_cache = kernel_key_with(&Secret([8; 16]), 0xffff_ffff_8100_0000);
+            assert_ne!(another_cache, Some(key.clone()), "keyed with the secret");
             let other = kernel_key(0xffff_ffff_8200_0000).unwrap();
             assert_ne!(other, key);
             let piece = key.kernel_piece(3);
@@ -1321,21 +1562,31 @@ mod tests {
 
     #[test]
     fn eviction_removes_the_least_recently_used_beyond_the_bound() {
-        let dir = std::env::temp_dir().join(format!("sampler-evict-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let cache = SymbolCache::at(dir.clone(), None);
-        let fd = usercache::open_dir(&dir, &DIRS, None, true).unwrap();
+        let scratch = crate::testdir::TestDir::new("evict");
+        let cache = SymbolCache::at(scratch.path().to_path_buf(), None);
+        let fd = usercache::open_dir(scratch.path(), &DIRS, None, true, PRIVATE).unwrap();
         let entries = cache.dir();
         let old = SystemTime::now() - Duration::from_secs(2 * STALE_TEMP.as_secs());
-        for (i, name) in ["a", "b", "c", "d"].iter().enumerate() {
-            std::fs::write(entries.join(name), vec![0u8; 100]).unwrap();
-            let file = std::fs::File::options()
-                .write(true)
-                .open(entries.join(name))
-                .unwrap();
-            file.set_modified(old + Duration::from_secs(i as u64 * 10))
-                .unwrap();
-        }
+        let plant = |names: &[&str]| {
+            for (i, name) in names.iter().enumerate() {
+                std::fs::write(entries.join(name), vec![0u8; 100]).unwrap();
+                let file = std::fs::File::options()
+                    .write(true)
+                    .open(entries.join(name))
+                    .unwrap();
+                file.set_modified(old + Duration::from_secs(i as u64 * 10))
+                    .unwrap();
+            }
+        };
+        let left = || {
+            let mut left: Vec<String> = std::fs::read_dir(&entries)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            left.sort();
+            left
+        };
+        plant(&["a", "b", "c", "d"]);
         let stale = format!("{}1-2.x", usercache::TEMP_PREFIX);
         std::fs::write(entries.join(&stale), b"left by a dead process").unwrap();
         std::fs::File::options()
@@ -1344,14 +1595,25 @@ mod tests {
             .unwrap()
             .set_modified(old)
             .unwrap();
-        // "a" is the oldest but was just written; "b" and "c" go.
-        evict(&fd, &["a"], 200);
-        let mut left: Vec<String> = std::fs::read_dir(&entries)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        left.sort();
-        assert_eq!(left, ["a", "d"]);
-        let _ = std::fs::remove_dir_all(&dir);
+        // What 100 bytes take of the disk: a block.
+        let block = std::fs::metadata(entries.join("a")).unwrap().blocks() * 512;
+        assert!(block >= 512, "{block}");
+        // "a" is the oldest but was just written; "b" and "c" go: counted by their
+        // length (400 bytes), all four would stay.
+        assert_eq!(evict(&fd, None, &["a"], 2 * block, false), (2, 2 * block));
+        assert_eq!(left(), ["a", "d"]);
+        // A write failed: half of what is there goes, least recently used first.
+        plant(&["e", "f", "g", "h", "i", "j"]);
+        assert_eq!(evict(&fd, None, &[], u64::MAX, true), (4, 4 * block));
+        assert_eq!(left(), ["d", "h", "i", "j"]);
+    }
+
+    #[test]
+    fn siphash_gives_the_reference_values() {
+        // The test vectors of the SipHash paper: key 00 01 .. 0f, messages 00 01 .. .
+        let key: [u8; 16] = std::array::from_fn(|i| i as u8);
+        let message: Vec<u8> = (0..15).collect();
+        assert_eq!(siphash(&key, &[]), 0x726f_db47_dd0e_0e31);
+        assert_eq!(siphash(&key, &message), 0xa129_ca61_49be_45e5);
     }
 }

@@ -1103,6 +1103,9 @@ fn name_lib(lib: &Lib, binary: &LibFile, addresses: &[u64], opts: &SymbolOptions
     if addresses.is_empty() {
         return Ok((LibFacts::default(), Vec::new()));
     }
+    if let Some(signal) = crate::interrupt::stopped() {
+        return Err(format!("not read: {signal} stopped the naming"));
+    }
     match lib.kind {
         LibKind::File => {
             let binary = readable(binary)?;
@@ -1127,7 +1130,7 @@ fn name_kernel(base: u64, addresses: &[u64], opts: &SymbolOptions) -> Named {
     // Only where the kernel's addresses can be read, which the cache must not reveal
     // where they cannot.
     let store = opts.cache.as_ref().filter(|_| opts.read_kallsyms);
-    let kernel = store.and_then(|_| cache::kernel_key(base));
+    let kernel = store.and_then(|store| store.kernel_key(base));
     let key_of = |piece| kernel.as_ref().map(|k| k.kernel_piece(piece));
     let mut piece_missing = false;
     if let Some(store) = store {
@@ -1356,10 +1359,11 @@ ffffffffc0001000 t mod_fn\t[kvm]
             Some(cache::Key {
                 build_id: vec![9; 20],
                 size: piece,
+                stamp: Default::default(),
             })
         };
-        let root = std::env::temp_dir().join(format!("sampler-kernel-{}", std::process::id()));
-        let store = cache::SymbolCache::at(root.clone(), None);
+        let root = crate::testdir::TestDir::new("kernel");
+        let store = cache::SymbolCache::at(root.path().to_path_buf(), None);
         let entries = kernel_entries(&syms, &own, &key_of);
         let pieces: Vec<u64> = entries.iter().map(|(key, _)| key.size).collect();
         assert_eq!(pieces, [0, 1, 2, 3, KERNEL_EXTENT_PIECE]);
@@ -1403,6 +1407,5 @@ ffffffffc0001000 t mod_fn\t[kvm]
             kernel_from_cache(&store, &key_of, &[0x10, 0x1_0030]).err(),
             Some(true)
         );
-        let _ = std::fs::remove_dir_all(&root);
     }
 }
