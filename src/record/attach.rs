@@ -14,7 +14,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::events::{Event, EventKind, Mapping};
+use crate::events::{Event, EventKind, FileId, Mapping};
 
 /// The state letter of `/proc/PID/stat` (R, S, D, T, t, Z, X, …), `None` when the
 /// process is gone.
@@ -225,7 +225,7 @@ fn parent_of(pid: i32) -> Option<i32> {
 fn parse_maps_line(pid: i32, line: &str) -> Option<Mapping> {
     let mut fields = line.splitn(6, ' ');
     let (range, perms, offset) = (fields.next()?, fields.next()?, fields.next()?);
-    let (_dev, _inode) = (fields.next()?, fields.next()?);
+    let (dev, inode) = (fields.next()?, fields.next()?);
     let path = fields.next().unwrap_or("").trim_start().to_string();
     if perms.as_bytes().get(2) != Some(&b'x') {
         return None;
@@ -239,8 +239,20 @@ fn parse_maps_line(pid: i32, line: &str) -> Option<Mapping> {
         len: end.checked_sub(start)?,
         file_offset: u64::from_str_radix(offset, 16).ok()?,
         path,
-        build_id: None,
+        file: file_id(dev, inode),
         executable: true,
+    })
+}
+
+/// The file of a maps line from its `major:minor` device (hex) and inode (decimal);
+/// `None` for memory without a file (inode 0).
+fn file_id(dev: &str, inode: &str) -> Option<FileId> {
+    let (major, minor) = dev.split_once(':')?;
+    let inode = inode.parse().ok().filter(|&i| i != 0)?;
+    Some(FileId {
+        dev_major: u32::from_str_radix(major, 16).ok()?,
+        dev_minor: u32::from_str_radix(minor, 16).ok()?,
+        inode,
     })
 }
 
@@ -260,14 +272,26 @@ mod tests {
             (0x7f12a4c28000, 0x175000, 0x28000)
         );
         assert_eq!(m.path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+        let libc = FileId {
+            dev_major: 0xfe,
+            dev_minor: 1,
+            inode: 1234,
+        };
+        assert_eq!(m.file, Some(libc));
         let deleted =
             parse_maps_line(7, "1000-2000 r-xp 00000000 fe:01 99   /tmp/a b (deleted)").unwrap();
         assert_eq!(deleted.path, "/tmp/a b (deleted)");
         assert_eq!(
-            parse_maps_line(7, "1000-2000 r-xp 00000000 00:00 0 ")
-                .unwrap()
-                .path,
-            ""
+            parse_maps_line(7, "1000-2000 r-xp 00000000 00:00 0 ").unwrap(),
+            Mapping {
+                pid: 7,
+                start: 0x1000,
+                len: 0x1000,
+                file_offset: 0,
+                path: String::new(),
+                file: None,
+                executable: true,
+            }
         );
         assert!(parse_maps_line(7, "1000-2000 rw-p 00000000 00:00 0   [heap]").is_none());
     }

@@ -91,7 +91,7 @@ const KTHREADD: i32 = 2;
 const IDLE_PID: i32 = 0;
 
 /// The raw profile and, for each of its libraries, the file that was verified to be the
-/// one that was mapped (same build ID), for the symbolicator to use.
+/// one that was mapped (the same inode), for the symbolicator to use.
 pub struct Built {
     pub profile: RawProfile,
     pub lib_binaries: Vec<LibFile>,
@@ -725,7 +725,7 @@ impl ProfileBuilder {
     }
 
     /// Resolves a new mapping once: its library, and the file that was mapped (found
-    /// through [`FileFinder`], which checks the build ID: a replaced file's symbols and CFI
+    /// through [`FileFinder`], which checks the inode: a replaced file's symbols and CFI
     /// would be wrong, so it is not used).
     fn map(&mut self, m: &Mapping) {
         self.map_generation += 1;
@@ -768,7 +768,7 @@ impl ProfileBuilder {
                     path: &m.path,
                     start: m.start,
                     end,
-                    build_id: m.build_id.as_deref(),
+                    file: m.file,
                 };
                 (self.files.mapped(&mapped), m.file_offset)
             };
@@ -778,10 +778,7 @@ impl ProfileBuilder {
                 .ok()
                 .and_then(|b| b.code_svma_delta(file_offset, m.len))
                 .map_or(Translate::FileOffset, Translate::Delta);
-            let build_id = m
-                .build_id
-                .clone()
-                .or_else(|| binary.as_ref().ok().and_then(|b| b.build_id.clone()));
+            let build_id = binary.as_ref().ok().and_then(|b| b.build_id.clone());
             let path = m.path.strip_suffix(" (deleted)").unwrap_or(&m.path);
             let name = Path::new(path)
                 .file_name()
