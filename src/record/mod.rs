@@ -23,6 +23,7 @@ use nix::sys::signal::Signal;
 use perf_event_open_sys::bindings as pb;
 
 use crate::events::{Event, OffCpuRecording, Rate, RecordingInfo, SamplingEvent, Scope};
+pub use attach::{guardian_main, GUARDIAN_COMMAND};
 pub use launch::{Credentials, NotRun};
 pub use sys::tune_allocator;
 
