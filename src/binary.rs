@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::elf::{Elf, Section};
+use crate::events::FileId;
 
 /// The most of a program's entry code read to find its entry stub's calls: `_start` is a
 /// few dozen bytes, a static program's some hundred.
@@ -602,6 +603,14 @@ impl Binary {
     /// A reader of the file's bytes from its start.
     pub fn at(&self) -> At {
         At::new(self.image.clone())
+    }
+
+    /// Which file this is, as the kernel identifies it; `None` for an image in memory.
+    pub fn file_id(&self) -> Option<FileId> {
+        match &self.image {
+            Image::Bytes(_) => None,
+            Image::File(file) => file.metadata().ok().map(|m| FileId::of(&m)),
+        }
     }
 
     /// The file's size in bytes.

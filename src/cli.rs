@@ -47,6 +47,10 @@ pub enum Command {
     /// session that died (see `crate::record::stack_limit`).
     #[command(name = crate::record::stack_limit::WATCHDOG_COMMAND, hide = true)]
     RestoreMaxStack { pid: i32, start: u64 },
+    /// Internal: the guardian that continues the processes `-p` stopped when sampler is
+    /// killed while attaching (see `crate::record::guardian_main`).
+    #[command(name = crate::record::GUARDIAN_COMMAND, hide = true)]
+    ContinueStopped,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]

@@ -103,9 +103,32 @@ pub struct Mapping {
     pub file_offset: u64,
     /// The file's path, or a pseudo-name like `[vdso]`, `//anon`, `[anon:…]`.
     pub path: String,
-    /// The GNU build ID, when the kernel reported it with the mapping.
-    pub build_id: Option<Vec<u8>>,
+    /// Which file was mapped, as the kernel names it (`None` for memory without a file).
+    pub file: Option<FileId>,
     pub executable: bool,
+}
+
+/// A file as the kernel identifies it: its device and inode number. The kernel reports
+/// them with each mapping (MMAP2 records, `/proc/PID/maps`), and `fstat` of an open file
+/// gives them: a file found at the mapping's path is the one that was mapped only when
+/// they agree (a replaced file is a new inode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileId {
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    pub inode: u64,
+}
+
+impl FileId {
+    /// The identity of the file `meta` describes.
+    pub fn of(meta: &std::fs::Metadata) -> FileId {
+        use std::os::unix::fs::MetadataExt;
+        FileId {
+            dev_major: nix::sys::stat::major(meta.dev()) as u32,
+            dev_minor: nix::sys::stat::minor(meta.dev()) as u32,
+            inode: meta.ino(),
+        }
+    }
 }
 
 /// Whether the frame limit sampler asked for could be had (it may take raising the

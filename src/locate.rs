@@ -5,8 +5,11 @@
 //! mapped one, under `/proc/PID/map_files/`), or the process may live in another mount
 //! namespace, a container, where the path means something else (then it is reached
 //! through `/proc/PID/root`). The vdso has no file at all; its image is read from the
-//! process's memory. The build ID the kernel reported with the mapping decides which
-//! candidate is the right one.
+//! process's memory. The device and inode the kernel reported with the mapping decide
+//! which candidate is the right one: a file found at the path counts only when it is
+//! that inode (a file replaced since is a new one), while `/proc/PID/map_files/` is the
+//! mapped file itself. An inode number cannot be taken by another file while sampler
+//! holds the file open, as it does every file it found.
 //!
 //! Separate debug files are found as GDB finds them, under each debug root in turn (the
 //! user's `--debug-root`s, then `/usr/lib/debug`): by build ID under
@@ -21,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::binary::Binary;
+use crate::events::FileId;
 
 /// Where distributions install separate debug files.
 pub const DEFAULT_DEBUG_ROOT: &str = "/usr/lib/debug";
@@ -35,8 +39,8 @@ pub struct MappedFile<'a> {
     pub path: &'a str,
     pub start: u64,
     pub end: u64,
-    /// The build ID the kernel reported with the mapping, when it did.
-    pub build_id: Option<&'a [u8]>,
+    /// The file the kernel reported with the mapping, when it did.
+    pub file: Option<FileId>,
 }
 
 /// How a mapped file was found, for the summary.
@@ -53,20 +57,24 @@ pub enum Found {
 }
 
 /// Opens mapped files and caches them: by path for files that match what was mapped, and
-/// by build ID, so one library shared by many processes (or containers) is read once.
+/// by the kernel's identity of the file, so one library shared by many processes (or
+/// containers) is read once, and the files of a process that has exited (its
+/// `/proc/PID/` gone) are still found when another process mapped them before.
 #[derive(Default)]
 pub struct FileFinder {
     by_path: HashMap<PathBuf, Option<Arc<Binary>>>,
-    by_build_id: HashMap<Vec<u8>, Arc<Binary>>,
+    by_file: HashMap<FileId, Arc<Binary>>,
+    /// vdso images by build ID: every process of one kernel has the same.
+    vdso_by_build_id: HashMap<Vec<u8>, Arc<Binary>>,
     own_mount_ns: Option<Option<PathBuf>>,
     own_vdso: Option<Option<Arc<Binary>>>,
 }
 
 impl FileFinder {
     /// The file behind a mapping, or `None` (with the reason) when no candidate can be
-    /// read or matches the build ID the kernel reported.
+    /// read or is the file the kernel reported.
     pub fn mapped(&mut self, m: &MappedFile) -> Result<(Arc<Binary>, Found), String> {
-        if let Some(b) = m.build_id.and_then(|id| self.by_build_id.get(id)) {
+        if let Some(b) = m.file.and_then(|f| self.by_file.get(&f)) {
             return Ok((b.clone(), Found::Path));
         }
         let (path, deleted) = match m.path.strip_suffix(DELETED_SUFFIX) {
@@ -104,15 +112,13 @@ impl FileFinder {
                 Binary::open(&candidate).map(Arc::new)
             };
             let Some(binary) = binary else { continue };
-            match (m.build_id, &binary.build_id) {
-                (Some(mapped), Some(on_disk)) if mapped != on_disk.as_slice() => {
-                    mismatched = true;
-                    continue;
-                }
-                _ => {}
+            // map_files is the kernel's link to the mapped file; a path may name another.
+            if how != Found::MapFiles && m.file.is_some_and(|f| binary.file_id() != Some(f)) {
+                mismatched = true;
+                continue;
             }
-            if let Some(id) = &binary.build_id {
-                self.by_build_id.insert(id.clone(), binary.clone());
+            if let Some(f) = m.file {
+                self.by_file.insert(f, binary.clone());
             }
             return Ok((binary, how));
         }
@@ -130,10 +136,10 @@ impl FileFinder {
     pub fn vdso(&mut self, pid: i32, start: u64, end: u64) -> Result<(Arc<Binary>, Found), String> {
         if let Some(b) = read_memory(pid, start, end).and_then(vdso_binary) {
             if let Some(id) = &b.build_id {
-                if let Some(known) = self.by_build_id.get(id) {
+                if let Some(known) = self.vdso_by_build_id.get(id) {
                     return Ok((known.clone(), Found::Memory));
                 }
-                self.by_build_id.insert(id.clone(), b.clone());
+                self.vdso_by_build_id.insert(id.clone(), b.clone());
             }
             return Ok((b, Found::Memory));
         }
@@ -417,7 +423,7 @@ mod tests {
             path: &deleted,
             start,
             end,
-            build_id: None,
+            file: None,
         };
         match finder.mapped(&m) {
             Ok((b, how)) => {
@@ -427,16 +433,28 @@ mod tests {
             // map_files needs CAP_SYS_ADMIN.
             Err(e) => assert!(!nix::unistd::Uid::effective().is_root(), "{e}"),
         }
-        let wrong_id = [0u8; 20];
+        // The file at the path is the one mapped only when it is the inode the kernel
+        // named: another inode is a file put there since.
+        let on_disk = FileId::of(&std::fs::metadata(&exe).unwrap());
         let m = MappedFile {
             pid: i32::MAX,
             path: exe.to_str().unwrap(),
-            build_id: Some(&wrong_id),
+            file: Some(FileId {
+                inode: on_disk.inode + 1,
+                ..on_disk
+            }),
             ..m
         };
         assert_eq!(
             finder.mapped(&m).unwrap_err(),
             "the file was replaced after it was mapped"
         );
+        let (b, how) = finder
+            .mapped(&MappedFile {
+                file: Some(on_disk),
+                ..m
+            })
+            .unwrap();
+        assert_eq!((b.file_id(), how), (Some(on_disk), Found::Path));
     }
 }

@@ -33,6 +33,7 @@ fn main() -> ExitCode {
         Command::RestoreMaxStack { pid, start } => {
             stack_limit::watchdog_main(pid, start).map(|()| 0)
         }
+        Command::ContinueStopped => record::guardian_main().map(|()| 0),
         Command::Report(args) => {
             let sub = matches
                 .subcommand_matches("report")

@@ -214,6 +214,88 @@ fn attached_process_is_continued_when_sampler_fails_half_way() {
     }
 }
 
+/// How many threads of process `pid` are stopped (state T).
+fn stopped_threads(pid: &str) -> usize {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+        .filter(|stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T'))
+        })
+        .count()
+}
+
+/// Waits up to 5 s for every thread of `pid` to run again; how many are still stopped.
+fn stopped_after_5_s(pid: &str) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stopped_threads(pid) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stopped_threads(pid)
+}
+
+fn attached_processes_are_continued_when_sampler_is_killed() {
+    let test = "attached_processes_are_continued_when_sampler_is_killed";
+    // Killed right after stopping the target, as the OOM killer would kill it.
+    let target = Running::start("split7030", &["3"]);
+    let o = Command::new(sampler_bin())
+        .env("SAMPLER_TEST_FAULT", "kill")
+        .args(["record", "-o"])
+        .arg(tempdir().join("killed.json"))
+        .args(["-p", &target.pid(), "-d", "1"])
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(o.status.signal(), Some(9), "{}", stderr(&o));
+    assert_eq!(
+        stopped_after_5_s(&target.pid()),
+        0,
+        "split7030 left stopped"
+    );
+    assert_eq!(target.wait(), Some(0), "the target finishes normally");
+    // SIGKILL while attaching to 1,000 threads: at the stop, and 10 and 30 ms into it.
+    const THREADS: usize = 1000;
+    for delay_ms in [0, 10, 30] {
+        let target = Running::start("sleepers", &[&THREADS.to_string(), "30"]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_dir(format!("/proc/{}/task", target.pid()))
+            .unwrap()
+            .count()
+            <= THREADS
+        {
+            assert!(
+                Instant::now() < deadline,
+                "sleepers never started its threads"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut sampler = Command::new(sampler_bin())
+            .args(["record", "-o"])
+            .arg(tempdir().join("killed.json"))
+            .args(["-p", &target.pid(), "-d", "5"])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while target.state() != 'T' && Instant::now() < deadline {}
+        let seen = target.state() == 'T';
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        sampler.kill().unwrap();
+        sampler.wait().unwrap();
+        let left = stopped_after_5_s(&target.pid());
+        eprintln!(
+            "{test}: killed {delay_ms} ms after the stop (seen: {seen}): {left} of {} threads \
+             stopped",
+            THREADS + 1
+        );
+        assert!(seen, "sampler never stopped the target");
+        assert_eq!(left, 0, "killed {delay_ms} ms into attaching");
+    }
+}
+
 fn ctrl_c_stops_the_recording_not_the_processes() {
     let test = "ctrl_c_stops_the_recording_not_the_processes";
     let target = Running::start("split7030", &["4"]);
@@ -297,6 +379,7 @@ fn main() {
         mistakes_get_one_line_and_a_non_zero_exit;
         attaching_without_permission_says_what_to_do: Need::Nobody;
         attached_process_is_continued_when_sampler_fails_half_way: Need::Perf;
+        attached_processes_are_continued_when_sampler_is_killed: Need::Perf;
         ctrl_c_stops_the_recording_not_the_processes: Need::Perf;
         ring_buffers_shrink_when_the_kernel_refuses_their_size: Need::Nobody, Need::UserPerf;
         child_processes_started_after_attaching_are_their_own_processes: Need::Perf;

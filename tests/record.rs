@@ -171,6 +171,72 @@ fn forked_child_is_its_own_process_and_exit_code_passes_through() {
     assert!(stderr(&o).contains("2 processes"), "{}", stderr(&o));
 }
 
+fn a_reused_pid_is_a_new_process_with_its_own_track() {
+    let test = "a_reused_pid_is_a_new_process_with_its_own_track";
+    // In a pid namespace of its own, ns_last_pid picks the next pid: split7030 and then
+    // busy both run as pid 100, one after the other.
+    let out = tempdir().join("reused.json");
+    let script = format!(
+        "echo 99 > /proc/sys/kernel/ns_last_pid; {split} 0.3; \
+         echo 99 > /proc/sys/kernel/ns_last_pid; {busy} 1 0.3; exit 0",
+        split = target("split7030"),
+        busy = target("busy"),
+    );
+    let o = Command::new("unshare")
+        .args([
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            sampler_bin(),
+            "record",
+            "-o",
+        ])
+        .arg(&out)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    ok(test, &o);
+    let p = load(&out);
+    check_processed_profile(&p);
+    let threads = thread_paths(&p);
+    // The thread (its index) that most samples in `function` are in.
+    let with = |function: &str| {
+        (0..threads.len())
+            .max_by_key(|&i| {
+                let paths = &threads[i].paths;
+                paths
+                    .iter()
+                    .filter(|p| p.iter().any(|f| f == function))
+                    .count()
+            })
+            .unwrap()
+    };
+    let (split, busy) = (with("hot_a"), with("busy_work"));
+    let seen = |i: usize| {
+        (
+            threads[i].pid.clone(),
+            p["threads"][i]["processName"].as_str().unwrap().to_string(),
+        )
+    };
+    eprintln!(
+        "{test}: hot_a in {:?}, busy_work in {:?}",
+        seen(split),
+        seen(busy)
+    );
+    assert_eq!(seen(split), ("100".to_string(), "split7030".to_string()));
+    assert_eq!(seen(busy), ("100.2".to_string(), "busy".to_string()));
+    for (i, other) in [(split, "busy_work"), (busy, "hot_a")] {
+        assert!(
+            threads[i]
+                .paths
+                .iter()
+                .all(|p| !p.iter().any(|f| f == other)),
+            "{other} in the thread of {:?}",
+            seen(i)
+        );
+    }
+}
+
 fn exit_codes_and_signals_pass_through() {
     let (o, path) = record(&[], &["sh", "-c", "exit 42"]);
     assert_eq!(o.status.code(), Some(42));
@@ -460,6 +526,8 @@ fn main() {
         inlined_helpers_are_frames_with_inline_depth: Need::Perf;
         every_named_thread_is_present: Need::Perf;
         forked_child_is_its_own_process_and_exit_code_passes_through: Need::Perf;
+        a_reused_pid_is_a_new_process_with_its_own_track: Need::Perf, Need::Root,
+            Need::Program("unshare", &["--version"]);
         exit_codes_and_signals_pass_through: Need::Perf;
         sigterm_to_sampler_is_forwarded_and_profile_written: Need::Perf;
         sigint_to_sampler_is_forwarded_and_profile_written: Need::Perf;

@@ -300,6 +300,97 @@ fn an_empty_profile_says_why() {
     ffp_check(&path);
 }
 
+/// `perf record -o DATA ARGS` in the background, once its file exists (its events are
+/// open by then).
+fn perf_recording(data: &std::path::Path, args: &[&str]) -> std::process::Child {
+    let child = Command::new("perf")
+        .arg("record")
+        .arg("-o")
+        .arg(data)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("perf runs (a need of this test)");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !data.exists() {
+        assert!(std::time::Instant::now() < deadline, "perf never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    child
+}
+
+/// perf's file `data` reads back, and its samples name split7030's hot_a.
+fn assert_perf_file_reads_back(data: &std::path::Path) {
+    let report = Command::new("perf")
+        .args(["report", "--stdio", "-i"])
+        .arg(data)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.status.success() && text.contains("hot_a"),
+        "perf report of {}: {}{text}",
+        data.display(),
+        stderr(&report)
+    );
+}
+
+fn other_perf_sessions_and_sampler_leave_each_other_whole() {
+    let test = "other_perf_sessions_and_sampler_leave_each_other_whole";
+    let dir = tempdir();
+    // perf beside sampler: sampler's events must not change the records perf gets (with
+    // build IDs asked for, the kernel flagged perf's maps as carrying one: perf aborted).
+    let sampled = dir.join("sampler.json");
+    let mut sampler = Command::new(sampler_bin())
+        .args(["record", "-o"])
+        .arg(&sampled)
+        .args(["--", &target("split7030"), "60"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let data = dir.join("perf.data");
+    let perf = Command::new("perf")
+        .arg("record")
+        .arg("-o")
+        .arg(&data)
+        .args(["--", &target("split7030"), "1"])
+        .output();
+    let beside = sampler.try_wait().unwrap().is_none();
+    // Stopped before anything is asserted, so that a failure leaves nothing running.
+    kill(Pid::from_raw(sampler.id() as i32), Signal::SIGINT).unwrap();
+    let status = wait_with_timeout(&mut sampler, Duration::from_secs(30));
+    let o = sampler.wait_with_output().unwrap();
+    assert!(beside, "sampler ended before perf: {}", stderr(&o));
+    let perf = perf.unwrap();
+    assert!(perf.status.success(), "perf record: {}", stderr(&perf));
+    assert_perf_file_reads_back(&data);
+    // The command died of the Ctrl-C sampler passed on.
+    assert_eq!(status.and_then(|s| s.code()), Some(130), "{}", stderr(&o));
+    let (n, share) = count_run(&all_paths(&sampled), &["main", "outer", "hot_a"]);
+    eprintln!("{test}: beside perf, sampler has {n} samples, {share:.0}% in hot_a");
+    assert!(share > 40.0, "{share:.0}% in main > outer > hot_a");
+    // sampler beside a session that asks for build IDs: sampler's records (per task, as
+    // nobody) come flagged with one, and must still be read as the device and inode.
+    let data = dir.join("buildid.data");
+    let mut perf = perf_recording(&data, &["-a", "--buildid-mmap", "--", "sleep", "3"]);
+    let recorded = record_as_nobody(test, &["--", &target("split7030"), "0.5"]);
+    let perf_status = wait_with_timeout(&mut perf, Duration::from_secs(30));
+    let perf_out = perf.wait_with_output().unwrap();
+    let Some((o, path)) = recorded else { return };
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (n, share) = count_run(&all_paths(&path), &["main", "outer", "hot_a"]);
+    eprintln!("{test}: beside perf --buildid-mmap, {n} samples, {share:.0}% in hot_a");
+    assert!(share > 40.0, "{share:.0}% in main > outer > hot_a");
+    assert!(
+        perf_status.is_some_and(|s| s.success()),
+        "perf record -a: {}",
+        stderr(&perf_out)
+    );
+}
+
 fn main() {
     run_tests(tests![
         stop_signals_write_the_profile_and_reach_the_command: Need::Perf;
@@ -312,5 +403,7 @@ fn main() {
         a_process_left_stopped_says_why_it_has_no_samples: Need::Perf;
         a_daemon_that_outlives_the_command_is_named: Need::Perf;
         an_empty_profile_says_why: Need::Perf;
+        other_perf_sessions_and_sampler_leave_each_other_whole: Need::Perf, Need::Nobody,
+            Need::UserPerf, Need::Program("perf", &["--version"]);
     ]);
 }

@@ -31,7 +31,7 @@ fn mapping(path: &str, file_offset: u64) -> Event {
         len: 0x1000,
         file_offset,
         path: path.into(),
-        build_id: None,
+        file: None,
         executable: true,
     };
     Event {

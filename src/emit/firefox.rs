@@ -378,9 +378,29 @@ fn stack_table(profile: &Profile) -> fx::StackTable {
     }
 }
 
+/// Each process's pid as the profile writes it: the Firefox Profiler makes one track of
+/// the threads of one pid, so a process that took the pid of one that exited before it
+/// (the kernel reuses pids) is written as `PID.N`, the Nth process of that pid.
+fn track_pids(profile: &Profile) -> Vec<String> {
+    let mut seen: HashMap<i32, u32> = HashMap::new();
+    profile
+        .processes
+        .iter()
+        .map(|p| {
+            let n = seen.entry(p.pid).or_default();
+            *n += 1;
+            match *n {
+                1 => p.pid.to_string(),
+                n => format!("{}.{n}", p.pid),
+            }
+        })
+        .collect()
+}
+
 fn threads(profile: &Profile, copies: &OffCpuCopies) -> Vec<fx::Thread> {
     let off_cpu = profile.meta.off_cpu;
     let interval_ms = profile.meta.interval_ms;
+    let pids = track_pids(profile);
     profile
         .threads
         .iter()
@@ -396,7 +416,7 @@ fn threads(profile: &Profile, copies: &OffCpuCopies) -> Vec<fx::Thread> {
                 name: t.name.clone(),
                 is_main_thread: t.is_main,
                 process_name: process.name.clone(),
-                pid: process.pid.to_string(),
+                pid: pids[t.process.index()].clone(),
                 tid: i64::from(t.tid),
                 samples: fx::Samples {
                     stack: t

@@ -412,7 +412,13 @@ fn read_threads(
     for (t_index, t) in p.threads.iter().enumerate() {
         let process = *process_by_pid.entry(&t.pid).or_insert_with(|| {
             processes.push(Process {
-                pid: t.pid.parse().unwrap_or(0),
+                // `PID.N`: the Nth process of a reused pid (see emit::firefox).
+                pid: t
+                    .pid
+                    .split('.')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(0),
                 name: t.process_name.clone(),
                 start_ms: t.process_startup_time,
                 end_ms: t.process_shutdown_time,

@@ -4,8 +4,12 @@
 //! maps from `/proc/PID/maps`, thread names from `/proc/PID/task/TID/comm` — as the
 //! events a launch would have produced.
 //!
-//! A process that sampler stopped is always continued: by [`Stopped::resume`], or by
-//! `Drop` when setting up fails with an error or a panic.
+//! A process that sampler stopped is always continued: by [`Stopped::resume`], by `Drop`
+//! when setting up fails with an error or a panic, and when sampler itself is killed
+//! (SIGKILL, the OOM killer) by its guardian: a process started before the first SIGSTOP
+//! that outlives sampler (see [`guardian_main`]). Each process is named to the guardian
+//! before it is stopped, and the guardian continues them all when its input closes
+//! without word that sampler has.
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +18,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::events::{Event, EventKind, Mapping};
+use crate::events::{Event, EventKind, FileId, Mapping};
 
 /// The state letter of `/proc/PID/stat` (R, S, D, T, t, Z, X, …), `None` when the
 /// process is gone.
@@ -69,10 +73,89 @@ pub fn check_pid(pid: i32) -> Result<()> {
     Ok(())
 }
 
-/// Processes that sampler stopped, continued when this is resumed or dropped.
+/// Processes that sampler stopped, continued when this is resumed or dropped, or by the
+/// guardian when sampler dies first.
 pub struct Stopped {
     pids: Vec<Pid>,
     since: Instant,
+    guardian: Option<Guardian>,
+}
+
+/// The hidden subcommand that runs the guardian.
+pub const GUARDIAN_COMMAND: &str = "continue-stopped";
+
+/// What sampler tells the guardian once it has continued every process itself.
+const CONTINUED: &str = "continued";
+
+/// The guardian of the processes sampler stops, told through a pipe (one line each):
+/// `PID START` (the pid and its start time) before a process is stopped, and `continued`
+/// once sampler has continued them.
+struct Guardian {
+    process: std::process::Child,
+    told: std::process::ChildStdin,
+}
+
+impl Guardian {
+    fn start() -> Result<Guardian> {
+        let mut process = super::stack_limit::spawn_guard(&[GUARDIAN_COMMAND]).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot start the process that continues the stopped processes if sampler is                  killed ({e}): nothing was stopped"
+            )
+        })?;
+        let told = process
+            .stdin
+            .take()
+            .expect("the guardian's input is a pipe");
+        Ok(Guardian { process, told })
+    }
+
+    fn tell(&mut self, line: &str) -> std::io::Result<()> {
+        use std::io::Write;
+        // One write per line: the pipe is not buffered on sampler's side, so each line
+        // is the guardian's to read from now on, whatever happens to sampler.
+        self.told.write_all(format!("{line}\n").as_bytes())
+    }
+
+    /// Says that every process is continued, and waits for the guardian to leave.
+    fn dismiss(mut self) {
+        let _ = self.tell(CONTINUED);
+        drop(self.told);
+        let _ = self.process.wait();
+    }
+}
+
+/// The guardian: ignores the signals a session's user would send to sampler (only
+/// SIGKILL ends it), takes a pidfd of each process named on its input (one that is still
+/// the process named: the same start time), and when the input closes (sampler exited,
+/// however) without `continued` as its last line, sends each of them SIGCONT. Through the
+/// pidfd the signal reaches that process or none, never another that took its pid.
+pub fn guardian_main() -> Result<()> {
+    use std::io::BufRead;
+    super::stack_limit::ignore_signals()?;
+    let mut held = Vec::new();
+    let mut continued = false;
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        continued = line == CONTINUED;
+        let Some((pid, start)) = line.split_once(' ') else {
+            continue;
+        };
+        let (Ok(pid), Ok(start)) = (pid.parse::<i32>(), start.parse::<u64>()) else {
+            continue;
+        };
+        if let Ok(fd) = super::sys::pidfd_open(pid) {
+            // Checked after the pidfd is taken: a match means it is the process named.
+            if super::stack_limit::start_time(pid) == Some(start) {
+                held.push(fd);
+            }
+        }
+    }
+    if !continued {
+        for fd in &held {
+            let _ = super::sys::pidfd_send_signal(fd, Signal::SIGCONT);
+        }
+    }
+    Ok(())
 }
 
 /// How long to wait for every thread of a stopped process to reach the stop. A thread in
@@ -86,10 +169,28 @@ impl Stopped {
         let mut stopped = Stopped {
             pids: Vec::new(),
             since: Instant::now(),
+            guardian: None,
         };
         for &pid in pids {
             if matches!(process_state(pid), Some('T' | 't')) {
                 continue;
+            }
+            let guardian = match &mut stopped.guardian {
+                Some(g) => g,
+                None => stopped.guardian.insert(Guardian::start()?),
+            };
+            let Some(start) = super::stack_limit::start_time(pid) else {
+                bail!("no process with pid {pid} (it has exited)");
+            };
+            guardian.tell(&format!("{pid} {start}")).map_err(|e| {
+                anyhow::anyhow!(
+                    "the process that continues the stopped processes if sampler is killed \
+                     has gone ({e}): pid {pid} was not stopped"
+                )
+            })?;
+            if stopped.pids.is_empty() {
+                // Stopped from now: the guardian's start stops nothing.
+                stopped.since = Instant::now();
             }
             match kill(Pid::from_raw(pid), Signal::SIGSTOP) {
                 Ok(()) => stopped.pids.push(Pid::from_raw(pid)),
@@ -123,6 +224,9 @@ impl Stopped {
     fn continue_all(&mut self) {
         for pid in self.pids.drain(..) {
             let _ = kill(pid, Signal::SIGCONT);
+        }
+        if let Some(guardian) = self.guardian.take() {
+            guardian.dismiss();
         }
     }
 }
@@ -231,7 +335,7 @@ fn parent_of(pid: i32) -> Option<i32> {
 fn parse_maps_line(pid: i32, line: &str) -> Option<Mapping> {
     let mut fields = line.splitn(6, ' ');
     let (range, perms, offset) = (fields.next()?, fields.next()?, fields.next()?);
-    let (_dev, _inode) = (fields.next()?, fields.next()?);
+    let (dev, inode) = (fields.next()?, fields.next()?);
     let path = fields.next().unwrap_or("").trim_start().to_string();
     if perms.as_bytes().get(2) != Some(&b'x') {
         return None;
@@ -245,8 +349,20 @@ fn parse_maps_line(pid: i32, line: &str) -> Option<Mapping> {
         len: end.checked_sub(start)?,
         file_offset: u64::from_str_radix(offset, 16).ok()?,
         path,
-        build_id: None,
+        file: file_id(dev, inode),
         executable: true,
+    })
+}
+
+/// The file of a maps line from its `major:minor` device (hex) and inode (decimal);
+/// `None` for memory without a file (inode 0).
+fn file_id(dev: &str, inode: &str) -> Option<FileId> {
+    let (major, minor) = dev.split_once(':')?;
+    let inode = inode.parse().ok().filter(|&i| i != 0)?;
+    Some(FileId {
+        dev_major: u32::from_str_radix(major, 16).ok()?,
+        dev_minor: u32::from_str_radix(minor, 16).ok()?,
+        inode,
     })
 }
 
@@ -266,14 +382,26 @@ mod tests {
             (0x7f12a4c28000, 0x175000, 0x28000)
         );
         assert_eq!(m.path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+        let libc = FileId {
+            dev_major: 0xfe,
+            dev_minor: 1,
+            inode: 1234,
+        };
+        assert_eq!(m.file, Some(libc));
         let deleted =
             parse_maps_line(7, "1000-2000 r-xp 00000000 fe:01 99   /tmp/a b (deleted)").unwrap();
         assert_eq!(deleted.path, "/tmp/a b (deleted)");
         assert_eq!(
-            parse_maps_line(7, "1000-2000 r-xp 00000000 00:00 0 ")
-                .unwrap()
-                .path,
-            ""
+            parse_maps_line(7, "1000-2000 r-xp 00000000 00:00 0 ").unwrap(),
+            Mapping {
+                pid: 7,
+                start: 0x1000,
+                len: 0x1000,
+                file_offset: 0,
+                path: String::new(),
+                file: None,
+                executable: true,
+            }
         );
         assert!(parse_maps_line(7, "1000-2000 rw-p 00000000 00:00 0   [heap]").is_none());
     }

@@ -23,6 +23,7 @@ use nix::sys::signal::Signal;
 use perf_event_open_sys::bindings as pb;
 
 use crate::events::{Event, OffCpuRecording, Rate, RecordingInfo, SamplingEvent, Scope};
+pub use attach::{guardian_main, GUARDIAN_COMMAND};
 pub use launch::{Credentials, NotRun};
 pub use sys::tune_allocator;
 
@@ -276,6 +277,12 @@ fn base_attr(
     }
     // Whether it starts disabled, at exec, and is inherited: its placement decides.
     attr.set_mmap(1);
+    // MMAP2 records carry the mapped file's device and inode, by which replay checks
+    // that a file on disk is the one that was mapped (see `crate::locate`). Never build
+    // IDs in their place (`attr.build_id`): the kernel sets the build-ID flag in a record
+    // header that every session's events share, and leaves it set, so the other perf and
+    // samply sessions on the machine would read their device and inode as a build ID
+    // (perf 6.1 then aborts, samply panics).
     attr.set_mmap2(1);
     attr.set_comm(1);
     attr.set_comm_exec(1);
@@ -336,7 +343,6 @@ pub(crate) fn switch_attr(sampling: &pb::perf_event_attr, period: u64) -> pb::pe
     attr.set_comm(0);
     attr.set_comm_exec(0);
     attr.set_task(0);
-    attr.set_build_id(0);
     attr.set_context_switch(1);
     attr
 }
@@ -573,22 +579,17 @@ fn open_events(
         None => vec![SamplingEvent::Cycles, SamplingEvent::CpuClock],
     };
     let mut last_error = None;
-    let attempts = [true, false].into_iter().flat_map(|kernel| {
-        candidates
-            .iter()
-            .flat_map(move |&event| [(kernel, event, true), (kernel, event, false)])
-    });
-    for (include_kernel, event, build_ids) in attempts {
-        let mut attr = base_attr(
+    let attempts = [true, false]
+        .into_iter()
+        .flat_map(|kernel| candidates.iter().map(move |&event| (kernel, event)));
+    for (include_kernel, event) in attempts {
+        let attr = base_attr(
             event,
             request.rate,
             request.max_stack,
             request.stack_bytes,
             include_kernel,
         );
-        // Build IDs in MMAP2 records (Linux 5.12+) let us check that a file on disk is
-        // the one that was mapped; older kernels refuse the flag with EINVAL.
-        attr.set_build_id(u64::from(build_ids));
         match open_placed(&attr, placement, cpus) {
             Ok(mut fds) => {
                 let mut switch_ids = HashSet::new();
@@ -638,11 +639,7 @@ fn open_events(
                     off_cpu,
                 });
             }
-            Err(e) => {
-                if e.raw_os_error() != Some(libc::EINVAL) || !build_ids {
-                    last_error = Some((event, e));
-                }
-            }
+            Err(e) => last_error = Some((event, e)),
         }
     }
     let (event, e) = last_error.expect("at least one attempt");

@@ -13,7 +13,7 @@ use perf_event_open_sys::bindings as pb;
 
 use super::sys::RingRecord;
 use super::{PERF_REG_X86_BP, PERF_REG_X86_IP, PERF_REG_X86_SP};
-use crate::events::{Event, EventKind, Mapping, Sample, UserRegs};
+use crate::events::{Event, EventKind, FileId, Mapping, Sample, UserRegs};
 
 /// Callchain context markers (`PERF_CONTEXT_*`) are the top 4095 values of u64.
 const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
@@ -21,6 +21,22 @@ const PERF_CONTEXT_KERNEL: u64 = (-128i64) as u64;
 const PERF_CONTEXT_USER: u64 = (-512i64) as u64;
 /// `PROT_EXEC` in an MMAP2 record's protection field.
 const PROT_EXEC: u32 = 4;
+
+/// The flag of an MMAP2 record that carries a build ID in place of the device and inode.
+const PERF_RECORD_MISC_MMAP_BUILD_ID: u16 = 1 << 14;
+
+/// The record's `misc` bits as they describe its layout. sampler never asks for build IDs
+/// (`attr.build_id`), so its MMAP2 records always carry the device and inode; yet the
+/// kernel (perf_event_mmap_output) sets the build-ID flag in a record header shared by
+/// every session's events, and leaves it set: beside another session that asks for build
+/// IDs (`perf record --buildid-mmap`), sampler's records come flagged. Read as a build
+/// ID, the device number is a length, which the parser asserts is at most 20.
+fn misc_of(record: &RingRecord<'_>) -> u16 {
+    match record.kind {
+        pb::PERF_RECORD_MMAP2 => record.misc & !PERF_RECORD_MISC_MMAP_BUILD_ID,
+        _ => record.misc,
+    }
+}
 
 /// Turns ring-buffer records into [`Event`]s for the sampling event and the
 /// context-switch events beside it.
@@ -65,7 +81,7 @@ impl Parser {
         let switch = record.kind == pb::PERF_RECORD_SAMPLE
             && first_u64(data).is_some_and(|id| self.switch_ids.contains(&id));
         let info = if switch { self.switch_info } else { self.info };
-        let raw = RawEventRecord::new(RecordType(record.kind), record.misc, data, info);
+        let raw = RawEventRecord::new(RecordType(record.kind), misc_of(&record), data, info);
         let time_ns = raw.timestamp().unwrap_or(0);
         let kind = match record.kind {
             k if k == pb::PERF_RECORD_LOST_SAMPLES => EventKind::Lost {
@@ -99,9 +115,13 @@ impl Parser {
                     len: m.length,
                     file_offset: m.page_offset,
                     path: String::from_utf8_lossy(&m.path.as_slice()).into_owned(),
-                    build_id: match m.file_id {
-                        Mmap2FileId::BuildId(id) => Some(id),
-                        Mmap2FileId::InodeAndVersion(_) => None,
+                    file: match m.file_id {
+                        Mmap2FileId::InodeAndVersion(f) if f.inode != 0 => Some(FileId {
+                            dev_major: f.major,
+                            dev_minor: f.minor,
+                            inode: f.inode,
+                        }),
+                        _ => None,
                     },
                     executable: m.protection & PROT_EXEC != 0,
                 }),
@@ -111,7 +131,7 @@ impl Parser {
                     len: m.length,
                     file_offset: m.page_offset,
                     path: String::from_utf8_lossy(&m.path.as_slice()).into_owned(),
-                    build_id: None,
+                    file: None,
                     executable: m.is_executable,
                 }),
                 EventRecord::Comm(c) => EventKind::Comm {

@@ -28,8 +28,9 @@ const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// takes and keeps the pending events small.
 const REORDER_WINDOW_NS: u64 = 50_000_000;
 
-/// Test hook: `SAMPLER_TEST_FAULT=error|panic` makes attaching fail right after the
-/// processes were stopped, so tests can check that they are always continued.
+/// Test hook: `SAMPLER_TEST_FAULT=error|panic|kill` makes attaching fail (or sampler die
+/// of SIGKILL) right after the processes were stopped, so tests can check that they are
+/// always continued.
 const FAULT_ENV: &str = "SAMPLER_TEST_FAULT";
 
 /// Live counters for the status line and the summary.
@@ -537,6 +538,8 @@ fn start_attached(
     match std::env::var(FAULT_ENV).as_deref() {
         Ok("error") => bail!("{FAULT_ENV}=error: failing after stopping the processes"),
         Ok("panic") => panic!("{FAULT_ENV}=panic: panicking after stopping the processes"),
+        // As the OOM killer would: no unwinding, no Drop.
+        Ok("kill") => nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL)?,
         _ => {}
     }
     let events = open_followed(request, per_cpu, true, || {

@@ -112,7 +112,7 @@ impl State {
 
 /// The start time of a process (field 22 of `/proc/PID/stat`, clock ticks after boot),
 /// which tells a live session from a new process that reuses its pid.
-fn start_time(pid: i32) -> Option<u64> {
+pub(super) fn start_time(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name, which is in parentheses and may contain spaces.
     let rest = stat.rsplit_once(") ")?.1;
@@ -358,31 +358,47 @@ const WATCHDOG_PATIENCE: Duration = Duration::from_secs(60);
 /// The hidden subcommand that runs the watchdog.
 pub const WATCHDOG_COMMAND: &str = "restore-max-stack";
 
-/// Starts the watchdog for `holder`: sampler itself, in its own process group (so a
-/// terminal's Ctrl-C or hangup does not reach it), reading its standard input until the
-/// session's end of the pipe closes.
+/// Starts the watchdog for `holder`, which reads its standard input until the session's
+/// end of the pipe closes.
 fn spawn_watchdog(holder: (i32, u64)) -> Option<std::process::Child> {
+    spawn_guard(&[
+        WATCHDOG_COMMAND,
+        &holder.0.to_string(),
+        &holder.1.to_string(),
+    ])
+    .ok()
+}
+
+/// Starts sampler's hidden subcommand `args` as a process that outlives sampler: in its
+/// own process group (so a terminal's Ctrl-C or hangup does not reach it), told what to
+/// do through its standard input, whose closing (sampler's exit, however it happens) it
+/// reads as the session's end.
+pub(super) fn spawn_guard(args: &[&str]) -> std::io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
     // Sampler's own file, even when it was replaced on disk since it started.
     Command::new("/proc/self/exe")
-        .arg(WATCHDOG_COMMAND)
-        .arg(holder.0.to_string())
-        .arg(holder.1.to_string())
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .process_group(0)
         .spawn()
-        .ok()
+}
+
+/// In a process started by [`spawn_guard`]: ignores the signals a session's user would
+/// send to sampler, so that only SIGKILL ends it.
+pub(super) fn ignore_signals() -> Result<()> {
+    use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow};
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), None)?;
+    Ok(())
 }
 
 /// The watchdog: ignores the signals a session's user would send to sampler (only
 /// SIGKILL ends it), waits until its standard input closes, then gives up `pid`'s claim
 /// the way the session would have.
 pub fn watchdog_main(pid: i32, start: u64) -> Result<()> {
-    use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow};
-    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), None)?;
+    ignore_signals()?;
     let mut sink = [0u8; 64];
     let mut stdin = std::io::stdin().lock();
     while !matches!(stdin.read(&mut sink), Ok(0) | Err(_)) {}

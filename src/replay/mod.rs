@@ -91,7 +91,7 @@ const KTHREADD: i32 = 2;
 const IDLE_PID: i32 = 0;
 
 /// The raw profile and, for each of its libraries, the file that was verified to be the
-/// one that was mapped (same build ID), for the symbolicator to use.
+/// one that was mapped (the same inode), for the symbolicator to use.
 pub struct Built {
     pub profile: RawProfile,
     pub lib_binaries: Vec<LibFile>,
@@ -316,6 +316,7 @@ impl ProfileBuilder {
                         self.exited.remove(pid);
                         self.unwinder.fork(*ppid, *pid);
                     }
+                    self.reused(*pid, *tid);
                     self.last_stacks.remove(tid);
                     if let Some(tracker) = self.tracker() {
                         tracker.born(*tid);
@@ -688,9 +689,25 @@ impl ProfileBuilder {
     }
 
     /// The thread `tid` of process `pid`, created (with its process) on first sight.
+    /// A new task `tid` of process `pid`, which the kernel forked: a pid or tid that was
+    /// seen exiting before is another process's or thread's now (the kernel reuses them),
+    /// which gets a track of its own rather than the old one's.
+    fn reused(&mut self, pid: i32, tid: i32) {
+        if let Some(&p) = self.process_by_pid.get(&pid) {
+            if pid == tid && self.processes[p.index()].end_ns.is_some() {
+                self.process_by_pid.remove(&pid);
+            }
+        }
+        if let Some(&th) = self.thread_by_tid.get(&tid) {
+            if self.threads[th].end_ns.is_some() {
+                self.thread_by_tid.remove(&tid);
+            }
+        }
+    }
+
     fn thread(&mut self, pid: i32, tid: i32, time_ns: u64, name: Option<&str>) -> usize {
         if let Some(&th) = self.thread_by_tid.get(&tid) {
-            if self.processes[self.threads[th].process.index()].pid == pid {
+            if self.process_by_pid.get(&pid) == Some(&self.threads[th].process) {
                 return th;
             }
         }
@@ -732,7 +749,7 @@ impl ProfileBuilder {
     }
 
     /// Resolves a new mapping once: its library, and the file that was mapped (found
-    /// through [`FileFinder`], which checks the build ID: a replaced file's symbols and CFI
+    /// through [`FileFinder`], which checks the inode: a replaced file's symbols and CFI
     /// would be wrong, so it is not used).
     fn map(&mut self, m: &Mapping) {
         self.map_generation += 1;
@@ -778,7 +795,7 @@ impl ProfileBuilder {
                     path: &m.path,
                     start: m.start,
                     end,
-                    build_id: m.build_id.as_deref(),
+                    file: m.file,
                 };
                 (self.files.mapped(&mapped), m.file_offset)
             };
@@ -788,10 +805,7 @@ impl ProfileBuilder {
                 .ok()
                 .and_then(|b| b.code_svma_delta(file_offset, m.len))
                 .map_or(Translate::FileOffset, Translate::Delta);
-            let build_id = m
-                .build_id
-                .clone()
-                .or_else(|| binary.as_ref().ok().and_then(|b| b.build_id.clone()));
+            let build_id = binary.as_ref().ok().and_then(|b| b.build_id.clone());
             let path = m.path.strip_suffix(" (deleted)").unwrap_or(&m.path);
             let name = Path::new(path)
                 .file_name()
@@ -1079,4 +1093,105 @@ fn is_anonymous(m: &Mapping) -> bool {
         || m.path.starts_with("[anon")
         || m.path == "[heap]"
         || m.path.starts_with("[stack")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(time_ns: u64, kind: EventKind) -> Event {
+        Event { time_ns, kind }
+    }
+
+    fn fork(time_ns: u64, pid: i32, tid: i32) -> Event {
+        let (ppid, ptid) = if pid == tid { (1, 1) } else { (pid, pid) };
+        at(
+            time_ns,
+            EventKind::Fork {
+                pid,
+                ppid,
+                tid,
+                ptid,
+            },
+        )
+    }
+
+    fn exec(time_ns: u64, pid: i32, name: &str) -> Event {
+        let name = name.to_string();
+        let (tid, exec) = (pid, true);
+        at(
+            time_ns,
+            EventKind::Comm {
+                pid,
+                tid,
+                name,
+                exec,
+            },
+        )
+    }
+
+    fn sample(time_ns: u64, pid: i32, tid: i32) -> Event {
+        at(
+            time_ns,
+            EventKind::Sample(Sample {
+                pid,
+                tid,
+                user_callchain: vec![0x1000],
+                ..Sample::default()
+            }),
+        )
+    }
+
+    /// Each thread's (pid, process name, thread name, samples).
+    fn threads(b: &ProfileBuilder) -> Vec<(i32, String, String, usize)> {
+        b.threads
+            .iter()
+            .map(|t| {
+                let p = &b.processes[t.process.index()];
+                (p.pid, p.name.clone(), t.name.clone(), t.samples.len())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_reused_pid_or_tid_is_a_new_process_or_thread() {
+        let mut b = ProfileBuilder::new(UnwindMode::Fp);
+        b.add_events(&[
+            fork(1, 10, 10),
+            exec(2, 10, "first"),
+            fork(3, 10, 11),
+            sample(4, 10, 10),
+            sample(5, 10, 11),
+            at(6, EventKind::Exit { pid: 10, tid: 11 }),
+            at(7, EventKind::Exit { pid: 10, tid: 10 }),
+            // Pid 10 again, another program; its second thread takes tid 11 again.
+            fork(8, 10, 10),
+            exec(9, 10, "second"),
+            fork(10, 10, 11),
+            sample(11, 10, 10),
+            sample(12, 10, 11),
+            sample(13, 10, 11),
+        ]);
+        let first = |thread: &str, n| (10, "first".to_string(), thread.to_string(), n);
+        let second = |thread: &str, n| (10, "second".to_string(), thread.to_string(), n);
+        assert_eq!(
+            threads(&b),
+            vec![
+                first("first", 1),
+                first("first", 1),
+                second("second", 1),
+                second("second", 2)
+            ]
+        );
+        assert_eq!(b.processes.len(), 2);
+        assert!(b.processes[0].end_ns == Some(7) && b.processes[1].end_ns.is_none());
+    }
+
+    #[test]
+    fn a_task_described_twice_stays_one_thread() {
+        // `-a` describes a process that the kernel's fork record names too.
+        let mut b = ProfileBuilder::new(UnwindMode::Fp);
+        b.add_events(&[fork(1, 10, 10), fork(2, 10, 10), sample(3, 10, 10)]);
+        assert_eq!(threads(&b).len(), 1);
+    }
 }
