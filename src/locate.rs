@@ -113,7 +113,8 @@ impl FileFinder {
             };
             let Some(binary) = binary else { continue };
             // map_files is the kernel's link to the mapped file; a path may name another.
-            if how != Found::MapFiles && m.file.is_some_and(|f| binary.file_id() != Some(f)) {
+            let other = |f: FileId| !binary.file_id().is_some_and(|d| same_file(f, d));
+            if how != Found::MapFiles && m.file.is_some_and(other) {
                 mismatched = true;
                 continue;
             }
@@ -164,6 +165,17 @@ impl FileFinder {
             _ => false,
         }
     }
+}
+
+/// Whether `on_disk` (from `fstat`) is the file the kernel reported as `mapped`. The inode
+/// numbers must agree; the devices only when both are block devices: a file system on an
+/// anonymous device (major 0: btrfs subvolumes, overlayfs, tmpfs) may give `stat` another
+/// anonymous device than its superblock's, which the kernel reports.
+fn same_file(mapped: FileId, on_disk: FileId) -> bool {
+    let anonymous = mapped.dev_major == 0 || on_disk.dev_major == 0;
+    mapped.inode == on_disk.inode
+        && (anonymous
+            || (mapped.dev_major, mapped.dev_minor) == (on_disk.dev_major, on_disk.dev_minor))
 }
 
 fn vdso_binary(bytes: Vec<u8>) -> Option<Arc<Binary>> {
@@ -399,6 +411,21 @@ mod tests {
         assert!(file
             .dynamic_symbols()
             .any(|s| s.name().is_ok_and(|n| n.ends_with("clock_gettime"))));
+    }
+
+    #[test]
+    fn files_are_the_same_by_inode_and_block_device() {
+        let f = |dev_major, dev_minor, inode| FileId {
+            dev_major,
+            dev_minor,
+            inode,
+        };
+        assert!(same_file(f(254, 1, 7), f(254, 1, 7)));
+        assert!(!same_file(f(254, 1, 7), f(254, 1, 8)), "another inode");
+        assert!(!same_file(f(254, 1, 7), f(254, 2, 7)), "another disk");
+        // btrfs: the superblock's anonymous device, and the subvolume's in stat.
+        assert!(same_file(f(0, 38, 7), f(0, 41, 7)));
+        assert!(!same_file(f(0, 38, 7), f(0, 41, 8)));
     }
 
     #[test]

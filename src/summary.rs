@@ -321,8 +321,14 @@ fn lost_by_thread(profile: &Profile) -> Option<String> {
         .map(|t| format!("{} ({}) {}", t.name, t.tid, t.lost_samples))
         .collect();
     let more = lost.len().saturating_sub(10);
+    // With off-CPU time, the stacks taken at every switch fill the buffers, which a lower
+    // -F hardly changes.
+    let fewer = match profile.meta.off_cpu {
+        true => "a stack at fewer switches (--off-cpu-every 8) or a larger -m loses fewer",
+        false => "a larger -m or a lower -F loses fewer",
+    };
     Some(format!(
-        "lost samples by thread: {}{} (a larger -m or a lower -F loses fewer)",
+        "lost samples by thread: {}{} ({fewer})",
         shown.join(", "),
         if more > 0 {
             format!(" and {more} more")

@@ -361,6 +361,44 @@ fn without_kernel_access_one_line_says_so_and_the_profile_is_written() {
     assert!(sample_count(&p) > 0);
 }
 
+/// The number that `text` has just before `after` ("100002" in "100002 handoffs").
+fn number_before(text: &str, after: &str) -> u64 {
+    let (head, _) = text
+        .split_once(after)
+        .unwrap_or_else(|| panic!("no `{after}` in: {text}"));
+    let digits: String = head
+        .chars()
+        .rev()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.chars().rev().collect::<String>().parse().unwrap()
+}
+
+fn switches_at_50000_a_second_lose_under_1_percent_beside_busy_cpus() {
+    let test = "switches_at_50000_a_second_lose_under_1_percent_beside_busy_cpus";
+    // Two threads spinning beside it: the recorder competes for the CPUs with them, as
+    // on a loaded machine, and drains its buffers later than on an idle one.
+    let busy = Running::start("busy", &["2", "30"]);
+    let (o, path) = record(&["--off-cpu"], &[&target("pingpong"), "2", "50000"]);
+    drop(busy);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    let switches = number_before(&err, " handoffs in");
+    let lost = number_before(&err, " lost, ");
+    eprintln!("{test}: {lost} records lost for {switches} switches");
+    assert!(switches > 90_000, "{err}");
+    assert!(lost * 100 < switches, "{lost} records lost: {err}");
+    load(&path);
+    // Buffers far too small for the switches lose records; the hint names the option
+    // that takes fewer switch stacks.
+    let (o, path) = record(&["--off-cpu", "-m", "1"], &[&target("pingpong"), "0.5"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(number_before(&err, " lost, ") > 0, "{err}");
+    assert!(err.contains("--off-cpu-every 8"), "{err}");
+    load(&path);
+}
+
 fn main() {
     run_tests(tests![
         the_firefox_profiler_shows_50_30_20_and_the_threads_blocked_throughout: Need::Perf,
@@ -375,5 +413,7 @@ fn main() {
             Need::Root, Need::Located(FFP_CHECK, ffp_check_tool);
         without_kernel_access_one_line_says_so_and_the_profile_is_written: Need::Nobody,
             Need::UserPerf;
+        switches_at_50000_a_second_lose_under_1_percent_beside_busy_cpus: Need::Perf,
+            Need::Root;
     ]);
 }

@@ -128,7 +128,7 @@ impl Session {
             .min(u64::from(stack_limit::MAX_FITTING_FRAMES)) as u16;
         let ring_pages = opts
             .mmap_pages
-            .unwrap_or_else(|| default_ring_pages(opts.stack_bytes));
+            .unwrap_or_else(|| default_ring_pages(opts.stack_bytes, opts.off_cpu.is_some()));
         raise_open_file_limit();
         // Busy targets with many threads would otherwise get the CPU before the recorder,
         // which then drains the buffers too late: a root recorder goes ahead of them. Its

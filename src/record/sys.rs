@@ -170,7 +170,7 @@ pub struct RingRecord<'a> {
     pub body: (&'a [u8], &'a [u8]),
 }
 
-const PAGE_SIZE: usize = 4096;
+pub const PAGE_SIZE: usize = 4096;
 
 impl RingBuffer {
     /// Maps the ring buffer of `fd` with `data_pages` data pages (a power of two).
