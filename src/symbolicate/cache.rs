@@ -494,37 +494,22 @@ fn evict(
     limit: u64,
     shrink: bool,
 ) -> (usize, u64) {
-    use nix::fcntl::{AtFlags, OFlag};
-    let Ok(mut listing) = nix::dir::Dir::openat(
-        dir,
-        ".",
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::empty(),
-    ) else {
-        return (0, 0);
-    };
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
+    use std::os::unix::ffi::OsStrExt;
+    usercache::remove_stale_temps(dir, STALE_TEMP);
     let mut files: Vec<(i64, u64, std::ffi::OsString)> = Vec::new();
     let mut total = 0u64;
-    for item in listing.iter().flatten() {
-        use std::os::unix::ffi::OsStrExt;
-        let name = std::ffi::OsStr::from_bytes(item.file_name().to_bytes()).to_os_string();
-        let Ok(stat) = nix::sys::stat::fstatat(dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
-        else {
+    for name in usercache::names_in(dir) {
+        let Ok(stat) = nix::sys::stat::fstatat(
+            dir,
+            name.as_os_str(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) else {
             continue;
         };
-        if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
-            continue;
-        }
         let temp = name
             .as_bytes()
             .starts_with(usercache::TEMP_PREFIX.as_bytes());
-        if temp {
-            if now - stat.st_mtime > STALE_TEMP.as_secs() as i64 {
-                let _ = usercache::remove_file(dir, &name);
-            }
+        if stat.st_mode & libc::S_IFMT != libc::S_IFREG || temp {
             continue;
         }
         if stat.st_mode & 0o077 != 0 {
