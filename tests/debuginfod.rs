@@ -569,11 +569,7 @@ fn new_files_in(cache: &Path) -> Vec<PathBuf> {
 /// DEBUGINFOD_TIMEOUT=2 and a byte a second, within a few seconds, where sampler used to
 /// wait for the whole file for ever.
 fn a_server_that_trickles_is_given_up_on() {
-    let dir = tempdir();
-    let (stripped, served, hex) = stripped_inline3_served(&dir);
-    let debug = std::fs::read(served.join("inline3.debug")).unwrap();
-    let length = debug.len() as u64;
-    let server = serve_slowly(&hex, debug, length, 1, Duration::from_secs(1));
+    let (stripped, server) = stripped_inline3_served_slowly(1, 1, Duration::from_secs(1));
     let (took, _) = record_from_slow_server(
         &server,
         &stripped,
@@ -582,6 +578,20 @@ fn a_server_that_trickles_is_given_up_on() {
         "slower than 100 KiB/s (DEBUGINFOD_TIMEOUT)",
     );
     assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+/// A stripped inline3, in a new directory, and a server that sends its debug file made
+/// `times` as long (zeros past its end), `chunk` bytes every `pause`.
+fn stripped_inline3_served_slowly(
+    times: u64,
+    chunk: usize,
+    pause: Duration,
+) -> (PathBuf, SlowServer) {
+    let dir = tempdir();
+    let (stripped, served, hex) = stripped_inline3_served(&dir);
+    let debug = std::fs::read(served.join("inline3.debug")).unwrap();
+    let length = debug.len() as u64 * times;
+    (stripped, serve_slowly(&hex, debug, length, chunk, pause))
 }
 
 /// Records `program` with debuginfod's `server` and `env`, in the background, allowing
@@ -612,6 +622,22 @@ fn record_from_slow_server(
     (took, sent)
 }
 
+/// A download that keeps going fast enough, but for too long, ends at its bound in all
+/// (`DEBUGINFOD_MAXTIME`; 60 s when unset).
+fn a_download_ends_at_its_time_bound() {
+    // 320 KiB/s: above the least rate, and some hundred seconds for the whole.
+    let (stripped, server) =
+        stripped_inline3_served_slowly(1000, 64 << 10, Duration::from_millis(200));
+    let (took, _) = record_from_slow_server(
+        &server,
+        &stripped,
+        &[("DEBUGINFOD_MAXTIME", "2")],
+        "320 KiB/s for too long",
+        "the download took longer than DEBUGINFOD_MAXTIME",
+    );
+    assert!(took < Duration::from_secs(6), "{took:?}");
+}
+
 /// Ctrl-C (or SIGTERM, SIGHUP) while sampler names the profile's functions stops the
 /// naming: the download it waits on is given up, and the profile is written with what
 /// is named, within seconds (sampler used to ignore them, and only SIGKILL ended it);
@@ -622,7 +648,7 @@ fn a_signal_while_naming_stops_it_and_the_profile_is_written() {
     let (stripped, served, hex) = stripped_inline3_served(&dir);
     let debug = std::fs::read(served.join("inline3.debug")).unwrap();
     let length = debug.len() as u64;
-    for signal in [Signal::SIGINT, Signal::SIGTERM] {
+    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         // Fast enough for the progress bound (100 kB/s), too slow to end in the test's time.
         let server = serve_slowly(
             &hex,
@@ -714,6 +740,7 @@ fn main() {
         unreachable_or_silent_servers_cost_one_time_out_and_the_run_goes_on: Need::Perf;
         under_sudo_the_cache_is_the_users_and_links_are_not_followed: Need::Root;
         a_server_that_trickles_is_given_up_on: Need::Perf;
+        a_download_ends_at_its_time_bound: Need::Perf;
         a_signal_while_naming_stops_it_and_the_profile_is_written: Need::Perf;
         a_body_that_is_no_elf_file_is_refused_at_its_first_bytes: Need::Perf;
         downloads_killed_runs_left_are_removed_after_a_week: Need::Perf;
