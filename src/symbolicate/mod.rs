@@ -16,6 +16,7 @@ mod cfi;
 mod dwarf;
 mod gcc_names;
 mod plt;
+mod symbol;
 pub mod symbols;
 mod symtab;
 
