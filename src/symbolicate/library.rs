@@ -14,7 +14,7 @@ use super::{
 };
 use crate::binary::Binary;
 use crate::elf::Elf;
-use crate::locate::{build_id_path, debug_file_at, find_debug_file, Candidate};
+use crate::locate::{build_id_path, debug_file_at, find_debug_file, Candidate, DebugFile};
 use crate::profile::Lib;
 
 /// The symbol sources of one library.
@@ -80,25 +80,7 @@ impl LibSymbols {
         // what is kept is copied out of the reader, which goes at the end.
         let reader = binary.reader();
         let file = binary.elf(&reader)?;
-        let complete = binary.has_dwarf && binary.has_symtab;
-        let (mut debug, rejected) = if complete {
-            (None, Vec::new())
-        } else {
-            find_debug_file(binary, mapped_path, &opts.debug_roots)
-        };
-        // Fetched only when no root has it, and only by build ID.
-        let mut not_fetched = None;
-        if let (false, None, Some(client), Some(id)) =
-            (complete, &debug, &opts.debuginfod, &binary.build_id)
-        {
-            match client.find(id, mapped_path) {
-                Ok(path) => match debug_file_at(&path, binary, None) {
-                    Candidate::Matches(found) => debug = Some(*found),
-                    _ => not_fetched = Some(format!("{} cannot be read", path.display())),
-                },
-                Err(why) => not_fetched = Some(why),
-            }
-        }
+        let (debug, rejected, not_fetched) = separate_debug_file(binary, mapped_path, opts);
         let debug_reader = debug.as_ref().map(|d| d.binary.reader());
         let debug_elf = debug
             .as_ref()
@@ -302,6 +284,37 @@ impl LibSymbols {
         }
         sorted
     }
+}
+
+/// The separate debug file of `binary` (mapped from `mapped_path`), unless it has DWARF
+/// and a full symbol table itself: under the debug roots, else fetched by build ID from
+/// debuginfod; with the debug files found that did not match, and why debuginfod had
+/// none.
+fn separate_debug_file(
+    binary: &Binary,
+    mapped_path: &str,
+    opts: &SymbolOptions,
+) -> (Option<DebugFile>, Vec<PathBuf>, Option<String>) {
+    let complete = binary.has_dwarf && binary.has_symtab;
+    let (mut debug, rejected) = if complete {
+        (None, Vec::new())
+    } else {
+        find_debug_file(binary, mapped_path, &opts.debug_roots)
+    };
+    // Fetched only when no root has it, and only by build ID.
+    let mut not_fetched = None;
+    if let (false, None, Some(client), Some(id)) =
+        (complete, &debug, &opts.debuginfod, &binary.build_id)
+    {
+        match client.find(id, mapped_path) {
+            Ok(path) => match debug_file_at(&path, binary, None) {
+                Candidate::Matches(found) => debug = Some(*found),
+                _ => not_fetched = Some(format!("{} cannot be read", path.display())),
+            },
+            Err(why) => not_fetched = Some(why),
+        }
+    }
+    (debug, rejected, not_fetched)
 }
 
 /// What receives the pieces of each function [`LibSymbols::resolve_many`] resolves.
