@@ -15,7 +15,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::symbols::Symbol;
+use super::symbol::Symbol;
 use super::symtab;
 use crate::binary::At;
 use crate::elf::Elf;

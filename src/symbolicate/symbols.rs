@@ -6,14 +6,8 @@ use std::collections::HashMap;
 
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Symbol {
-    pub address: u64,
-    /// Size in bytes, when the table gives one.
-    pub size: Option<u64>,
-    /// Demangled name.
-    pub name: String,
-}
+use super::symbol::without_version;
+pub use super::symbol::Symbol;
 
 /// Symbols sorted by start address, at most one per address.
 ///
@@ -181,14 +175,6 @@ pub fn perf_map_entries(text: &str) -> Vec<Symbol> {
             })
         })
         .collect()
-}
-
-/// A `.symtab` name without its symbol version (`clock_gettime@@GLIBC_2.17`).
-pub(super) fn without_version(name: &str) -> &str {
-    match name.find('@') {
-        Some(i) if i > 0 => &name[..i],
-        _ => name,
-    }
 }
 
 /// Functions, and the untyped labels that assembly code defines in executable sections

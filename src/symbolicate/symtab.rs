@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 
-use super::symbols::{without_version, Symbol};
+use super::symbol::{without_version, Symbol};
 use crate::binary::{At, Binary};
 use crate::elf::Elf;
 

@@ -1,0 +1,317 @@
+//! The cache's directory: where it is and whose, its secret, reading an entry, writing
+//! this run's entries atomically after the profile, and evicting the least recently
+//! used beyond the bound.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use super::key::kernel_key_with;
+use super::{Entry, Key, Secret, MAX_ENTRY_BYTES, MAX_TOTAL_BYTES};
+use crate::emit::output::SudoUser;
+use crate::usercache::{self, TempFile};
+
+/// The cache's directory under the user's cache directory, and the directory of symbol
+/// entries within it (other caches may come beside it).
+const DIRS: [&str; 2] = ["sampler", "symbols"];
+
+/// The longest one run spends removing entries: 1 s. A removal is microseconds on most
+/// file systems, but milliseconds where blocks are discarded as they are freed (2.2 ms
+/// each on ext4 mounted with `discard`): the 34,000 entries a cache of 100,000 small
+/// ones had to give up took 125 s there. What is left over goes in later runs.
+const EVICT_TIME: Duration = Duration::from_secs(1);
+
+/// A file on its way into the cache that is this old was left by a process that died
+/// while writing it (a write takes milliseconds).
+const STALE_TEMP: Duration = Duration::from_secs(3600);
+
+/// Permission bits of an entry and of the secret: the user's alone. An entry says which
+/// files the user profiles, and the kernel's entries where the kernel lies.
+const FILE_MODE: u32 = 0o600;
+
+/// The file of the cache's secret, in `sampler/` beside the entries' directory.
+const SECRET_NAME: &str = "secret";
+
+/// The symbol cache of one run: where it is, whose it is, and the entries to write.
+#[derive(Debug)]
+pub struct SymbolCache {
+    /// The user's cache directory, which holds [`DIRS`].
+    root: PathBuf,
+    owner: Option<SudoUser>,
+    pending: Mutex<Vec<(String, Vec<u8>)>>,
+    /// Read or made once, when the kernel's entries are first needed.
+    secret: std::sync::OnceLock<Option<Secret>>,
+}
+
+impl SymbolCache {
+    /// The cache of the user running sampler (under sudo, the invoking user's); `None`
+    /// when they have no home directory.
+    pub fn from_env() -> Option<SymbolCache> {
+        let owner = SudoUser::from_env();
+        let home = usercache::user_home(owner);
+        let xdg = std::env::var("XDG_CACHE_HOME").ok();
+        let root = usercache::cache_home(xdg.as_deref(), home.as_deref())?;
+        Some(SymbolCache::at(root, owner))
+    }
+
+    /// The cache in the cache directory `root` (entries in `root/sampler/symbols`),
+    /// owned by `owner` (else by whoever runs sampler). `root` is opened by path (a link
+    /// there is the user's choice); no link below it is followed.
+    pub fn at(root: PathBuf, owner: Option<SudoUser>) -> SymbolCache {
+        SymbolCache {
+            root,
+            owner,
+            pending: Mutex::default(),
+            secret: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The key of the running kernel's own symbols, whose text starts at `text_start`
+    /// (see `kernel_key_with`); `None` when the kernel says no build ID, or the cache
+    /// has no secret and cannot be given one. Each piece's key is made from it
+    /// ([`Key::kernel_piece`]).
+    pub fn kernel_key(&self, text_start: u64) -> Option<Key> {
+        let secret = self
+            .secret
+            .get_or_init(|| self.read_or_make_secret().ok())
+            .as_ref()?;
+        kernel_key_with(secret, text_start)
+    }
+
+    /// The cache's secret, made (16 bytes of the kernel's randomness) when there is none
+    /// or it is damaged. Two runs that make one at once keep the first written.
+    fn read_or_make_secret(&self) -> std::io::Result<Secret> {
+        let dir = usercache::open_dir(&self.root, &DIRS[..1], self.owner, true, PRIVATE)?;
+        let read = || -> std::io::Result<Option<Secret>> {
+            let file = usercache::open_file(&dir, SECRET_NAME, self.owner)?;
+            usercache::make_private(&file)?;
+            let mut bytes = Vec::new();
+            file.take(17).read_to_end(&mut bytes)?;
+            Ok(bytes.try_into().ok().map(Secret))
+        };
+        let damaged = match read() {
+            Ok(Some(secret)) => return Ok(secret),
+            Ok(None) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(e),
+        };
+        let mut secret = [0u8; 16];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut secret)?;
+        let mut temp = TempFile::create(dir.try_clone()?, SECRET_NAME, FILE_MODE)?;
+        temp.file.write_all(&secret)?;
+        let written = match damaged {
+            true => temp.commit(self.owner, true),
+            false => temp.commit_new(self.owner, true),
+        };
+        match written {
+            Ok(()) => Ok(Secret(secret)),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                read()?.ok_or_else(|| std::io::Error::other("the cache's secret is damaged"))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Where the entries are.
+    pub fn dir(&self) -> PathBuf {
+        DIRS.iter()
+            .fold(self.root.clone(), |dir, name| dir.join(name))
+    }
+
+    /// The entry of `key`, when there is one and it is sound; its use is recorded (its
+    /// modification time), which keeps it from eviction.
+    pub fn load(&self, key: &Key) -> Option<Entry> {
+        let dir = usercache::open_dir(&self.root, &DIRS, self.owner, false, PRIVATE).ok()?;
+        let file = usercache::open_file(&dir, &key.file_name(), self.owner).ok()?;
+        usercache::make_private(&file).ok()?;
+        let len = file.metadata().ok()?.len();
+        if len > MAX_ENTRY_BYTES {
+            return None;
+        }
+        let mut bytes = Vec::with_capacity(len as usize);
+        (&file)
+            .take(MAX_ENTRY_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .ok()?;
+        let entry = Entry::parse(bytes, key).ok()?;
+        let _ = file.set_modified(SystemTime::now());
+        Some(entry)
+    }
+
+    /// Keeps `bytes` (an entry [`super::EntryBuilder::finish`] made) to be written as the entry
+    /// of `key` by [`SymbolCache::save`].
+    pub fn put(&self, key: &Key, bytes: Vec<u8>) {
+        if bytes.len() as u64 <= MAX_ENTRY_BYTES {
+            self.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((key.file_name(), bytes));
+        }
+    }
+
+    /// Writes the entries kept by [`SymbolCache::put`], then evicts the least recently
+    /// used entries beyond [`MAX_TOTAL_BYTES`]. Returns how many were written, or why
+    /// not all could be: after a write that failed (a full disk, a quota), the cache is
+    /// halved as well, so that it does not keep its file system full.
+    pub fn save(&self) -> Result<usize, String> {
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        if pending.is_empty() {
+            return Ok(0);
+        }
+        let cannot = |e: std::io::Error| format!("cannot write into {}: {e}", self.dir().display());
+        let dir =
+            usercache::open_dir(&self.root, &DIRS, self.owner, true, PRIVATE).map_err(cannot)?;
+        let mut written = Vec::new();
+        let mut failed = None;
+        for (name, bytes) in &pending {
+            let write = || -> std::io::Result<()> {
+                let mut temp = TempFile::create(dir.try_clone()?, name, FILE_MODE)?;
+                temp.file.write_all(bytes)?;
+                // Not flushed to disk: an entry cut short by a crash fails its checks and
+                // is rebuilt, which is cheaper than waiting for the disk on every run.
+                temp.commit(self.owner, false)
+            };
+            match write() {
+                Ok(()) => written.push(name.as_str()),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let evicted = evict(
+            &dir,
+            self.owner,
+            &written,
+            MAX_TOTAL_BYTES,
+            failed.is_some(),
+        );
+        match failed {
+            None => Ok(written.len()),
+            Some(e) => Err(format!(
+                "{}; {} entries ({}) removed to make room",
+                cannot(e),
+                evicted.0,
+                crate::debuginfod::size(evicted.1)
+            )),
+        }
+    }
+}
+
+/// The symbol cache is its user's alone (see the module's text).
+const PRIVATE: usercache::Access = usercache::Access::Private;
+
+/// Removes the least recently modified entries of `dir` until the rest take at most
+/// `limit` bytes of the disk (never those just written, `keep`; files are `owner`'s), or with `shrink` (a
+/// write failed) at most half of what they took, and files left on their way in by a
+/// process that died, for at most [`EVICT_TIME`]. Entries that others may read are made
+/// private. Returns how many entries were removed, and the bytes of the disk they took.
+fn evict(
+    dir: &std::os::fd::OwnedFd,
+    owner: Option<SudoUser>,
+    keep: &[&str],
+    limit: u64,
+    shrink: bool,
+) -> (usize, u64) {
+    use std::os::unix::ffi::OsStrExt;
+    usercache::remove_stale_temps(dir, STALE_TEMP);
+    let mut files: Vec<(i64, u64, std::ffi::OsString)> = Vec::new();
+    let mut total = 0u64;
+    for name in usercache::names_in(dir) {
+        let Ok(stat) = nix::sys::stat::fstatat(
+            dir,
+            name.as_os_str(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) else {
+            continue;
+        };
+        let temp = name
+            .as_bytes()
+            .starts_with(usercache::TEMP_PREFIX.as_bytes());
+        if stat.st_mode & libc::S_IFMT != libc::S_IFREG || temp {
+            continue;
+        }
+        if stat.st_mode & 0o077 != 0 {
+            let _ = usercache::open_file(dir, &name.to_string_lossy(), owner)
+                .and_then(|f| usercache::make_private(&f));
+        }
+        // What the entry takes of the disk: a small entry takes a whole block (4 KiB,
+        // where its length may be a few hundred bytes).
+        let size = stat.st_blocks as u64 * 512;
+        total += size;
+        if !keep.iter().any(|k| name == *k) {
+            files.push((stat.st_mtime, size, name));
+        }
+    }
+    files.sort();
+    let limit = if shrink { limit.min(total / 2) } else { limit };
+    let mut removed = (0, 0);
+    let deadline = std::time::Instant::now() + EVICT_TIME;
+    for (_, size, name) in files {
+        if total <= limit || std::time::Instant::now() > deadline {
+            break;
+        }
+        if usercache::remove_file(dir, &name).is_ok() {
+            total -= size;
+            removed.0 += 1;
+            removed.1 += size;
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    #[test]
+    fn eviction_removes_the_least_recently_used_beyond_the_bound() {
+        let scratch = crate::testdir::TestDir::new("evict");
+        let cache = SymbolCache::at(scratch.path().to_path_buf(), None);
+        let fd = usercache::open_dir(scratch.path(), &DIRS, None, true, PRIVATE).unwrap();
+        let entries = cache.dir();
+        let old = SystemTime::now() - Duration::from_secs(2 * STALE_TEMP.as_secs());
+        let plant = |names: &[&str]| {
+            for (i, name) in names.iter().enumerate() {
+                std::fs::write(entries.join(name), vec![0u8; 100]).unwrap();
+                let file = std::fs::File::options()
+                    .write(true)
+                    .open(entries.join(name))
+                    .unwrap();
+                file.set_modified(old + Duration::from_secs(i as u64 * 10))
+                    .unwrap();
+            }
+        };
+        let left = || {
+            let mut left: Vec<String> = std::fs::read_dir(&entries)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            left.sort();
+            left
+        };
+        plant(&["a", "b", "c", "d"]);
+        let stale = format!("{}1-2.x", usercache::TEMP_PREFIX);
+        std::fs::write(entries.join(&stale), b"left by a dead process").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(entries.join(&stale))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        // What 100 bytes take of the disk: a block.
+        let block = std::fs::metadata(entries.join("a")).unwrap().blocks() * 512;
+        assert!(block >= 512, "{block}");
+        // "a" is the oldest but was just written; "b" and "c" go: counted by their
+        // length (400 bytes), all four would stay.
+        assert_eq!(evict(&fd, None, &["a"], 2 * block, false), (2, 2 * block));
+        assert_eq!(left(), ["a", "d"]);
+        // A write failed: half of what is there goes, least recently used first.
+        plant(&["e", "f", "g", "h", "i", "j"]);
+        assert_eq!(evict(&fd, None, &[], u64::MAX, true), (4, 4 * block));
+        assert_eq!(left(), ["d", "h", "i", "j"]);
+    }
+}
