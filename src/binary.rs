@@ -12,7 +12,7 @@
 //! Any user can make a file whose headers claim gigabytes it does not hold (a sparse
 //! file costs its maker nothing): every size the headers give is checked against what
 //! the open file holds ([`Held`]) before it is read or allocated, and a file that fails
-//! is not read at all ([`Binary::damaged`]).
+//! is not read at all (`Binary::damaged`).
 
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
@@ -63,7 +63,7 @@ const UNSTORED_SLACK: u64 = 1 << 20;
 /// What an open file really holds: its length, and the bytes its blocks store (fewer
 /// than its length when it has holes: a sparse file, which reads as zeros there and
 /// costs whoever made it nothing). Every size that the file's headers give is checked
-/// against both, and against [`MAX_SECTION_BYTES`], before it is read or allocated.
+/// against both, and against `MAX_SECTION_BYTES`, before it is read or allocated.
 #[derive(Clone, Debug)]
 pub struct Held {
     file: Arc<std::fs::File>,
@@ -85,7 +85,7 @@ impl Held {
     }
 
     /// Whether the `size` bytes from `offset` that a header calls `what` are bytes the
-    /// file holds: inside its length, at most [`MAX_SECTION_BYTES`], and, when more than
+    /// file holds: inside its length, at most `MAX_SECTION_BYTES`, and, when more than
     /// the file stores on disk, without a hole among them (a filesystem that compresses
     /// stores fewer bytes than it holds, but has no holes there). The error says which
     /// and is one line, for the message that names the file.

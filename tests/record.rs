@@ -276,7 +276,11 @@ fn signal_to_sampler_is_forwarded(signal: nix::sys::signal::Signal) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    // A second of recording, counted from the command's start (a loaded machine can take
+    // longer than that to start sampler: a signal before it is ready would be the
+    // default action's).
+    wait_for_child(child.id(), "split7030", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(1000));
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
     let o = child.wait_with_output().unwrap();
     assert!(

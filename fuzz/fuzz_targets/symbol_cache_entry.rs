@@ -19,6 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let key = Key {
         build_id: data.get(80..80 + id_len).unwrap_or_default().to_vec(),
         size: word(32, 8),
+        stamp: Default::default(),
     };
     if let Ok(entry) = Entry::parse(cache::with_checksum(data.to_vec()), &key) {
         let _ = (entry.facts(), entry.source());

@@ -217,7 +217,7 @@ impl AtomicFile {
 
     /// Flushes the new file to disk, gives it to `owner` (through the descriptor), and
     /// renames it over `path`; then removes what killed runs left beside it
-    /// ([`remove_left_behind`]).
+    /// (`remove_left_behind`).
     pub fn commit(mut self, owner: Option<SudoUser>) -> Result<()> {
         let file = self.file.take().expect("committed once");
         let what = || format!("cannot write {}", self.path.display());

@@ -891,3 +891,28 @@ pub fn assert_covers_cpu(what: &str, n: usize, cpu_ms: f64, share: f64) {
         share * 100.0
     );
 }
+
+/// Waits (at most `limit`) until process `parent` has a child running the program named
+/// `name` (its `comm`): a recorded command is started only once its events are attached,
+/// so from then on the recording is under way, however busy the machine is.
+pub fn wait_for_child(parent: u32, name: &str, limit: std::time::Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    let has_child = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            let Some((head, rest)) = stat.rsplit_once(") ") else {
+                return false;
+            };
+            let comm = head.split_once(" (").map_or("", |(_, c)| c);
+            let ppid = rest.split(' ').nth(1).and_then(|p| p.parse::<u32>().ok());
+            comm == name && ppid == Some(parent)
+        })
+    };
+    while !has_child() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no child {name} of {parent} after {limit:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
