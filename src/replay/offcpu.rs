@@ -601,4 +601,127 @@ mod tests {
         assert_eq!(by_stack["do_nanosleep"], 30 * MS);
         assert_eq!(by_stack["futex_wait"], 20 * MS);
     }
+
+    /// The replay's side, fed hand-built switch events through the builder.
+    mod replayed {
+        use super::MS;
+        use crate::events::{Event, EventKind, Sample, Scope};
+        use crate::profile::{OffCpuKind, RawStackIndex};
+        use crate::replay::offcpu::share_out;
+        use crate::replay::tests::{at, fork};
+        use crate::replay::ProfileBuilder;
+        use crate::unwind::UnwindMode;
+
+        fn out(time_ns: u64, preempted: bool) -> Event {
+            let (pid, tid) = (10, 10);
+            at(
+                time_ns,
+                EventKind::SwitchOut {
+                    pid,
+                    tid,
+                    preempted,
+                },
+            )
+        }
+
+        fn stack(time_ns: u64) -> Event {
+            let s = Sample {
+                pid: 10,
+                tid: 10,
+                user_callchain: vec![0x1000],
+                ..Sample::default()
+            };
+            at(time_ns, EventKind::SwitchSample(s))
+        }
+
+        fn back(time_ns: u64) -> Event {
+            at(time_ns, EventKind::SwitchIn { pid: 10, tid: 10 })
+        }
+
+        /// The thread's off-CPU rows as (start ms, stack, kind, ms).
+        fn rows(b: &ProfileBuilder) -> Vec<(u64, RawStackIndex, OffCpuKind, u64)> {
+            let rows = &b.threads.threads[0].off_cpu;
+            rows.iter()
+                .map(|&(t, stack, kind, ns)| (t / MS, stack, kind, ns / MS))
+                .collect()
+        }
+
+        #[test]
+        fn a_switch_out_and_back_is_a_row_at_the_stack_it_left_at() {
+            let mut b = ProfileBuilder::new(UnwindMode::Fp);
+            b.record_off_cpu(1);
+            b.add_events(&[
+                fork(0, 10, 10),
+                stack(10 * MS),
+                out(10 * MS, true),
+                back(25 * MS),
+                // A switch in without a switch out starts nothing.
+                back(40 * MS),
+                // A switch out whose sample was lost: at the unknown stack.
+                out(50 * MS, false),
+            ]);
+            b.add_events(&[back(52 * MS)]);
+            let unknown = RawStackIndex::new(1);
+            assert_eq!(b.stacks.unknown_off_cpu(), unknown);
+            let left = RawStackIndex::new(0);
+            assert_eq!(
+                rows(&b),
+                [
+                    (10, left, OffCpuKind::Preempted, 15),
+                    (50, unknown, OffCpuKind::Blocked, 2)
+                ]
+            );
+        }
+
+        #[test]
+        fn time_without_a_stack_is_shared_out_when_not_every_stack_is_taken() {
+            let mut b = ProfileBuilder::new(UnwindMode::Fp);
+            b.record_off_cpu(2);
+            b.add_events(&[
+                fork(0, 10, 10),
+                stack(10 * MS),
+                out(10 * MS, false),
+                back(20 * MS),
+                // Its stack was not taken: its 5 ms go to the 10 ms with a stack.
+                out(30 * MS, false),
+                back(35 * MS),
+                // Still out when the recording ends.
+                out(90 * MS, true),
+            ]);
+            assert_eq!(rows(&b).len(), 1);
+            b.finish_off_cpu(100 * MS, Scope::Tasks);
+            let left = RawStackIndex::new(0);
+            let unknown = RawStackIndex::new(1);
+            assert_eq!(
+                rows(&b),
+                [
+                    (10, left, OffCpuKind::Blocked, 15),
+                    // No preempted time had a stack: it is shown at the marker.
+                    (0, unknown, OffCpuKind::Preempted, 10)
+                ]
+            );
+        }
+
+        #[test]
+        fn sharing_out_keeps_the_total_and_the_proportions() {
+            let (a, b) = (RawStackIndex::new(3), RawStackIndex::new(4));
+            let blocked = OffCpuKind::Blocked;
+            let preempted = OffCpuKind::Preempted;
+            let mut rows = vec![
+                (0, a, blocked, 10),
+                (5, b, blocked, 30),
+                (7, a, preempted, 4),
+            ];
+            share_out(&mut rows, blocked, 40, 0, || unreachable!());
+            share_out(&mut rows, preempted, 0, 0, || unreachable!());
+            assert_eq!(
+                rows,
+                [
+                    (0, a, blocked, 20),
+                    (5, b, blocked, 60),
+                    (7, a, preempted, 4)
+                ]
+            );
+        }
+    }
 }
