@@ -5,9 +5,9 @@
 //! unique stacks, not with the number of samples.
 //!
 //! This module dispatches each event to its handler (`on_mmap`, `on_fork`, `on_sample`, …)
-//! and finishes the profile; the state is split by concern: [`threads`] (processes and
-//! threads, forks, exits, names, reused pids), [`stacks`] (interning unwound frames and
-//! stacks), [`offcpu`] (off-CPU intervals) and [`modules`] (what each mapping is).
+//! and finishes the profile; the state is split by concern: `threads` (processes and
+//! threads, forks, exits, names, reused pids), `stacks` (interning unwound frames and
+//! stacks), [`offcpu`] (off-CPU intervals) and `modules` (what each mapping is).
 
 use std::collections::HashMap;
 use std::sync::Arc;

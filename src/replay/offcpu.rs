@@ -17,7 +17,7 @@
 //!   blocked from the start, at a stack no switch-out showed;
 //! - such a thread never seen at all was blocked from the start to the end.
 //!
-//! [`OffCpu`] is the replay's side of it: the tracker over interned stacks, and the time
+//! `OffCpu` is the replay's side of it: the tracker over interned stacks, and the time
 //! of intervals whose stack was not taken, shared out at the end.
 
 use std::collections::{HashMap, HashSet};
