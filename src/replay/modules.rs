@@ -242,3 +242,82 @@ fn is_anonymous(m: &Mapping) -> bool {
         || m.path == "[heap]"
         || m.path.starts_with("[stack")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{Event, EventKind, Sample};
+    use crate::profile::CodeKind;
+    use crate::replay::tests::{at, fork};
+    use crate::unwind::UnwindMode;
+
+    /// An executable mapping of process 10 with no file behind it.
+    fn mmap(time_ns: u64, start: u64, file_offset: u64, path: &str) -> Event {
+        let mapping = Mapping {
+            pid: 10,
+            start,
+            len: 0x1000,
+            file_offset,
+            path: path.to_string(),
+            file: None,
+            executable: true,
+        };
+        at(time_ns, EventKind::Mmap(mapping))
+    }
+
+    fn sample(time_ns: u64, ip: u64) -> Event {
+        let s = Sample {
+            pid: 10,
+            tid: 10,
+            user_callchain: vec![ip],
+            ..Sample::default()
+        };
+        at(time_ns, EventKind::Sample(s))
+    }
+
+    #[test]
+    fn jit_code_stays_absolute_and_a_pseudo_mapping_is_at_its_file_offset() {
+        let mut b = ProfileBuilder::new(UnwindMode::Fp);
+        b.add_events(&[
+            fork(1, 10, 10),
+            mmap(2, 0x7000_0000, 0, "//anon"),
+            mmap(3, 0x8000_0000, 0x40, "[uprobes]"),
+            // A JIT dump is noted, not mapped as code.
+            mmap(4, 0x9000_0000, 0, "/tmp/jit-10.dump"),
+            sample(5, 0x7000_0010),
+            sample(6, 0x8000_0010),
+            sample(7, 0x9000_0010),
+        ]);
+        let frames: Vec<(Option<(String, LibKind)>, u64)> = b
+            .stacks
+            .frames
+            .items
+            .iter()
+            .filter(|f| f.kind == CodeKind::User)
+            .map(|f| {
+                let lib = f.lib.map(|l| &b.libs.items[l.index()]);
+                (lib.map(|l| (l.name.clone(), l.kind)), f.address)
+            })
+            .collect();
+        assert_eq!(
+            frames,
+            [
+                (Some(("perf-10.map".into(), LibKind::PerfMap)), 0x7000_0010),
+                (Some(("[uprobes]".into(), LibKind::Pseudo)), 0x50),
+                (None, 0x9000_0010),
+            ]
+        );
+        assert_eq!(
+            b.jit_dumps[&perf_map_path(10)],
+            Path::new("/tmp/jit-10.dump")
+        );
+        assert_eq!(b.lib_binaries.len(), 2);
+    }
+
+    #[test]
+    fn a_jit_dump_is_named_jit_pid_dump() {
+        assert!(is_jit_dump("/home/u/.debug/jit/x/jit-4242.dump"));
+        assert!(!is_jit_dump("/tmp/jit-.dump") && !is_jit_dump("/tmp/jit-12a.dump"));
+        assert!(!is_jit_dump("/tmp/perf-12.map"));
+    }
+}
