@@ -304,7 +304,7 @@ pub enum Scope {
 }
 
 /// Whether the context switches of the followed threads were recorded, to show where
-/// they waited (see [`crate::offcpu`]).
+/// they waited (see [`crate::replay::offcpu`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum OffCpuRecording {
     /// Not asked for: the profile has on-CPU samples only.

@@ -39,7 +39,6 @@ pub mod jitdump;
 pub mod lazycfi;
 pub mod locate;
 pub mod maps;
-pub mod offcpu;
 pub mod procmem;
 pub mod profile;
 pub mod record;

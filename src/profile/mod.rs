@@ -9,8 +9,6 @@
 //! Invariants, for both stages: every index is in range; a stack's prefix comes before it
 //! in the stack table, so one pass from last to first can accumulate times.
 
-pub use crate::offcpu::OffCpuKind;
-
 /// Name of the library that holds kernel frames (perf's name for it).
 pub const KERNEL_LIB_NAME: &str = "[kernel.kallsyms]";
 /// Name of the marker frame at the root of a stack whose outer frames are missing.
@@ -32,6 +30,29 @@ pub fn marker_name(address: u64) -> &'static str {
 }
 /// The pseudo-path of the kernel's vdso mapping, and the name of its library.
 pub const VDSO_NAME: &str = "[vdso]";
+
+/// Why a thread was off the CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OffCpuKind {
+    /// It waited for something (it went to sleep).
+    Blocked,
+    /// The scheduler took the CPU from it while it could still run.
+    Preempted,
+}
+
+impl OffCpuKind {
+    /// Every kind, in the order of [`OffCpuKind::index`].
+    pub const ALL: [OffCpuKind; 2] = [OffCpuKind::Blocked, OffCpuKind::Preempted];
+
+    /// Its place in [`OffCpuKind::ALL`] (and in per-kind arrays, and the Firefox
+    /// profile's Off-CPU subcategories).
+    pub fn index(self) -> usize {
+        match self {
+            OffCpuKind::Blocked => 0,
+            OffCpuKind::Preempted => 1,
+        }
+    }
+}
 
 macro_rules! index_type {
     ($(#[$doc:meta])* $name:ident) => {

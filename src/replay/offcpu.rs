@@ -16,31 +16,16 @@
 //! - in without an out, for a thread that existed when recording started (`-p`): it was
 //!   blocked from the start, at a stack no switch-out showed;
 //! - such a thread never seen at all was blocked from the start to the end.
+//!
+//! `OffCpu` is the replay's side of it: the tracker over interned stacks, and the time
+//! of intervals whose stack was not taken, shared out at the end.
 
 use std::collections::{HashMap, HashSet};
 
-/// Why a thread was off the CPU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum OffCpuKind {
-    /// It waited for something (it went to sleep).
-    Blocked,
-    /// The scheduler took the CPU from it while it could still run.
-    Preempted,
-}
+use crate::events::Scope;
+use crate::profile::{OffCpuKind, RawStackIndex};
 
-impl OffCpuKind {
-    /// Every kind, in the order of [`OffCpuKind::index`].
-    pub const ALL: [OffCpuKind; 2] = [OffCpuKind::Blocked, OffCpuKind::Preempted];
-
-    /// Its place in [`OffCpuKind::ALL`] (and in per-kind arrays, and the Firefox
-    /// profile's Off-CPU subcategories).
-    pub fn index(self) -> usize {
-        match self {
-            OffCpuKind::Blocked => 0,
-            OffCpuKind::Preempted => 1,
-        }
-    }
-}
+use super::threads::OffCpuRow;
 
 /// One interval off the CPU. Times are CLOCK_MONOTONIC ns, `start_ns <= end_ns`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -255,6 +240,148 @@ impl<S> OffCpuTracker<S> {
 /// stamped: 100 µs. The kernel writes both within the same call into the scheduler,
 /// microseconds apart; a thread cannot block, run and block again in that time.
 const SAME_SWITCH_NS: u64 = 100_000;
+
+/// Off-CPU time while it is recorded (`--off-cpu`).
+pub(super) struct OffCpu {
+    /// Created at the first event: its time is the start of the recording.
+    tracker: Option<OffCpuTracker<RawStackIndex>>,
+    /// The stack of every `switch_period`th switch out was taken.
+    switch_period: u64,
+    /// Per thread, the off-CPU time (ns) of intervals without a stack, by kind, when
+    /// not every switch's stack is taken: shared out at the end over the thread's
+    /// intervals of that kind with a stack, in proportion to their durations.
+    unstacked: HashMap<i32, [u64; 2]>,
+}
+
+/// Where an interval off the CPU goes (see [`OffCpu::place`]).
+pub(super) enum Placed {
+    /// A row of thread `tid`, at its stack or, when `None`, the unknown-stack marker's.
+    Row {
+        tid: i32,
+        start_ns: u64,
+        stack: Option<RawStackIndex>,
+        kind: OffCpuKind,
+        ns: u64,
+    },
+    /// Its time was added to the thread's time without a stack.
+    SharedOut,
+}
+
+impl OffCpu {
+    /// The stack of every `switch_period`th switch out is taken.
+    pub(super) fn new(switch_period: u64) -> OffCpu {
+        OffCpu {
+            tracker: None,
+            switch_period: switch_period.max(1),
+            unstacked: HashMap::new(),
+        }
+    }
+
+    /// The recording's events start at `time_ns`, or started before.
+    pub(super) fn started(&mut self, time_ns: u64) {
+        self.tracker
+            .get_or_insert_with(|| OffCpuTracker::new(time_ns, []));
+    }
+
+    /// The tracker, once the first event came.
+    pub(super) fn tracker(&mut self) -> Option<&mut OffCpuTracker<RawStackIndex>> {
+        self.tracker.as_mut()
+    }
+
+    /// Thread `tid` was named at `time_ns`, `first_sight` when nothing of it came before
+    /// and not by an exec: at the start, it is a thread described as it was when `-p`
+    /// attached.
+    pub(super) fn described(&mut self, tid: i32, time_ns: u64, first_sight: bool) {
+        if let Some(tracker) = &mut self.tracker {
+            if first_sight && time_ns <= tracker.start_ns() {
+                tracker.existed_at_start(tid);
+            }
+        }
+    }
+
+    /// The intervals that ended so far.
+    pub(super) fn take_done(&mut self) -> Vec<OffCpuInterval<RawStackIndex>> {
+        match &mut self.tracker {
+            Some(tracker) => tracker.take_done(),
+            None => Vec::new(),
+        }
+    }
+
+    /// When the tracking started (0 before the first event).
+    pub(super) fn start_ns(&self) -> u64 {
+        self.tracker.as_ref().map_or(0, |t| t.start_ns())
+    }
+
+    /// Where one interval goes. Without a stack: when not every switch's stack is taken,
+    /// its time is shared out at the end (see [`OffCpu::unstacked`]); else (a lost
+    /// sample, a thread blocked since before `-p` attached) it is shown under the
+    /// unknown-stack marker.
+    pub(super) fn place(&mut self, interval: OffCpuInterval<RawStackIndex>) -> Placed {
+        let start = self.start_ns();
+        let kind = interval.kind.unwrap_or(OffCpuKind::Blocked);
+        let ns = interval.duration_ns();
+        if interval.stack.is_none() && self.switch_period > 1 && interval.start_ns > start {
+            self.unstacked.entry(interval.tid).or_default()[kind.index()] += ns;
+            return Placed::SharedOut;
+        }
+        Placed::Row {
+            tid: interval.tid,
+            start_ns: interval.start_ns,
+            stack: interval.stack,
+            kind,
+            ns,
+        }
+    }
+
+    /// Every interval still open at `end_ns` (the end of the recording), including those
+    /// of threads asleep since before `-p` attached and never seen since (not for the
+    /// whole machine, where they are most threads).
+    pub(super) fn finish(
+        &mut self,
+        end_ns: u64,
+        scope: Scope,
+    ) -> Vec<OffCpuInterval<RawStackIndex>> {
+        let Some(tracker) = &mut self.tracker else {
+            return Vec::new();
+        };
+        if scope == Scope::System {
+            tracker.forget_unseen();
+        }
+        tracker.finish(end_ns)
+    }
+
+    /// Takes the time without a stack, per thread in the order of their tids.
+    pub(super) fn take_unstacked(&mut self) -> Vec<(i32, [u64; 2])> {
+        let mut unstacked: Vec<(i32, [u64; 2])> =
+            std::mem::take(&mut self.unstacked).into_iter().collect();
+        unstacked.sort_unstable_by_key(|(tid, _)| *tid);
+        unstacked
+    }
+}
+
+/// Shares out `extra` ns of a thread's `kind` of off-CPU time without a stack over its
+/// `rows` of that kind, in proportion to their durations, which keeps the thread's total
+/// exact; when it has none, a row at `start_ns` at the stack `unknown` gives holds it.
+pub(super) fn share_out(
+    rows: &mut Vec<OffCpuRow>,
+    kind: OffCpuKind,
+    extra: u64,
+    start_ns: u64,
+    unknown: impl FnOnce() -> RawStackIndex,
+) {
+    if extra == 0 {
+        return;
+    }
+    let stacked: u64 = rows.iter().filter(|r| r.2 == kind).map(|r| r.3).sum();
+    if stacked == 0 {
+        rows.push((start_ns, unknown(), kind, extra));
+        return;
+    }
+    let scale = (stacked + extra) as f64 / stacked as f64;
+    for row in rows.iter_mut().filter(|r| r.2 == kind) {
+        row.3 = (row.3 as f64 * scale).round() as u64;
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -473,5 +600,128 @@ mod tests {
         }
         assert_eq!(by_stack["do_nanosleep"], 30 * MS);
         assert_eq!(by_stack["futex_wait"], 20 * MS);
+    }
+
+    /// The replay's side, fed hand-built switch events through the builder.
+    mod replayed {
+        use super::MS;
+        use crate::events::{Event, EventKind, Sample, Scope};
+        use crate::profile::{OffCpuKind, RawStackIndex};
+        use crate::replay::offcpu::share_out;
+        use crate::replay::tests::{at, fork};
+        use crate::replay::ProfileBuilder;
+        use crate::unwind::UnwindMode;
+
+        fn out(time_ns: u64, preempted: bool) -> Event {
+            let (pid, tid) = (10, 10);
+            at(
+                time_ns,
+                EventKind::SwitchOut {
+                    pid,
+                    tid,
+                    preempted,
+                },
+            )
+        }
+
+        fn stack(time_ns: u64) -> Event {
+            let s = Sample {
+                pid: 10,
+                tid: 10,
+                user_callchain: vec![0x1000],
+                ..Sample::default()
+            };
+            at(time_ns, EventKind::SwitchSample(s))
+        }
+
+        fn back(time_ns: u64) -> Event {
+            at(time_ns, EventKind::SwitchIn { pid: 10, tid: 10 })
+        }
+
+        /// The thread's off-CPU rows as (start ms, stack, kind, ms).
+        fn rows(b: &ProfileBuilder) -> Vec<(u64, RawStackIndex, OffCpuKind, u64)> {
+            let rows = &b.threads.threads[0].off_cpu;
+            rows.iter()
+                .map(|&(t, stack, kind, ns)| (t / MS, stack, kind, ns / MS))
+                .collect()
+        }
+
+        #[test]
+        fn a_switch_out_and_back_is_a_row_at_the_stack_it_left_at() {
+            let mut b = ProfileBuilder::new(UnwindMode::Fp);
+            b.record_off_cpu(1);
+            b.add_events(&[
+                fork(0, 10, 10),
+                stack(10 * MS),
+                out(10 * MS, true),
+                back(25 * MS),
+                // A switch in without a switch out starts nothing.
+                back(40 * MS),
+                // A switch out whose sample was lost: at the unknown stack.
+                out(50 * MS, false),
+            ]);
+            b.add_events(&[back(52 * MS)]);
+            let unknown = RawStackIndex::new(1);
+            assert_eq!(b.stacks.unknown_off_cpu(), unknown);
+            let left = RawStackIndex::new(0);
+            assert_eq!(
+                rows(&b),
+                [
+                    (10, left, OffCpuKind::Preempted, 15),
+                    (50, unknown, OffCpuKind::Blocked, 2)
+                ]
+            );
+        }
+
+        #[test]
+        fn time_without_a_stack_is_shared_out_when_not_every_stack_is_taken() {
+            let mut b = ProfileBuilder::new(UnwindMode::Fp);
+            b.record_off_cpu(2);
+            b.add_events(&[
+                fork(0, 10, 10),
+                stack(10 * MS),
+                out(10 * MS, false),
+                back(20 * MS),
+                // Its stack was not taken: its 5 ms go to the 10 ms with a stack.
+                out(30 * MS, false),
+                back(35 * MS),
+                // Still out when the recording ends.
+                out(90 * MS, true),
+            ]);
+            assert_eq!(rows(&b).len(), 1);
+            b.finish_off_cpu(100 * MS, Scope::Tasks);
+            let left = RawStackIndex::new(0);
+            let unknown = RawStackIndex::new(1);
+            assert_eq!(
+                rows(&b),
+                [
+                    (10, left, OffCpuKind::Blocked, 15),
+                    // No preempted time had a stack: it is shown at the marker.
+                    (0, unknown, OffCpuKind::Preempted, 10)
+                ]
+            );
+        }
+
+        #[test]
+        fn sharing_out_keeps_the_total_and_the_proportions() {
+            let (a, b) = (RawStackIndex::new(3), RawStackIndex::new(4));
+            let blocked = OffCpuKind::Blocked;
+            let preempted = OffCpuKind::Preempted;
+            let mut rows = vec![
+                (0, a, blocked, 10),
+                (5, b, blocked, 30),
+                (7, a, preempted, 4),
+            ];
+            share_out(&mut rows, blocked, 40, 0, || unreachable!());
+            share_out(&mut rows, preempted, 0, 0, || unreachable!());
+            assert_eq!(
+                rows,
+                [
+                    (0, a, blocked, 20),
+                    (5, b, blocked, 60),
+                    (7, a, preempted, 4)
+                ]
+            );
+        }
     }
 }
