@@ -259,6 +259,15 @@ fn a_process_left_stopped_says_why_it_has_no_samples() {
     let target = Running::start("split7030", &["30"]);
     let pid = Pid::from_raw(target.0.id() as i32);
     kill(pid, Signal::SIGSTOP).unwrap();
+    // The stop takes effect when the kernel next runs it, later on a busy machine.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while target.state() != 'T' {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "SIGSTOP did not stop it"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let out = tempdir().join("stopped.json");
     let o = Command::new(sampler_bin())
         .args(["record", "-d", "0.5", "-o"])

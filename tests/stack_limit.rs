@@ -203,9 +203,11 @@ fn a_concurrent_perf_session_blocks_raising_and_the_cut_is_marked() {
 
 fn a_perf_session_that_outlasts_sampler_delays_the_repair() {
     from_a_known_value(|| {
-        let (sampler, _) = sampler_deep("1.5");
+        // Long enough for perf to open its events on a loaded machine (it can take
+        // seconds) while sampler still records.
+        let (sampler, _) = sampler_deep("3");
         raised();
-        let perf = perf_session("4");
+        let perf = perf_session("6");
         let err = finish(sampler);
         assert!(err.contains("stays 4096 for now"), "{err}");
         assert_eq!(setting(), RAISED, "perf's events block the change");

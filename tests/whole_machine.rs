@@ -76,8 +76,10 @@ fn all_cpus_sees_processes_that_start_and_exit_while_it_records() {
         "{test}: split7030 (started after): {n} samples in main > outer > hot_a ({share:.0}%)"
     );
     assert_covers_cpu(test, started[0].paths.len(), split_cpu_ms, 0.8);
+    // 70% of its work; on a loaded machine it may get 150 ms of CPU, 150 samples, whose
+    // share strays by 4 points for one standard deviation.
     assert!(
-        share >= 60.0,
+        share >= 55.0,
         "{share:.0}% in hot_a of split7030 (70% of its work)"
     );
     let killed: Vec<_> = threads.iter().filter(|t| t.pid == before_pid).collect();
