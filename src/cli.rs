@@ -497,11 +497,7 @@ impl RecordArgs {
     /// created or touched on the way.
     pub fn plan(self) -> Result<RecordPlan> {
         if let Some(pages) = self.mmap_pages {
-            if !pages.is_power_of_two() || pages > MAX_MMAP_PAGES {
-                bail!(
-                    "-m/--mmap-pages must be a power of two from 1 to {MAX_MMAP_PAGES} (got {pages})"
-                );
-            }
+            check_ring_pages(pages, None)?;
         }
         let target = match (self.all_cpus, self.pids.is_empty(), self.command.is_empty()) {
             (true, false, _) => bail!(
@@ -571,13 +567,7 @@ impl RecordArgs {
             bail!("--stack-size must be a multiple of 8 between 8 and 65528 (got {stack_bytes})");
         }
         if let Some(pages) = self.mmap_pages {
-            let least = record::min_ring_pages(stack_bytes);
-            if pages < least {
-                bail!(
-                    "-m {pages} is too small to hold one sample with a {stack_bytes}-byte stack copy ({} unwinding): give -m {least} or more, or a smaller --stack-size",
-                    mode.name()
-                );
-            }
+            check_ring_pages(pages, Some((stack_bytes, mode)))?;
         }
         let (format, output) = output_choice(self.format, self.output)?;
         if let record::Target::Command(command) = &target {
@@ -622,6 +612,24 @@ impl RecordArgs {
             debug: self.debug,
         })
     }
+}
+
+/// What is wrong with `-m PAGES`: not a power of two, more than [`MAX_MMAP_PAGES`], or
+/// (once the unwinding mode and its stack copy are known) too small for one sample.
+fn check_ring_pages(pages: usize, sample: Option<(u32, UnwindMode)>) -> Result<()> {
+    if !pages.is_power_of_two() || pages > MAX_MMAP_PAGES {
+        bail!("-m/--mmap-pages must be a power of two from 1 to {MAX_MMAP_PAGES} (got {pages})");
+    }
+    if let Some((stack_bytes, mode)) = sample {
+        let least = record::min_ring_pages(stack_bytes);
+        if pages < least {
+            bail!(
+                "-m {pages} is too small to hold one sample with a {stack_bytes}-byte stack copy ({} unwinding): give -m {least} or more, or a smaller --stack-size",
+                mode.name()
+            );
+        }
+    }
+    Ok(())
 }
 
 impl UnwindArg {
