@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::emit::output::SudoUser;
+use crate::usercache::SudoUser;
 use crate::usercache::{self, TempFile};
 
 /// How long a server may take to accept the connection, to start answering, and, once

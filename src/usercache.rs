@@ -8,11 +8,15 @@
 //! exclusively and given to them through their descriptors, never by path. A file is
 //! written atomically: a new file beside its final name, renamed over it when complete,
 //! and removed when it is not.
+//!
+//! [`SudoUser`], the user who ran sudo, lives here, with the files made for them: the
+//! caches, and the outputs of [`crate::emit::output`], which re-exports it.
 
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -21,7 +25,59 @@ use nix::fcntl::{openat, renameat2, OFlag, RenameFlags, AT_FDCWD};
 use nix::sys::stat::{fchmod, fstat, mkdirat, Mode};
 use nix::unistd::{fchown, unlinkat, Gid, Uid, UnlinkatFlags};
 
-use crate::emit::output::SudoUser;
+/// The user who ran `sudo`, when sampler runs as root under it: outputs are theirs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SudoUser {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl SudoUser {
+    /// `SUDO_UID`/`SUDO_GID`, when this process is root (only root can give files away,
+    /// and a non-root process with a stale `SUDO_UID` keeps its files).
+    pub fn from_env() -> Option<SudoUser> {
+        if !nix::unistd::Uid::effective().is_root() {
+            return None;
+        }
+        let id = |var: &str| std::env::var(var).ok()?.parse::<u32>().ok();
+        let uid = id("SUDO_UID")?;
+        Some(SudoUser {
+            uid,
+            gid: id("SUDO_GID").unwrap_or(uid),
+        })
+    }
+
+    /// The groups the user is in: their own and, from the group database, the others.
+    fn groups(&self) -> Vec<u32> {
+        let mut groups = vec![self.gid];
+        let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(self.uid))
+            .ok()
+            .flatten()
+            .and_then(|u| std::ffi::CString::new(u.name).ok());
+        if let Some(name) = name {
+            if let Ok(list) = nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(self.gid))
+            {
+                groups.extend(list.iter().map(|g| g.as_raw()));
+            }
+        }
+        groups
+    }
+
+    /// Whether the user may create a file in the directory `dir` describes, by its
+    /// permission bits as the kernel reads them for them: the owner's, else the group's
+    /// when they are in its group, else everyone's (write and search both needed).
+    pub fn may_write_dir(&self, dir: &std::fs::Metadata) -> bool {
+        const WRITE_AND_SEARCH: u32 = 0o3;
+        let bits = if dir.uid() == self.uid {
+            dir.mode() >> 6
+        } else if self.groups().contains(&dir.gid()) {
+            dir.mode() >> 3
+        } else {
+            dir.mode()
+        };
+        bits & WRITE_AND_SEARCH == WRITE_AND_SEARCH
+    }
+}
 
 /// Who may read a cache besides its user.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

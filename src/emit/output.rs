@@ -26,59 +26,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-/// The user who ran `sudo`, when sampler runs as root under it: outputs are theirs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SudoUser {
-    pub uid: u32,
-    pub gid: u32,
-}
-
-impl SudoUser {
-    /// `SUDO_UID`/`SUDO_GID`, when this process is root (only root can give files away,
-    /// and a non-root process with a stale `SUDO_UID` keeps its files).
-    pub fn from_env() -> Option<SudoUser> {
-        if !nix::unistd::Uid::effective().is_root() {
-            return None;
-        }
-        let id = |var: &str| std::env::var(var).ok()?.parse::<u32>().ok();
-        let uid = id("SUDO_UID")?;
-        Some(SudoUser {
-            uid,
-            gid: id("SUDO_GID").unwrap_or(uid),
-        })
-    }
-
-    /// The groups the user is in: their own and, from the group database, the others.
-    fn groups(&self) -> Vec<u32> {
-        let mut groups = vec![self.gid];
-        let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(self.uid))
-            .ok()
-            .flatten()
-            .and_then(|u| std::ffi::CString::new(u.name).ok());
-        if let Some(name) = name {
-            if let Ok(list) = nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(self.gid))
-            {
-                groups.extend(list.iter().map(|g| g.as_raw()));
-            }
-        }
-        groups
-    }
-
-    /// Whether the user may create a file in the directory `dir` describes, by its
-    /// permission bits as the kernel reads them for them: the owner's, else the group's
-    /// when they are in its group, else everyone's (write and search both needed).
-    pub fn may_write_dir(&self, dir: &std::fs::Metadata) -> bool {
-        const WRITE_AND_SEARCH: u32 = 0o3;
-        let bits = if dir.uid() == self.uid {
-            dir.mode() >> 6
-        } else if self.groups().contains(&dir.gid()) {
-            dir.mode() >> 3
-        } else {
-            dir.mode()
-        };
-        bits & WRITE_AND_SEARCH == WRITE_AND_SEARCH
-    }
-}
+pub use crate::usercache::SudoUser;
 
 /// The directory an output lands in (`.` for a bare name).
 fn directory_of(path: &Path) -> &Path {

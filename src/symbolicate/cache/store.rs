@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use super::key::kernel_key_with;
 use super::{Entry, Key, Secret, MAX_ENTRY_BYTES, MAX_TOTAL_BYTES};
-use crate::emit::output::SudoUser;
+use crate::usercache::SudoUser;
 use crate::usercache::{self, TempFile};
 
 /// The cache's directory under the user's cache directory, and the directory of symbol
