@@ -22,6 +22,10 @@ use std::sync::Arc;
 use crate::elf::{Elf, Section};
 use crate::events::FileId;
 
+/// The file behind a library of a profile, verified to be the one that was mapped, or
+/// why there is none: what replay hands the symbolicator for each library.
+pub type LibFile = Result<std::sync::Arc<Binary>, String>;
+
 /// The most of a program's entry code read to find its entry stub's calls: `_start` is a
 /// few dozen bytes, a static program's some hundred.
 const ENTRY_CODE_BYTES: usize = 4096;

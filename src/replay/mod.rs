@@ -10,7 +10,6 @@
 //! stacks), [`offcpu`] (off-CPU intervals) and `modules` (what each mapping is).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 mod capture;
 mod modules;
@@ -24,14 +23,12 @@ use offcpu::{OffCpu, OffCpuInterval, Placed};
 use stacks::{Stacks, KERNEL_SPACE_START};
 use threads::Threads;
 
-use crate::binary::Binary;
 use crate::events::{Event, EventKind, Recording, RecordingInfo, Sample, Scope};
 use crate::locate::FileFinder;
 use crate::profile::*;
 use crate::unwind::{ProcessMemory, TruncatedBy, Truncation, UnwindMode, Unwinder};
 
-/// The file behind a library, or why there is none.
-pub type LibFile = Result<Arc<Binary>, String>;
+pub use crate::binary::LibFile;
 
 /// The raw profile and, for each of its libraries, the file that was verified to be the
 /// one that was mapped (the same inode), for the symbolicator to use.

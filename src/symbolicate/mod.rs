@@ -34,10 +34,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::binary::Binary;
+use crate::binary::LibFile;
 use crate::debuginfod;
 pub use crate::locate::DEFAULT_DEBUG_ROOT;
 use crate::profile::{Lib, LibKind, Profile, RawProfile};
-use crate::replay::LibFile;
 pub use cfi::{EhFrameBytes, EhFrameSource, FunctionRanges, UNNAMED_PREFIX};
 pub use dwarf::{DwarfInfo, SourceFrame};
 pub use kernel::{
