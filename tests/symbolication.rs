@@ -521,9 +521,10 @@ fn plt_stubs_are_named_after_the_functions_they_call() {
         .filter_map(|name| stubs.get(name))
         .sum();
     // Two of the loop's few instructions per call are in a stub; samples favour some
-    // instructions over others, but never leave the stubs with less than this.
+    // instructions over others (the timer's ticks fall in step with the loop for a
+    // while): 84 to 141 of 1,990 in four runs, 20 in one, never none. Half a percent.
     assert!(
-        tiny * 50 >= stacks.len(),
+        tiny * 200 >= stacks.len(),
         "only {tiny} of {} samples in libtiny's stubs",
         stacks.len()
     );
