@@ -45,15 +45,23 @@ fn python(version: &str, option: &str) -> Option<String> {
     found.sort();
     found.push(format!("python{version}"));
     found.into_iter().find(|p| {
-        Command::new(p)
+        let probe = Command::new(p)
             .args([
                 "-X",
                 option,
                 "-c",
                 "import sys; assert sys.is_stack_trampoline_active()",
             ])
-            .output()
-            .is_ok_and(|o| o.status.success())
+            .current_dir(tempdir())
+            .spawn();
+        let Ok(probe) = probe else {
+            return false;
+        };
+        // The probe writes a perf map (or a JIT dump in its directory) as it starts.
+        let pid = probe.id();
+        let ok = probe.wait_with_output().is_ok_and(|o| o.status.success());
+        let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+        ok
     })
 }
 
@@ -162,6 +170,7 @@ fn python_perf_trampolines_unwind_to_main_with_shares() {
     std::fs::write(&script, PY_WORK).unwrap();
     let (o, path) = record(&[], &[&python, "-X", "perf", script.to_str().unwrap(), "3"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    remove_perf_maps(&load(&path));
     let paths = all_paths(&path);
     let reach = rooted_share(&paths);
     let under_main: Vec<&Vec<String>> = paths
@@ -268,6 +277,7 @@ fn record_node(test: &str, flag: &str) -> (Vec<Vec<String>>, Vec<String>, std::p
         .unwrap();
     assert!(o.status.success(), "{test}: {}", stderr(&o));
     let profile = load_checked(&out);
+    remove_perf_maps(&profile);
     let mut spin_libs = Vec::new();
     let mut paths = Vec::new();
     for (t, frames) in thread_frames(&profile) {
