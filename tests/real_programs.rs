@@ -61,6 +61,7 @@ fn python(version: &str, option: &str) -> Option<String> {
         let pid = probe.id();
         let ok = probe.wait_with_output().is_ok_and(|o| o.status.success());
         let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+        let _ = std::fs::remove_file(format!("/tmp/jit-{pid}.dump"));
         ok
     })
 }
@@ -230,6 +231,7 @@ fn python_jit_dump_with_cfi_names_and_unwinds() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{test}: {}", stderr(&o));
+    remove_perf_maps(&load(&out));
     let paths = all_paths(&out);
     let reach = rooted_share(&paths);
     let named = paths

@@ -917,13 +917,15 @@ pub fn wait_for_child(parent: u32, name: &str, limit: std::time::Duration) {
     }
 }
 
-/// Removes the `/tmp/perf-PID.map` files that the processes of profile `p` wrote (JIT
-/// runtimes asked for them write them and never remove them): tests leave nothing behind.
+/// Removes the `/tmp/perf-PID.map` and `/tmp/jit-PID.dump` files that the processes of
+/// profile `p` wrote (JIT runtimes asked for them write them and never remove them):
+/// tests leave nothing behind.
 pub fn remove_perf_maps(p: &Value) {
     for t in p["threads"].as_array().into_iter().flatten() {
         if let Some(pid) = t["pid"].as_str() {
             let pid = pid.split('.').next().unwrap_or(pid);
             let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+            let _ = std::fs::remove_file(format!("/tmp/jit-{pid}.dump"));
         }
     }
 }
