@@ -275,6 +275,12 @@ pub fn names_in(dir: &OwnedFd) -> Vec<std::ffi::OsString> {
         .collect()
 }
 
+/// What `dir/name` is, when it is a regular file (a link is not followed).
+pub fn regular_file_at(dir: &OwnedFd, name: &OsStr) -> Option<nix::sys::stat::FileStat> {
+    let stat = nix::sys::stat::fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+    (stat.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(stat)
+}
+
 /// Removes from `dir` the files on their way in ([`TEMP_PREFIX`]) last written longer
 /// than `age` ago: left by a process that was killed. Regular files only, never
 /// through a link.
@@ -287,16 +293,10 @@ pub fn remove_stale_temps(dir: &OwnedFd, age: std::time::Duration) {
         if !name.as_bytes().starts_with(TEMP_PREFIX.as_bytes()) {
             continue;
         }
-        let Ok(stat) = nix::sys::stat::fstatat(
-            dir,
-            name.as_os_str(),
-            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-        ) else {
+        let Some(stat) = regular_file_at(dir, &name) else {
             continue;
         };
-        if stat.st_mode & libc::S_IFMT == libc::S_IFREG
-            && now - stat.st_mtime > age.as_secs() as i64
-        {
+        if now - stat.st_mtime > age.as_secs() as i64 {
             let _ = remove_file(dir, &name);
         }
     }

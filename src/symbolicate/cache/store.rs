@@ -219,17 +219,13 @@ fn evict(
     let mut files: Vec<(i64, u64, std::ffi::OsString)> = Vec::new();
     let mut total = 0u64;
     for name in usercache::names_in(dir) {
-        let Ok(stat) = nix::sys::stat::fstatat(
-            dir,
-            name.as_os_str(),
-            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-        ) else {
+        let Some(stat) = usercache::regular_file_at(dir, &name) else {
             continue;
         };
         let temp = name
             .as_bytes()
             .starts_with(usercache::TEMP_PREFIX.as_bytes());
-        if stat.st_mode & libc::S_IFMT != libc::S_IFREG || temp {
+        if temp {
             continue;
         }
         if stat.st_mode & 0o077 != 0 {
