@@ -324,7 +324,7 @@ fn write_in_cache(
     let dir = open_dir(root, &FALLBACK_CACHE_DIRS, owner, true, Access::Private)?;
     let mut temp = TempFile::create(dir, name, FALLBACK_MODE)?;
     write(&mut temp.file)?;
-    temp.commit(owner, true)?;
+    temp.commit_new(owner, true)?;
     Ok(root.join(FALLBACK_CACHE_DIRS.join("/")).join(name))
 }
 
