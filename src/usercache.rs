@@ -134,6 +134,14 @@ pub fn cache_home(xdg_cache_home: Option<&str>, home: Option<&Path>) -> Option<P
     }
 }
 
+/// The cache directory of `owner` (else of whoever runs sampler), as [`cache_home`]
+/// places it from this process's `XDG_CACHE_HOME` and their home; `None` without a home.
+pub fn user_cache_home(owner: Option<SudoUser>) -> Option<PathBuf> {
+    let home = user_home(owner);
+    let xdg = std::env::var("XDG_CACHE_HOME").ok();
+    cache_home(xdg.as_deref(), home.as_deref())
+}
+
 /// The uid that owns the cache: the sudo user, else whoever runs sampler.
 fn cache_user(owner: Option<SudoUser>) -> u32 {
     owner.map_or_else(|| Uid::effective().as_raw(), |u| u.uid)

@@ -269,9 +269,7 @@ pub fn write_elsewhere(
         Ok(written) => return Ok(written),
         Err(e) => failures.push(format!("{}: {e}", temp.display())),
     }
-    let home = crate::usercache::user_home(owner);
-    let xdg = std::env::var("XDG_CACHE_HOME").ok();
-    match crate::usercache::cache_home(xdg.as_deref(), home.as_deref()) {
+    match crate::usercache::user_cache_home(owner) {
         None => failures.push("no cache directory (no home directory)".to_string()),
         Some(root) => match write_in_cache(&root, &name, owner, write) {
             Ok(written) => return Ok(written),

@@ -99,15 +99,11 @@ impl std::error::Error for NotRun {}
 /// Whether every file `execvp` would have tried for `program` is a directory (which it
 /// reports as EACCES, like a file without execute permission).
 fn names_only_directories(program: &str) -> bool {
-    let is_dir = |p: &std::path::Path| p.metadata().is_ok_and(|m| m.is_dir());
-    if program.contains('/') {
-        return is_dir(std::path::Path::new(program));
-    }
-    let candidates: Vec<std::path::PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join(program)).collect())
-        .unwrap_or_default();
-    let existing: Vec<_> = candidates.iter().filter(|c| c.exists()).collect();
-    !existing.is_empty() && existing.iter().all(|c| is_dir(c))
+    let existing: Vec<_> = super::exec_candidates(program)
+        .into_iter()
+        .filter(|c| c.exists())
+        .collect();
+    !existing.is_empty() && existing.iter().all(|c| c.is_dir())
 }
 
 impl GatedChild {

@@ -752,16 +752,20 @@ pub fn record(
 /// The file `execvp` runs for `program`: the path itself, or the first file of that
 /// name in `PATH`.
 pub fn program_path(program: &str) -> Option<std::path::PathBuf> {
-    let candidates: Vec<std::path::PathBuf> = if program.contains('/') {
-        vec![program.into()]
-    } else {
-        std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).map(|d| d.join(program)).collect())
-            .unwrap_or_default()
-    };
-    candidates
+    exec_candidates(program)
         .into_iter()
         .find(|c| c.metadata().is_ok_and(|m| m.is_file()))
+}
+
+/// The files `execvp` tries for `program`, in order: the path itself when it has a
+/// `/`, else the name in each directory of `PATH`.
+pub(crate) fn exec_candidates(program: &str) -> Vec<std::path::PathBuf> {
+    if program.contains('/') {
+        return vec![program.into()];
+    }
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join(program)).collect())
+        .unwrap_or_default()
 }
 
 /// The program's file, when it has the set-user-ID or set-group-ID bit.

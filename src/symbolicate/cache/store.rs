@@ -49,9 +49,7 @@ impl SymbolCache {
     /// when they have no home directory.
     pub fn from_env() -> Option<SymbolCache> {
         let owner = SudoUser::from_env();
-        let home = usercache::user_home(owner);
-        let xdg = std::env::var("XDG_CACHE_HOME").ok();
-        let root = usercache::cache_home(xdg.as_deref(), home.as_deref())?;
+        let root = usercache::user_cache_home(owner)?;
         Some(SymbolCache::at(root, owner))
     }
 
