@@ -8,11 +8,12 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::{CommandFactory, FromArgMatches};
 
+use sampler::cli::summary::{how_to_open, Summary};
 use sampler::cli::{self, Cli, Command, ConvertArgs, RecordArgs, ReportArgs, SymbolizeArgs};
-use sampler::emit::{self, output};
+use sampler::emit;
+use sampler::files::output;
 use sampler::record::{self, stack_limit};
 use sampler::replay::ProfileBuilder;
-use sampler::summary::{how_to_open, Summary};
 use sampler::symbolicate;
 
 fn main() -> ExitCode {
@@ -24,7 +25,7 @@ fn main() -> ExitCode {
             let code = record_main(args);
             // A download a signal made naming give up on may still be writing its new
             // file into the debuginfod cache: it goes with sampler.
-            sampler::usercache::remove_unfinished();
+            sampler::files::usercache::remove_unfinished();
             code
         }
         Command::Symbolize(args) => symbolize_main(args).map(|()| 0),
@@ -66,8 +67,10 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     // Checked now, created only once the profile is complete: a failed run touches nothing.
     output::check_destination(&plan.output, root, sudo)?;
     // Samples are unwound and interned while the command runs (see ProfileBuilder).
-    let mut builder =
-        ProfileBuilder::live(plan.mode, Box::new(sampler::procmem::LiveMemory::default()));
+    let mut builder = ProfileBuilder::live(
+        plan.mode,
+        Box::new(sampler::record::procmem::LiveMemory::default()),
+    );
     if let Some(path) = std::env::var_os(CAPTURE_ENV) {
         builder.capture_samples(PathBuf::from(path));
     }
@@ -78,7 +81,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
     let exited = Instant::now();
     // Naming can take long (a slow debuginfod server): a signal now stops it, and the
     // profile is written with the names found until then.
-    if let Err(e) = sampler::interrupt::watch(&record::STOP_SIGNALS) {
+    if let Err(e) = sampler::record::interrupt::watch(&record::STOP_SIGNALS) {
         sampler::say!("sampler: warning: signals cannot stop the naming: {e}");
     }
     // Where the kernel's text starts, which places kernel frames, read only when a sample
@@ -101,7 +104,7 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         return Err(save_elsewhere(e, &profile, &plan, sudo));
     }
     let write_ms = exited.elapsed().as_secs_f64() * 1000.0;
-    if let Some(signal) = sampler::interrupt::stopped() {
+    if let Some(signal) = sampler::record::interrupt::stopped() {
         sampler::say!(
             "sampler: {signal} stopped the naming: the profile has the names found until then (libraries not reached are listed below)"
         );
@@ -183,7 +186,7 @@ fn save_cache(opts: &symbolicate::SymbolOptions) {
 
 fn symbolize_main(args: SymbolizeArgs) -> Result<()> {
     use std::io::{Read, Write};
-    let binary = sampler::binary::Binary::open(&args.exe)
+    let binary = sampler::files::binary::Binary::open(&args.exe)
         .with_context(|| format!("cannot read {} as an ELF file", args.exe.display()))?;
     if let Some(why) = &binary.damaged {
         anyhow::bail!("{} is not read: {why}", args.exe.display());
@@ -256,7 +259,7 @@ fn report_main(args: ReportArgs, transforms: &[sampler::calltree::Transform]) ->
     let source_line = |file: &str, line: u32| {
         let text = source_line(file, line)?;
         Some(match tty {
-            true => sampler::diag::terminal_safe(&text).into_owned(),
+            true => sampler::files::diag::terminal_safe(&text).into_owned(),
             false => text,
         })
     };

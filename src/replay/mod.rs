@@ -24,11 +24,11 @@ use stacks::{Stacks, KERNEL_SPACE_START};
 use threads::Threads;
 
 use crate::events::{Event, EventKind, Recording, RecordingInfo, Sample, Scope};
-use crate::locate::FileFinder;
+use crate::files::locate::FileFinder;
 use crate::profile::*;
 use crate::unwind::{ProcessMemory, TruncatedBy, Truncation, UnwindMode, Unwinder};
 
-pub use crate::binary::LibFile;
+pub use crate::files::binary::LibFile;
 
 /// The raw profile and, for each of its libraries, the file that was verified to be the
 /// one that was mapped (the same inode), for the symbolicator to use.

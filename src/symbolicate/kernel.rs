@@ -222,7 +222,7 @@ ffffffffc0001000 t mod_fn\t[kvm]
                 stamp: Default::default(),
             })
         };
-        let root = crate::testdir::TestDir::new("kernel");
+        let root = crate::files::testdir::TestDir::new("kernel");
         let store = cache::SymbolCache::at(root.path().to_path_buf(), None);
         let entries = kernel_entries(&syms, &own, &key_of);
         let pieces: Vec<u64> = entries.iter().map(|(key, _)| key.size).collect();

@@ -12,6 +12,7 @@
 
 mod cfi;
 mod code;
+pub mod maps;
 
 pub use code::entry_stub_returns;
 use code::CodeRule;
@@ -22,10 +23,10 @@ use std::sync::Arc;
 
 use framehop::x86_64::CacheX86_64;
 
-use crate::binary::UnwindSections;
 use crate::events::{Sample, UserRegs};
-use crate::lazycfi::LazyCfi;
-use crate::maps::{AddressSpace, Region};
+use crate::files::binary::UnwindSections;
+use crate::files::lazycfi::LazyCfi;
+use crate::unwind::maps::{AddressSpace, Region};
 
 /// How the user part of stacks is unwound (docs/design.md §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -16,7 +16,7 @@ use crate::symbolicate::symbols::Symbol;
 pub const MAX_DUMP_BYTES: u64 = 256 << 20;
 
 /// Reads the dump at `path` from `offset` on, at most up to [`MAX_DUMP_BYTES`], when the
-/// process's user `user` (or root) wrote it (see [`crate::locate::read_written_by`]: the
+/// process's user `user` (or root) wrote it (see [`crate::files::locate::read_written_by`]: the
 /// recorded process chose the name, maybe in a directory anyone may write); why not.
 pub fn read_from(
     path: &std::path::Path,
@@ -24,7 +24,7 @@ pub fn read_from(
     user: Option<u32>,
 ) -> Result<Vec<u8>, String> {
     let limit = MAX_DUMP_BYTES.saturating_sub(offset);
-    match crate::locate::read_written_by(path, offset, limit, user)? {
+    match crate::files::locate::read_written_by(path, offset, limit, user)? {
         Some((data, _)) => Ok(data),
         None => Err("there is no such file".into()),
     }
@@ -288,7 +288,7 @@ mod tests {
     }
     #[test]
     fn a_dump_is_read_only_as_a_regular_file_and_from_an_offset() {
-        let dir = crate::testdir::TestDir::new("jitdump");
+        let dir = crate::files::testdir::TestDir::new("jitdump");
         let me = Some(nix::unistd::Uid::effective().as_raw());
         let dump = dir.join("jit-77.dump");
         std::fs::write(&dump, header()).unwrap();
@@ -312,7 +312,7 @@ mod tests {
 
     #[test]
     fn a_dump_of_another_user_with_two_names_or_sparse_is_not_read() {
-        let dir = crate::testdir::TestDir::new("jitdump-owners");
+        let dir = crate::files::testdir::TestDir::new("jitdump-owners");
         let me = nix::unistd::Uid::effective().as_raw();
         let dump = dir.join("jit-81.dump");
         std::fs::write(&dump, header()).unwrap();

@@ -5,7 +5,7 @@
 //! A file opened from disk is not read whole while recording (a compiler's libraries are
 //! hundreds of megabytes, nearly all code no profiler reads): its headers are read
 //! through the open file, which is kept, and its `.eh_frame` a function at a time as
-//! frames need it ([`crate::lazycfi`]). The
+//! frames need it ([`crate::files::lazycfi`]). The
 //! symbolicator reads what it needs later from the same open file, so a file replaced
 //! on disk meanwhile is still the one that was mapped.
 //!
@@ -19,8 +19,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::elf::{Elf, Section};
 use crate::events::FileId;
+use crate::files::elf::{Elf, Section};
 
 /// The file behind a library of a profile, verified to be the one that was mapped, or
 /// why there is none: what replay hands the symbolicator for each library.
@@ -277,8 +277,8 @@ pub struct UnwindSections {
     pub debug_frame: Option<SectionBytes>,
     pub got: Option<std::ops::Range<u64>>,
     /// `.eh_frame` read one function at a time (then `eh_frame` and `eh_frame_hdr` are
-    /// not read): see [`crate::lazycfi`].
-    pub lazy: Option<Arc<crate::lazycfi::LazyCfi>>,
+    /// not read): see [`crate::files::lazycfi`].
+    pub lazy: Option<Arc<crate::files::lazycfi::LazyCfi>>,
 }
 
 impl UnwindSections {
@@ -526,7 +526,7 @@ impl Binary {
                 placed(".eh_frame")
                     .zip(placed(".eh_frame_hdr"))
                     .and_then(|(eh_frame, hdr)| {
-                        crate::lazycfi::LazyCfi::new(
+                        crate::files::lazycfi::LazyCfi::new(
                             At::new(image.clone()),
                             eh_frame,
                             hdr,

@@ -9,7 +9,7 @@
 //!
 //! 64-bit ELF only, of either byte order: the files sampler unwinds and names.
 
-use crate::binary::{Held, LoadSegment};
+use crate::files::binary::{Held, LoadSegment};
 use object::elf::{FileHeader64, SectionHeader64};
 use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _, SectionTable};
 use object::{CompressedFileRange, CompressionFormat, Endian as _, Endianness, ReadRef};

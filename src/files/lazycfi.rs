@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use crate::binary::{At, SectionBytes, UnwindSections};
+use crate::files::binary::{At, SectionBytes, UnwindSections};
 
 /// `DW_EH_PE_datarel | DW_EH_PE_sdata4`: the encoding of the table's entries.
 const DATAREL_SDATA4: u8 = 0x3b;

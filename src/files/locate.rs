@@ -23,8 +23,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::binary::Binary;
 use crate::events::FileId;
+use crate::files::binary::Binary;
 
 /// Where distributions install separate debug files.
 pub const DEFAULT_DEBUG_ROOT: &str = "/usr/lib/debug";
@@ -341,7 +341,7 @@ pub fn open_regular(path: &Path) -> Option<File> {
 /// only reads it for `user`'s process when root has not said who that is: `None`),
 /// with one name (a hard link would let one file be read for many processes, or another
 /// user's file be passed off as one's own), and holding the bytes it is read for (see
-/// [`crate::binary::Held::check`]: not a sparse file). Its bytes and its length;
+/// [`crate::files::binary::Held::check`]: not a sparse file). Its bytes and its length;
 /// `Ok(None)` when there is no such file; else why it is not read.
 pub fn read_written_by(
     path: &Path,
@@ -372,7 +372,7 @@ pub fn read_written_by(
         ));
     }
     let file = std::sync::Arc::new(file);
-    let held = crate::binary::Held::of(&file).map_err(|e| e.to_string())?;
+    let held = crate::files::binary::Held::of(&file).map_err(|e| e.to_string())?;
     let len = meta.len();
     let wanted = len.saturating_sub(offset).min(limit);
     held.check(&"it", offset.min(len), wanted)?;
