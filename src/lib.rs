@@ -18,6 +18,8 @@
 //!    producing the final [`profile::Profile`].
 //! 5. [`calltree`] and [`emit`]: the CallNode tree and the output formats.
 //!
+//! [`events`] is the seam between the recording and everything after it: the plain
+//! records, and the [`events::ProcessMemory`] a live recording lends the unwinder.
 //! [`profile`] is the data model the later stages share. [`files`] is the perf-free base
 //! every stage stands on: what a mapped ELF file is and where it and its debug file are
 //! found, JIT dumps, the user's cache, atomic outputs and messages on stderr. [`cli`] is

@@ -11,6 +11,8 @@ pub mod diag;
 
 pub mod binary;
 pub mod elf;
+pub mod entry;
+pub mod image;
 pub mod jitdump;
 pub mod lazycfi;
 pub mod locate;
@@ -18,3 +20,5 @@ pub mod output;
 #[cfg(test)]
 pub(crate) mod testdir;
 pub mod usercache;
+
+pub use locate::FileId;

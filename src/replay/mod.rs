@@ -23,10 +23,11 @@ use offcpu::{OffCpu, OffCpuInterval, Placed};
 use stacks::{Stacks, KERNEL_SPACE_START};
 use threads::Threads;
 
+use crate::events::ProcessMemory;
 use crate::events::{Event, EventKind, Recording, RecordingInfo, Sample, Scope};
 use crate::files::locate::FileFinder;
 use crate::profile::*;
-use crate::unwind::{ProcessMemory, TruncatedBy, Truncation, UnwindMode, Unwinder};
+use crate::unwind::{TruncatedBy, Truncation, UnwindMode, Unwinder};
 
 pub use crate::files::binary::LibFile;
 
@@ -337,6 +338,7 @@ impl ProfileBuilder {
                 },
                 duration_ms: ms(info.end_ns),
                 event: info.event.name().to_string(),
+                time_event: info.event.is_time(),
                 frequency_hz: info.frequency_hz,
                 period: info.period,
                 command: info.command.clone(),

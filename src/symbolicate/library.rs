@@ -47,7 +47,7 @@ impl LibSymbols {
             Ok(dwarf) => (Some(dwarf), None),
             Err(why) => (None, Some(why)),
         };
-        let at = crate::files::binary::At::of_bytes(data.clone());
+        let at = crate::files::image::At::of_bytes(data.clone());
         Some(LibSymbols {
             symbols: SymbolMap::from_elf_symbols(vec![symbols::with_plt(
                 symbols::elf_symbols(&file),
@@ -648,7 +648,13 @@ pub(super) fn load_perf_map(lib: &Lib, opts: &SymbolOptions) -> Result<LibSymbol
     if let Some(path) = dump {
         let read = crate::files::jitdump::read_from(path, 0, user);
         match read.and_then(|data| crate::files::jitdump::parse(&data)) {
-            Ok(loads) => entries.get_or_insert_with(Vec::new).extend(loads),
+            Ok(loads) => entries
+                .get_or_insert_with(Vec::new)
+                .extend(loads.into_iter().map(|load| Symbol {
+                    address: load.address,
+                    size: load.size,
+                    name: load.name,
+                })),
             Err(e) if entries.is_none() => {
                 return Err(format!(
                     "JIT code, but its dump {} is unusable: {e}",

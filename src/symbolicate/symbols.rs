@@ -238,7 +238,7 @@ pub fn elf_symbols<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Ve
 pub fn with_plt<'d, R: object::ReadRef<'d>>(
     mut functions: Vec<(bool, Symbol)>,
     file: &crate::files::elf::Elf<'d, R>,
-    at: &crate::files::binary::At,
+    at: &crate::files::image::At,
 ) -> Vec<(bool, Symbol)> {
     let plt = super::plt::plt_symbols(file, at, |addresses| {
         let mut named: HashMap<u64, String> = HashMap::new();

@@ -21,8 +21,9 @@ use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 
 use super::symbol::{without_version, Symbol};
-use crate::files::binary::{At, Binary};
+use crate::files::binary::Binary;
 use crate::files::elf::Elf;
+use crate::files::image::At;
 
 /// The string at `offset` of the string table at `strings` (file offset, size), read by
 /// `read` (a file offset, a buffer to fill: how many bytes it got), without a version

@@ -20,7 +20,8 @@ use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 use super::code::CodeRule;
 use super::{callchain, CodeAddress, LeafFrame};
 use crate::events::{Sample, UserRegs};
-use crate::files::binary::{SectionBytes, UnwindSections};
+use crate::files::image::SectionBytes;
+use crate::files::lazycfi::UnwindSections;
 
 /// The CFI of one process's code modules, as framehop knows them. Behind a `RefCell`:
 /// a function whose CFI is read lazily (see [`crate::files::lazycfi`]) is added while a walk is

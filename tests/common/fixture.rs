@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sampler::events::{Sample, UserRegs};
-use sampler::files::binary::UnwindSections;
+use sampler::files::lazycfi::UnwindSections;
 use sampler::unwind::maps::Region;
 use sampler::unwind::{CodeModule, UnwindMode, Unwinder};
 use serde_json::Value;
