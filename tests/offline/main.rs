@@ -1,0 +1,30 @@
+//! The tests that need neither perf nor root, in one binary (`cargo test --release --test
+//! offline`): the symbolicator on programs compiled here, CFI read function by function,
+//! the unwinder on captured samples, the design's worked examples, bad input for the real
+//! `sampler` binary, and seeded mutations of the readers of untrusted input. Each former
+//! test file is a module that lists its tests; the end-to-end tests that record with perf
+//! are in `tests/perf/`, one binary each.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../common/fixture.rs"]
+mod fixture;
+
+mod fuzz_mutation;
+mod lazy_cfi;
+mod robustness;
+mod seed_examples;
+mod symbolicate;
+mod unwind_fixtures;
+
+fn main() {
+    let tests = [
+        fuzz_mutation::tests(),
+        lazy_cfi::tests(),
+        robustness::tests(),
+        seed_examples::tests(),
+        symbolicate::tests(),
+        unwind_fixtures::tests(),
+    ];
+    common::run_tests(tests.into_iter().flatten().collect())
+}
