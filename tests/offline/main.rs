@@ -10,6 +10,7 @@ mod common;
 #[path = "../common/fixture.rs"]
 mod fixture;
 
+mod corpus;
 mod fuzz_mutation;
 mod lazy_cfi;
 mod robustness;
@@ -19,6 +20,7 @@ mod unwind_fixtures;
 
 fn main() {
     let tests = [
+        corpus::tests(),
         fuzz_mutation::tests(),
         lazy_cfi::tests(),
         robustness::tests(),
