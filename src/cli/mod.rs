@@ -2,6 +2,8 @@
 //! into checked options. A mistake is refused here, before anything is recorded or
 //! written, with one line that says what to do.
 
+pub mod inspect;
+pub mod run;
 pub mod summary;
 
 use std::path::{Path, PathBuf};
