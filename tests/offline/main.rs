@@ -1,9 +1,9 @@
 //! The tests that need neither perf nor root, in one binary (`cargo test --release --test
 //! offline`): the symbolicator on programs compiled here, CFI read function by function,
-//! the unwinder on captured samples, the design's worked examples, bad input for the real
-//! `sampler` binary, and seeded mutations of the readers of untrusted input. Each former
-//! test file is a module that lists its tests; the end-to-end tests that record with perf
-//! are in `tests/perf/`, one binary each.
+//! the unwinder on captured samples and the corpus of captures, the design's worked
+//! examples, bad input for the real `sampler` binary, seeded mutations of the readers of
+//! untrusted input, and `scripts/install`. Each module lists its tests; the end-to-end
+//! tests that record with perf are in `tests/perf/`, one binary each.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -12,6 +12,7 @@ mod fixture;
 
 mod corpus;
 mod fuzz_mutation;
+mod install;
 mod lazy_cfi;
 mod robustness;
 mod seed_examples;
@@ -22,6 +23,7 @@ fn main() {
     let tests = [
         corpus::tests(),
         fuzz_mutation::tests(),
+        install::tests(),
         lazy_cfi::tests(),
         robustness::tests(),
         seed_examples::tests(),
