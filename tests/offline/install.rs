@@ -3,11 +3,11 @@
 //! leaving nothing else behind. Needs neither perf nor root (the prefix is a scratch
 //! directory).
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
+
+use crate::common;
 
 fn install(prefix: &Path) -> std::process::Output {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -31,7 +31,6 @@ fn install(prefix: &Path) -> std::process::Output {
     command.output().expect("scripts/install runs")
 }
 
-#[test]
 fn install_puts_an_executable_sampler_in_prefix_bin_and_replaces_an_old_one() {
     let dir = common::tempdir();
     let prefix = dir.join("prefix");
@@ -72,4 +71,11 @@ fn install_puts_an_executable_sampler_in_prefix_bin_and_replaces_an_old_one() {
         bin.display()
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The tests of this module, for the offline binary's `main`.
+pub fn tests() -> Vec<crate::common::Test> {
+    crate::tests![
+        install_puts_an_executable_sampler_in_prefix_bin_and_replaces_an_old_one;
+    ]
 }

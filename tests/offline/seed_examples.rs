@@ -70,7 +70,6 @@ fn recording(events: Vec<Event>) -> Recording {
     Recording { info, events }
 }
 
-#[test]
 fn seed_003_interning_and_func_grouping() {
     // Leaf first. Caller entries are return addresses: the call at 0x03 returns to 0x04.
     let rec = recording(vec![
@@ -132,7 +131,6 @@ fn seed_003_interning_and_func_grouping() {
     assert!(p.symbol_gaps.is_empty());
 }
 
-#[test]
 fn address_without_symbol_stays_hex_and_lib_is_reported() {
     let rec = recording(vec![
         mapping("/nonexistent/lib.so", 0x2000),
@@ -152,7 +150,6 @@ fn address_without_symbol_stays_hex_and_lib_is_reported() {
 /// A thread's next sample interns only what differs from its last one; a library mapped
 /// anew in between changes what the same addresses are, and the shared part is not
 /// reused.
-#[test]
 fn a_remapping_between_samples_renames_the_shared_frames() {
     let rec = recording(vec![
         mapping("/nonexistent/first/app", 0),
@@ -194,7 +191,6 @@ fn a_remapping_between_samples_renames_the_shared_frames() {
 /// What the unwinder knows of a process is dropped once its main thread has exited and
 /// nothing of it has come for half a second (event time); a thread that outlives the
 /// main thread keeps it for as long as it is sampled.
-#[test]
 fn an_exited_process_is_forgotten_after_its_last_event() {
     use sampler::replay::ProfileBuilder;
     let of = |time_ns: u64, pid: i32, tid: i32| Event {
@@ -243,4 +239,14 @@ fn an_exited_process_is_forgotten_after_its_last_event() {
     // Known at 1 ms, 400 ms (within 500 ms of the exit) and 850 ms (within 500 ms of
     // the sample at 400); forgotten by 1,401 ms, 551 ms after the last one.
     assert_eq!(leaf_lib, [true, true, true, false]);
+}
+
+/// The tests of this module, for the offline binary's `main`.
+pub fn tests() -> Vec<crate::common::Test> {
+    crate::tests![
+        seed_003_interning_and_func_grouping;
+        address_without_symbol_stays_hex_and_lib_is_reported;
+        a_remapping_between_samples_renames_the_shared_frames;
+        an_exited_process_is_forgotten_after_its_last_event;
+    ]
 }
