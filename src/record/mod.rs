@@ -7,8 +7,8 @@
 //! One concern per file: `options` (what to record, how it ended), `cpus` (CPU lists),
 //! `attr` (the events' attributes), `open` (opening them), `rings` (their ring
 //! buffers), `host` (machine settings and the clock), `program` (the command's file and
-//! the pids to attach to), `session` (a recording from start to end), `start` (the target started with its
-//! events), and `parse`,
+//! the pids to attach to), `session` (a recording from start to end), `start` (the
+//! target started with its events), `kallsyms` (the kernel's text start), and `parse`,
 //! `follow`, `attach`, `launch`, `sys` below them.
 
 mod attach;
@@ -17,6 +17,7 @@ mod cpus;
 mod follow;
 mod host;
 pub mod interrupt;
+mod kallsyms;
 // The two parts that call the kernel directly; each `unsafe` block says why it is sound.
 #[allow(unsafe_code)]
 mod launch;
@@ -38,6 +39,7 @@ use crate::events::{Event, RecordingInfo};
 pub use attach::{guardian_main, GUARDIAN_COMMAND};
 pub use attr::{fixed_period, OFF_STEP_DIVISOR};
 pub use cpus::{cpu_list_text, online_cpus, parse_cpu_list};
+pub use kallsyms::kernel_text_start;
 pub use launch::{Credentials, NotRun};
 pub use options::{CommandExit, DetachReason, Ended, RecordOptions, Target, STOP_SIGNALS};
 pub use program::{program_path, resolve_pids};
