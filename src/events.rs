@@ -236,6 +236,10 @@ pub struct RecordingInfo {
     pub throttled: u64,
     /// Whether kernel frames were recorded (false when the kernel refused).
     pub kernel_included: bool,
+    /// Where the kernel's text starts (`_text`), which places kernel frames (KASLR
+    /// moves it at each boot): read when kernel frames were recorded and the kernel
+    /// shows its addresses.
+    pub kernel_text: Option<u64>,
     /// The frame limit the kernel applied to callchains (user + kernel).
     pub max_stack: u16,
     /// What the recording may be missing, and why.

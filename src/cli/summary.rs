@@ -391,6 +391,7 @@ mod tests {
 
     fn info(gaps: RecordingGaps) -> RecordingInfo {
         RecordingInfo {
+            kernel_text: None,
             event: SamplingEvent::CpuClock,
             frequency_hz: 1000,
             start_unix_ms: 0.0,

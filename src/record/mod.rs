@@ -7,6 +7,7 @@
 mod attach;
 mod follow;
 pub mod interrupt;
+mod kallsyms;
 // The two parts that call the kernel directly; each `unsafe` block says why it is sound.
 #[allow(unsafe_code)]
 mod launch;
@@ -26,6 +27,7 @@ use perf_event_open_sys::bindings as pb;
 
 use crate::events::{Event, OffCpuRecording, Rate, RecordingInfo, SamplingEvent, Scope};
 pub use attach::{guardian_main, GUARDIAN_COMMAND};
+pub use kallsyms::kernel_text_start;
 pub use launch::{Credentials, NotRun};
 pub use sys::tune_allocator;
 

@@ -11,13 +11,13 @@
 
 use std::collections::HashMap;
 
-mod capture;
+pub mod capture;
 mod modules;
 pub mod offcpu;
 mod stacks;
 mod threads;
 
-use capture::Capture;
+use capture::CaptureWriter;
 use modules::Module;
 use offcpu::{OffCpu, OffCpuInterval, Placed};
 use stacks::{Stacks, KERNEL_SPACE_START};
@@ -47,6 +47,8 @@ pub struct Built {
     /// The library of the outermost frame of stacks cut by code without unwind rules,
     /// with their counts, most first (what the summary names).
     pub no_unwind_info_in: Vec<(String, u64)>,
+    /// Whether any sample had kernel frames (the kernel's symbols are then needed).
+    pub kernel_frames: bool,
 }
 
 /// Builds a raw profile from events fed in time order.
@@ -70,16 +72,16 @@ pub struct ProfileBuilder {
     /// Stacks cut by code without unwind rules, by the library of their outermost frame.
     no_unwind_info_in: HashMap<Option<LibIndex>, u64>,
     restored_callers: u64,
-    capture: Option<Capture>,
+    capture: Option<CaptureWriter>,
     /// Off-CPU time, when it is recorded.
     off_cpu: Option<OffCpu>,
 }
 
 /// Builds the raw profile of a whole recording at once (see [`ProfileBuilder`]).
-pub fn build(recording: &Recording, kernel_base: Option<u64>) -> Built {
+pub fn build(recording: &Recording) -> Built {
     let mut b = ProfileBuilder::new(UnwindMode::Fp);
     b.add_events(&recording.events);
-    b.finish(&recording.info, kernel_base)
+    b.finish(&recording.info)
 }
 
 impl ProfileBuilder {
@@ -122,7 +124,7 @@ impl ProfileBuilder {
     /// Also writes an unwinder fixture of the first samples to `path` (see
     /// `replay::capture`) when the profile is finished.
     pub fn capture_samples(&mut self, path: std::path::PathBuf) {
-        self.capture = Some(Capture::new(path));
+        self.capture = Some(CaptureWriter::new(path));
     }
 
     /// Replays `events`, which come after every event fed before, in time order.
@@ -305,12 +307,13 @@ impl ProfileBuilder {
     }
 
     /// The raw profile; times become milliseconds since `info.start_ns`. Kernel frames
-    /// are kept as absolute addresses until now; they become relative to `kernel_base`,
-    /// the kernel's text start (from kallsyms, read once after recording), or to the
-    /// start of the kernel's half of the address space when it is unknown.
-    pub fn finish(mut self, info: &RecordingInfo, kernel_base: Option<u64>) -> Built {
+    /// are kept as absolute addresses until now; they become relative to the kernel's
+    /// text start (`info.kernel_text`), or to the start of the kernel's half of the
+    /// address space when it is unknown.
+    pub fn finish(mut self, info: &RecordingInfo) -> Built {
         self.finish_off_cpu(info.end_ns, info.scope);
-        self.relocate_kernel_frames(kernel_base.unwrap_or(KERNEL_SPACE_START));
+        let kernel_frames = self.has_kernel_frames();
+        self.relocate_kernel_frames(info.kernel_text.unwrap_or(KERNEL_SPACE_START));
         // Unwinding is over: what it read of each file's CFI goes (the files stay, for
         // naming).
         for binary in self.lib_binaries.iter().flatten() {
@@ -374,6 +377,7 @@ impl ProfileBuilder {
             jit_dumps: self.jit_dumps,
             jit_users: self.jit_users,
             no_unwind_info_in,
+            kernel_frames,
         }
     }
 

@@ -41,8 +41,7 @@ use crate::profile::{Lib, LibKind, Profile, RawProfile};
 pub use cfi::{EhFrameBytes, EhFrameSource, FunctionRanges, UNNAMED_PREFIX};
 pub use dwarf::{DwarfInfo, SourceFrame};
 pub use kernel::{
-    kernel_base, kernel_entries, read_kallsyms, KERNEL_EXTENT_PIECE, KERNEL_PIECE_BYTES,
-    KERNEL_PREFIX,
+    kernel_entries, read_kallsyms, KERNEL_EXTENT_PIECE, KERNEL_PIECE_BYTES, KERNEL_PREFIX,
 };
 pub use library::{name_file, Keep, LibSymbols};
 pub use plt::{PLT_NAME, PLT_SUFFIX};

@@ -180,6 +180,7 @@ pub fn from_processed(p: &ProcessedProfile) -> Result<Profile> {
     Ok(Profile {
         meta: read_meta(&p.meta),
         symbol_gaps: read_symbol_gaps(&p.meta, &lib_by_name),
+        sources: Default::default(),
         libs,
         funcs,
         native_symbols,

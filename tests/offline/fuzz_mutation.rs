@@ -229,7 +229,6 @@ impl Drop for Scratch {
     }
 }
 
-#[test]
 fn mutated_profiles_never_panic() {
     let mut p = Profile::from_named_stacks(&[
         &["main", "work", "level1", "main", "work"],
@@ -252,7 +251,6 @@ fn mutated_profiles_never_panic() {
     assert!(accepted >= 1000, "only {accepted} mutants were read");
 }
 
-#[test]
 fn mutated_elf_files_never_panic() {
     // A small real ELF with compressed DWARF, compiled here.
     let dir = Scratch::new("mutation-elf");
@@ -287,4 +285,12 @@ fn mutated_elf_files_never_panic() {
         accepted >= 1000,
         "only {accepted} mutants had DWARF to read"
     );
+}
+
+/// The tests of this module, for the offline binary's `main`.
+pub fn tests() -> Vec<crate::common::Test> {
+    crate::tests![
+        mutated_profiles_never_panic;
+        mutated_elf_files_never_panic;
+    ]
 }

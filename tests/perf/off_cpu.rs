@@ -4,6 +4,7 @@
 //! pthread_join throughout. The shares are read from the Firefox Profiler's own call
 //! tree (`ffp-check --json`), and from sampler's report and pprof export.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};

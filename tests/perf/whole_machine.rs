@@ -3,6 +3,7 @@
 //! and asserts what they did: which processes ran when, on which CPU, how much CPU time
 //! they used (from `getrusage`), how many pages they touched.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::path::Path;

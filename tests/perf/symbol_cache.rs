@@ -7,6 +7,7 @@
 //! the invoking user's. Needs bench-targets built (make), Debian's libc6-dbg for libc,
 //! root for sudo, perf for recording.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::io::Write;

@@ -6,6 +6,7 @@
 //! binary (cargo runs test binaries one after another). Each starts from a value nobody
 //! else would choose, so that "put back" cannot be confused with "left at the default".
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::process::{Child, Command, Stdio};

@@ -3,6 +3,7 @@
 //! ends, a frame limit below the stack — and an empty or incomplete profile always says
 //! why. Each test is skipped (visibly) where perf recording is not permitted.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::os::unix::fs::PermissionsExt;

@@ -6,6 +6,7 @@
 //! Consumers that are not installed (`scripts/install-consumers` installs them) are
 //! skipped visibly; with `SAMPLER_REQUIRE_CONSUMERS=1` (as in CI) they fail.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::collections::HashMap;

@@ -2,6 +2,7 @@
 //! recorder's ways of holding up (ring buffers it may not have). Each test is skipped
 //! (visibly) where perf recording is not permitted.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::process::Command;

@@ -139,17 +139,14 @@ fn same_unwinding(path: &Path, min_functions: usize) {
     }
 }
 
-#[test]
 fn libc_unwinds_the_same_function_by_function() {
     same_unwinding(Path::new("/lib/x86_64-linux-gnu/libc.so.6"), 2000);
 }
 
-#[test]
 fn a_rust_program_unwinds_the_same_function_by_function() {
     same_unwinding(&std::env::current_exe().unwrap(), 2000);
 }
 
-#[test]
 fn a_function_is_read_once_for_every_process() {
     // Processes that map one file share its `Binary`, and so its functions' CFI: a
     // second lookup of a function, at any of its addresses, gives the same piece.
@@ -172,4 +169,13 @@ fn a_function_is_read_once_for_every_process() {
         "one CIE and one FDE, not the section: {} bytes",
         eh.len()
     );
+}
+
+/// The tests of this module, for the offline binary's `main`.
+pub fn tests() -> Vec<crate::common::Test> {
+    crate::tests![
+        libc_unwinds_the_same_function_by_function;
+        a_rust_program_unwinds_the_same_function_by_function;
+        a_function_is_read_once_for_every_process;
+    ]
 }

@@ -2,12 +2,9 @@
 //! perf, no privileges. nofp-samples.json holds samples of bench-targets' nofp, built
 //! without frame pointers, whose call tree is main > outer > middle > hot_a | hot_b.
 
-#[path = "common/fixture.rs"]
-mod fixture;
-
 use std::path::Path;
 
-use fixture::Fixture;
+use crate::fixture::Fixture;
 use sampler::events::UserRegs;
 use sampler::unwind::{unwind_frame_pointers, CodeAddress, CodeLookup, LeafFrame, UnwindMode};
 
@@ -23,7 +20,6 @@ fn names(f: &Fixture, stack: &[CodeAddress]) -> Vec<String> {
         .collect()
 }
 
-#[test]
 fn cfi_unwinds_code_without_frame_pointers_from_captured_samples() {
     let f = nofp();
     assert!(f.samples.len() >= 100, "{} samples", f.samples.len());
@@ -59,7 +55,6 @@ impl CodeLookup for NoCfi {
     }
 }
 
-#[test]
 fn frame_pointers_on_code_without_them_are_wrong_but_do_not_fail() {
     let f = nofp();
     let mut whole = 0;
@@ -80,7 +75,6 @@ fn frame_pointers_on_code_without_them_are_wrong_but_do_not_fail() {
     );
 }
 
-#[test]
 fn the_frame_pointer_repair_reads_the_leafs_cfi() {
     // In fp mode the sampled function's CFI (through framehop) gives back the caller
     // that the chain skips: in this program no function has an RBP frame, so every
@@ -96,4 +90,13 @@ fn the_frame_pointer_repair_reads_the_leafs_cfi() {
     }
     eprintln!("fp: {repaired} leaves repaired, {into_middle} with middle as caller");
     assert_eq!((repaired, into_middle), (120, 120));
+}
+
+/// The tests of this module, for the offline binary's `main`.
+pub fn tests() -> Vec<crate::common::Test> {
+    crate::tests![
+        cfi_unwinds_code_without_frame_pointers_from_captured_samples;
+        frame_pointers_on_code_without_them_are_wrong_but_do_not_fail;
+        the_frame_pointer_repair_reads_the_leafs_cfi;
+    ]
 }

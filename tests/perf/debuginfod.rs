@@ -5,6 +5,7 @@
 //! down or never answers, `--no-debuginfod`. Skipped (visibly) where there is no
 //! `debuginfod` program; `SAMPLER_REQUIRE_CONSUMERS=1` (CI) makes that a failure.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::net::TcpListener;

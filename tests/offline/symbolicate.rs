@@ -70,7 +70,6 @@ fn dwarf_layout(data: &[u8]) -> (u16, &'static str) {
     (u16::from_le_bytes([bytes[4], bytes[5]]), how)
 }
 
-#[test]
 fn dwarf_4_and_5_compressed_or_not_give_the_same_answers() {
     let source = inline3_source();
     // Compression must not change a single answer; DWARF 4 and 5 (gcc emits slightly
@@ -155,7 +154,6 @@ fn binutils(dir: &Path, program: &str, args: &[&str]) {
     assert!(status.success(), "{program} {args:?}");
 }
 
-#[test]
 fn debuglink_without_build_id_is_matched_by_crc() {
     let source = inline3_source();
     let bin = compile_with("cc", &source, "c", "linked", &["-Wl,--build-id=none"]);
@@ -220,7 +218,6 @@ fn symbol_range(data: &[u8], name: &str) -> (u64, u64) {
     (s.address(), s.size())
 }
 
-#[test]
 fn inline_chain_lines_and_symbols_of_a_compiled_program() {
     let source = inline3_source();
     let bin = compile("cc", &source, "c", "inline3");
@@ -281,7 +278,6 @@ fn inline_chain_lines_and_symbols_of_a_compiled_program() {
     assert_eq!(syms.lookup(main_start + 1).symbol.unwrap().name, "main");
 }
 
-#[test]
 fn cpp_names_are_demangled() {
     let source = r#"
         namespace geometry {
@@ -304,7 +300,6 @@ fn cpp_names_are_demangled() {
 /// g++ mangles `std::is_enum<T>::value` in a return type the old way (`sr <type>
 /// <name>`, issue 13); the profile's name and `sampler demangle` give what c++filt gives,
 /// in cpp_demangle's parentheses.
-#[test]
 fn gcc_names_of_qualified_members_are_demangled() {
     let source = r#"
         #include <type_traits>
@@ -334,7 +329,6 @@ fn gcc_names_of_qualified_members_are_demangled() {
     );
 }
 
-#[test]
 fn a_function_both_inlined_and_called_is_one_func() {
     // `scale` is inlined into `compute`, and its address is also taken, so an out-of-line
     // copy with its own symbol exists.
@@ -427,7 +421,6 @@ fn a_function_both_inlined_and_called_is_one_func() {
     );
 }
 
-#[test]
 fn many_addresses_on_several_threads_answer_as_one_at_a_time() {
     // This test's own executable: large enough for lookup_many to split the work.
     let data = std::fs::read(std::env::current_exe().unwrap()).unwrap();
@@ -465,7 +458,6 @@ fn objdump_plt_entries(bin: &Path) -> Vec<(u64, String)> {
         .collect()
 }
 
-#[test]
 fn plt_entries_are_named_after_the_functions_they_call() {
     let source = r#"
         #include <stdio.h>
@@ -517,7 +509,6 @@ fn plt_entries_are_named_after_the_functions_they_call() {
     }
 }
 
-#[test]
 fn plt_stubs_of_cpp_functions_are_demangled() {
     assert_eq!(
         sampler::symbolicate::demangle("_ZdlPvm@plt"),
@@ -525,7 +516,6 @@ fn plt_stubs_of_cpp_functions_are_demangled() {
     );
 }
 
-#[test]
 fn symbolize_names_an_address_as_the_profile_does() {
     // `impl_free` is the function DWARF describes; `pub_free` a global alias of it, the
     // name a profile shows (as glibc's DWARF says `__GI___libc_free` where its symbol
@@ -578,7 +568,6 @@ fn probing_addresses(data: &[u8], every: usize) -> Vec<u64> {
     addresses
 }
 
-#[test]
 fn symbol_tables_read_for_some_addresses_answer_as_the_whole_tables() {
     // libc (its separate debug file from libc6-dbg when installed: DWARF, a full symbol
     // table, IFUNCs behind its PLT) and this test's own executable (Rust, with DWARF).
@@ -631,4 +620,21 @@ fn symbol_tables_read_for_some_addresses_answer_as_the_whole_tables() {
             few.len()
         );
     }
+}
+
+/// The tests of this module, for the offline binary's `main`.
+pub fn tests() -> Vec<crate::common::Test> {
+    crate::tests![
+        dwarf_4_and_5_compressed_or_not_give_the_same_answers;
+        debuglink_without_build_id_is_matched_by_crc;
+        inline_chain_lines_and_symbols_of_a_compiled_program;
+        cpp_names_are_demangled;
+        gcc_names_of_qualified_members_are_demangled;
+        a_function_both_inlined_and_called_is_one_func;
+        many_addresses_on_several_threads_answer_as_one_at_a_time;
+        plt_entries_are_named_after_the_functions_they_call;
+        plt_stubs_of_cpp_functions_are_demangled;
+        symbolize_names_an_address_as_the_profile_does;
+        symbol_tables_read_for_some_addresses_answer_as_the_whole_tables;
+    ]
 }

@@ -4,6 +4,7 @@
 //! command runs as the user who ran sudo; the command line's mistakes are refused before
 //! anything happens.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

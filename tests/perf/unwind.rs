@@ -2,6 +2,7 @@
 //! pointers, through libc's qsort, and down a 2,000-deep recursion. Each test is skipped
 //! (visibly) where perf recording is not permitted.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use common::*;

@@ -1,6 +1,7 @@
 //! End-to-end: `sampler record` on the bench targets, for real, and the facts their call
 //! trees must show. Each test is skipped (visibly) where perf recording is not permitted.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::os::unix::fs::MetadataExt;

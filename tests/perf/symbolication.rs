@@ -5,6 +5,7 @@
 //! the process mapped them from (deleted, or in another mount namespace). Each test is
 //! skipped (visibly) where perf recording is not permitted.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -5,6 +5,7 @@
 //! stack has one of the roots a Linux thread starts in, and no complete stack is marked
 //! `[truncated]`.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::process::Command;

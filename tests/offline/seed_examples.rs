@@ -42,6 +42,7 @@ fn mapping(path: &str, file_offset: u64) -> Event {
 
 fn recording(events: Vec<Event>) -> Recording {
     let info = RecordingInfo {
+        kernel_text: None,
         event: SamplingEvent::CpuClock,
         frequency_hz: 1000,
         start_unix_ms: 0.0,
@@ -69,7 +70,6 @@ fn recording(events: Vec<Event>) -> Recording {
     Recording { info, events }
 }
 
-#[test]
 fn seed_003_interning_and_func_grouping() {
     // Leaf first. Caller entries are return addresses: the call at 0x03 returns to 0x04.
     let rec = recording(vec![
@@ -80,7 +80,7 @@ fn seed_003_interning_and_func_grouping() {
         sample(4_000_000, &[BASE + 0x15, BASE + 0x07]),
         sample(5_000_000, &[BASE + 0x11, BASE + 0x04]),
     ]);
-    let raw = sampler::replay::build(&rec, None).profile;
+    let raw = sampler::replay::build(&rec).profile;
 
     // Frames: 0x02, 0x03, 0x11, 0x09, 0x06, 0x15 (callers at return address - 1).
     let mut addresses: Vec<u64> = raw.address_frames.iter().map(|f| f.address).collect();
@@ -131,14 +131,13 @@ fn seed_003_interning_and_func_grouping() {
     assert!(p.symbol_gaps.is_empty());
 }
 
-#[test]
 fn address_without_symbol_stays_hex_and_lib_is_reported() {
     let rec = recording(vec![
         mapping("/nonexistent/lib.so", 0x2000),
         sample(1_000_000, &[BASE + 0x10]),
     ]);
     let p = symbolicate::apply(
-        sampler::replay::build(&rec, None).profile,
+        sampler::replay::build(&rec).profile,
         &[Err("the file cannot be read".into())],
     );
     assert_eq!(p.funcs[0].name, "0x2010");
@@ -151,7 +150,6 @@ fn address_without_symbol_stays_hex_and_lib_is_reported() {
 /// A thread's next sample interns only what differs from its last one; a library mapped
 /// anew in between changes what the same addresses are, and the shared part is not
 /// reused.
-#[test]
 fn a_remapping_between_samples_renames_the_shared_frames() {
     let rec = recording(vec![
         mapping("/nonexistent/first/app", 0),
@@ -160,7 +158,7 @@ fn a_remapping_between_samples_renames_the_shared_frames() {
         mapping("/nonexistent/second/app", 0x2000),
         sample(3_000_000, &[BASE + 0x11, BASE + 0x04]),
     ]);
-    let raw = sampler::replay::build(&rec, None).profile;
+    let raw = sampler::replay::build(&rec).profile;
     let samples = &raw.threads[0].samples;
     let frames = |stack: profile::RawStackIndex| {
         let mut out = Vec::new();
@@ -193,7 +191,6 @@ fn a_remapping_between_samples_renames_the_shared_frames() {
 /// What the unwinder knows of a process is dropped once its main thread has exited and
 /// nothing of it has come for half a second (event time); a thread that outlives the
 /// main thread keeps it for as long as it is sampled.
-#[test]
 fn an_exited_process_is_forgotten_after_its_last_event() {
     use sampler::replay::ProfileBuilder;
     let of = |time_ns: u64, pid: i32, tid: i32| Event {
@@ -229,7 +226,7 @@ fn an_exited_process_is_forgotten_after_its_last_event() {
         builder.add_events(batch);
     }
     let rec = recording(batches.concat());
-    let raw = builder.finish(&rec.info, None).profile;
+    let raw = builder.finish(&rec.info).profile;
     let thread = raw.threads.iter().find(|t| t.tid == 11).unwrap();
     let leaf_lib: Vec<bool> = thread
         .samples
@@ -242,4 +239,14 @@ fn an_exited_process_is_forgotten_after_its_last_event() {
     // Known at 1 ms, 400 ms (within 500 ms of the exit) and 850 ms (within 500 ms of
     // the sample at 400); forgotten by 1,401 ms, 551 ms after the last one.
     assert_eq!(leaf_lib, [true, true, true, false]);
+}
+
+/// The tests of this module, for the offline binary's `main`.
+pub fn tests() -> Vec<crate::common::Test> {
+    crate::tests![
+        seed_003_interning_and_func_grouping;
+        address_without_symbol_stays_hex_and_lib_is_reported;
+        a_remapping_between_samples_renames_the_shared_frames;
+        an_exited_process_is_forgotten_after_its_last_event;
+    ]
 }

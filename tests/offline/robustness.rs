@@ -83,7 +83,6 @@ fn seed_profile() -> Profile {
     ])
 }
 
-#[test]
 fn malformed_profiles_get_one_line_naming_the_file() {
     let d = dir();
     let good = d.join("good.json");
@@ -172,7 +171,6 @@ fn malformed_profiles_get_one_line_naming_the_file() {
     );
 }
 
-#[test]
 fn a_profile_30000_frames_deep_is_reported_and_converted() {
     const DEPTH: usize = 30_000;
     let names: Vec<String> = (0..DEPTH)
@@ -235,7 +233,6 @@ fn a_profile_30000_frames_deep_is_reported_and_converted() {
         .any(|l| l.ends_with(" 2") && l.split(';').count() == DEPTH));
 }
 
-#[test]
 fn decompression_is_bounded() {
     use std::io::Write;
     let d = dir();
@@ -273,7 +270,6 @@ fn compressed_size_offset(data: &[u8], section: &str) -> Option<usize> {
     Some(offset as usize + 8)
 }
 
-#[test]
 fn a_compressed_section_that_lies_about_its_size_is_refused() {
     let d = dir();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench-targets/inline3.c");
@@ -301,4 +297,14 @@ fn a_compressed_section_that_lies_about_its_size_is_refused() {
         "{}",
         text(&o)
     );
+}
+
+/// The tests of this module, for the offline binary's `main`.
+pub fn tests() -> Vec<crate::common::Test> {
+    crate::tests![
+        malformed_profiles_get_one_line_naming_the_file;
+        a_profile_30000_frames_deep_is_reported_and_converted;
+        decompression_is_bounded;
+        a_compressed_section_that_lies_about_its_size_is_refused;
+    ]
 }
