@@ -8,7 +8,7 @@
 //! index is in range, every stack's prefix comes before it. The [`Profile`] it returns
 //! holds the invariants its type documents, so later stages need no checks of their own.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
@@ -180,7 +180,7 @@ pub fn from_processed(p: &ProcessedProfile) -> Result<Profile> {
     Ok(Profile {
         meta: read_meta(&p.meta),
         symbol_gaps: read_symbol_gaps(&p.meta, &lib_by_name),
-        sources: Default::default(),
+        sources: read_source_texts(&shared.sources, &source_files),
         libs,
         funcs,
         native_symbols,
@@ -211,6 +211,15 @@ fn read_sources(so: &fx::Sources, strings: &Strings) -> Result<Vec<String>> {
     (0..so.length)
         .map(|i| strings.get("sources.filename", i, so.filename[i]))
         .collect::<Result<_>>()
+}
+
+/// The embedded texts of the source files, by name.
+fn read_source_texts(so: &fx::Sources, names: &[String]) -> BTreeMap<String, String> {
+    names
+        .iter()
+        .zip(&so.content)
+        .filter_map(|(name, text)| Some((name.clone(), text.clone()?)))
+        .collect()
 }
 
 fn read_funcs(
