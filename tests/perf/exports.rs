@@ -35,12 +35,17 @@ fn ok(what: &str, o: &Output) -> String {
 /// One recording of uselibs (several libraries, inlined calls, the vdso) shared by the
 /// tests of this file (each needs perf).
 fn uselibs_profile() -> &'static Path {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
+    &uselibs_recording().0
+}
+
+/// The recording of uselibs and the CPU time the command really got (ms).
+fn uselibs_recording() -> &'static (PathBuf, f64) {
+    static RECORDING: OnceLock<(PathBuf, f64)> = OnceLock::new();
+    RECORDING.get_or_init(|| {
         let (o, path) = record(&["-F", "1000"], &[&target("uselibs")]);
         assert!(o.status.success(), "recording uselibs: {}", stderr(&o));
         ffp_check(&path);
-        path
+        (path, command_cpu_ms(&o))
     })
 }
 
@@ -238,10 +243,8 @@ fn every_format_agrees_on_totals_and_self_samples() {
     let tree = CallTree::all_threads(&profile);
     let total = tree.total();
     let expected = tree.self_by_function();
-    assert!(
-        total > 1000,
-        "uselibs ran 2 s at 1000 Hz, got {total} samples"
-    );
+    // uselibs runs 2 s: the samples cover the CPU it got, however busy the machine.
+    assert_covers_cpu("uselibs", total as usize, uselibs_recording().1, 0.9);
     // uselibs spends about a fifth of its time in each of its phases' functions.
     for hot in [
         "sum_to",
