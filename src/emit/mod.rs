@@ -2,6 +2,7 @@
 //! agree on every count. [`load`] reads sampler's own Firefox Profiler files back, so
 //! that `report` and `convert` start from the file alone.
 
+pub mod diff;
 pub mod firefox;
 pub mod folded;
 pub mod fxformat;

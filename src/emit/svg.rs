@@ -156,49 +156,18 @@ fn colour(b: &FlameBox, hues: &HashMap<&str, u64>) -> String {
 /// The flame graph of `profile` as SVG text.
 pub fn to_svg(profile: &Profile, thread_roots: bool, view: TimeView) -> String {
     let boxes = layout(profile, thread_roots, view);
-    let amount = |w: u64| super::amount(view.unit(), w);
-    let total = boxes.first().map_or(0, |b| b.samples).max(1);
-    let rows = boxes.iter().map(|b| b.depth + 1).max().unwrap_or(1);
-    let height = HEADER + rows as f64 * ROW + MARGIN;
-    let scale = (WIDTH - 2.0 * MARGIN) / total as f64;
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        r##"<?xml version="1.0" encoding="UTF-8" standalone="no"?>
-<svg version="1.1" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" data-total-samples="{total}">
-<style>
-text {{ font-family: monospace; font-size: {FONT_SIZE}px; fill: #000; }}
-.title {{ font-size: 17px; text-anchor: middle; }}
-.sub {{ fill: #555; text-anchor: middle; }}
-g.f:hover rect {{ stroke: #000; stroke-width: 0.8; }}
-g.f text {{ pointer-events: none; }}
-</style>
-<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#fbfbf8"/>"##
-    );
     let m = &profile.meta;
     let command = m.command.join(" ");
-    let _ = writeln!(
-        out,
-        r#"<text class="title" x="{}" y="22">{}</text>"#,
-        WIDTH / 2.0,
-        escape(if command.is_empty() {
-            "sampler flame graph"
-        } else {
-            &command
-        })
-    );
     let samples: u64 = boxes.first().map_or(0, |b| b.samples);
-    let _ = writeln!(
-        out,
-        r#"<text class="sub" x="{}" y="40">{}{}, {} at {} Hz, {:.2} s; box width = running {}, hover for amounts</text>"#,
-        WIDTH / 2.0,
-        amount(samples),
+    let subtitle = format!(
+        "{}{}, {} at {} Hz, {:.2} s; box width = running {}, hover for amounts",
+        super::amount(view.unit(), samples),
         match view {
             TimeView::Cpu => "",
             TimeView::OffCpu => " off-CPU",
             TimeView::Wall => " on and off CPU",
         },
-        escape(&m.event),
+        m.event,
         m.frequency_hz,
         m.duration_ms / 1000.0,
         match view.unit() {
@@ -220,18 +189,87 @@ g.f text {{ pointer-events: none; }}
         .zip(PALETTE)
         .map(|((lib, _), hue)| (*lib, hue))
         .collect();
+    let legend: Vec<(String, String)> = libs
+        .iter()
+        .take(LEGEND_LIBS)
+        .map(|(lib, _)| (format!("hsl({},60%,64%)", hues[lib]), lib.to_string()))
+        .collect();
+    render(
+        &boxes,
+        &Canvas {
+            title: if command.is_empty() {
+                "sampler flame graph".into()
+            } else {
+                command
+            },
+            subtitle,
+            legend,
+            unit: view.unit(),
+            colour: &|_, b| colour(b, &hues),
+            note: &|_, _| String::new(),
+        },
+    )
+}
+
+/// What a flame graph shows besides its boxes, and how it colours them.
+pub struct Canvas<'a> {
+    pub title: String,
+    pub subtitle: String,
+    /// Legend entries: a fill colour and what it stands for.
+    pub legend: Vec<(String, String)>,
+    /// What the boxes' widths count.
+    pub unit: WeightUnit,
+    /// The fill of a box (its index in the boxes, and the box).
+    pub colour: &'a dyn Fn(usize, &FlameBox) -> String,
+    /// More lines for a box's tooltip (plain text, escaped here), or nothing.
+    pub note: &'a dyn Fn(usize, &FlameBox) -> String,
+}
+
+/// The boxes of a [`layout`] as SVG text (the first box is the `all` box, whose width
+/// is the whole).
+pub fn render(boxes: &[FlameBox], canvas: &Canvas) -> String {
+    let amount = |w: u64| super::amount(canvas.unit, w);
+    let total = boxes.first().map_or(0, |b| b.samples).max(1);
+    let rows = boxes.iter().map(|b| b.depth + 1).max().unwrap_or(1);
+    let height = HEADER + rows as f64 * ROW + MARGIN;
+    let scale = (WIDTH - 2.0 * MARGIN) / total as f64;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r##"<?xml version="1.0" encoding="UTF-8" standalone="no"?>
+<svg version="1.1" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" data-total-samples="{total}">
+<style>
+text {{ font-family: monospace; font-size: {FONT_SIZE}px; fill: #000; }}
+.title {{ font-size: 17px; text-anchor: middle; }}
+.sub {{ fill: #555; text-anchor: middle; }}
+g.f:hover rect {{ stroke: #000; stroke-width: 0.8; }}
+g.f text {{ pointer-events: none; }}
+</style>
+<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#fbfbf8"/>"##
+    );
+    let _ = writeln!(
+        out,
+        r#"<text class="title" x="{}" y="22">{}</text>"#,
+        WIDTH / 2.0,
+        escape(&canvas.title)
+    );
+    let _ = writeln!(
+        out,
+        r#"<text class="sub" x="{}" y="40">{}</text>"#,
+        WIDTH / 2.0,
+        escape(&canvas.subtitle)
+    );
     let mut x = MARGIN;
-    for (lib, _) in libs.iter().take(LEGEND_LIBS) {
+    for (fill, label) in &canvas.legend {
         let _ = writeln!(
             out,
-            r#"<rect x="{x:.1}" y="50" width="12" height="12" fill="hsl({},60%,64%)"/><text x="{:.1}" y="60">{}</text>"#,
-            hues[lib],
+            r#"<rect x="{x:.1}" y="50" width="12" height="12" fill="{fill}"/><text x="{:.1}" y="60">{}</text>"#,
             x + 16.0,
-            escape(lib)
+            escape(label)
         );
-        x += 16.0 + lib.chars().count() as f64 * CHAR_WIDTH + 14.0;
+        x += 16.0 + label.chars().count() as f64 * CHAR_WIDTH + 14.0;
     }
-    for b in &boxes {
+    for (i, b) in boxes.iter().enumerate() {
         let bx = MARGIN + b.start as f64 * scale;
         let bw = b.samples as f64 * scale;
         let by = height - MARGIN - (b.depth + 1) as f64 * ROW;
@@ -245,17 +283,22 @@ g.f text {{ pointer-events: none; }}
             title.push_str(" in ");
             title.push_str(&escape(lib));
         }
+        let note = (canvas.note)(i, b);
+        if !note.is_empty() {
+            title.push('\n');
+            title.push_str(&escape(&note));
+        }
         let _ = write!(
             out,
             r#"<g class="f"><title>{title}
 {} ({pct:.2}%), self {} ({self_pct:.2}%)</title><rect x="{bx:.3}" y="{by:.1}" width="{bw:.3}" height="{:.1}" rx="2" fill="{}"/>"#,
             amount(b.samples),
-            match view.unit() {
+            match canvas.unit {
                 WeightUnit::Samples => b.self_samples.to_string(),
                 WeightUnit::Nanoseconds => amount(b.self_samples),
             },
             ROW - 1.0,
-            colour(b, &hues)
+            (canvas.colour)(i, b)
         );
         let fits = ((bw - 6.0) / CHAR_WIDTH).floor();
         if fits >= 3.0 {
