@@ -2,6 +2,11 @@
 //! into checked options. A mistake is refused here, before anything is recorded or
 //! written, with one line that says what to do.
 
+pub mod diff;
+pub mod inspect;
+pub mod run;
+pub mod summary;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -55,6 +60,10 @@ pub enum Command {
     /// killed while attaching (see `crate::record::guardian_main`).
     #[command(name = crate::record::GUARDIAN_COMMAND, hide = true)]
     ContinueStopped,
+    /// Internal: reads source files as sudo's invoking user, to embed them (see
+    /// `crate::files::sources`).
+    #[command(name = crate::files::sources::READ_SOURCES_COMMAND, hide = true)]
+    ReadSources { budget: usize },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -388,7 +397,7 @@ impl DebugArgs {
     /// is switched off or no server is listed, and the symbol cache unless it is
     /// switched off.
     pub fn symbol_options(&self) -> crate::symbolicate::SymbolOptions {
-        use crate::debuginfod;
+        use crate::symbolicate::debuginfod;
         crate::symbolicate::SymbolOptions {
             debug_roots: crate::symbolicate::debug_roots(&self.debug_roots),
             debuginfod: (!self.no_debuginfod)
@@ -456,6 +465,11 @@ pub struct RecordArgs {
     /// folded and svg: start every stack with its process and thread.
     #[arg(long = "thread-roots")]
     pub thread_roots: bool,
+    /// Firefox: leave out the text of the sampled functions' source files (embedded by
+    /// default, hottest first, up to 2 MiB, read with the rights of the user who runs
+    /// sampler, or of sudo's invoking user).
+    #[arg(long = "no-sources")]
+    pub no_sources: bool,
     #[arg(long = "time", value_enum, help = TIME_HELP)]
     pub time: Option<TimeArg>,
     /// Data pages per CPU ring buffer (a power of two) [default: what
@@ -590,6 +604,8 @@ pub struct RecordPlan {
     pub output: PathBuf,
     pub export: emit::ExportOptions,
     pub debug: DebugArgs,
+    /// Whether the source files' text is embedded (Firefox profiles).
+    pub sources: bool,
 }
 
 impl RecordArgs {
@@ -710,6 +726,7 @@ impl RecordArgs {
                 time: self.time.map(TimeArg::view),
             },
             debug: self.debug,
+            sources: !self.no_sources,
         })
     }
 }
