@@ -187,6 +187,17 @@ fn seventy_thirty_against_fifty_fifty() {
     let doc = roxmltree::Document::parse(&svg).expect("the SVG is well-formed XML");
     assert_eq!(doc.root_element().tag_name().name(), "svg");
 
+    // A flame graph never replaces a profile it compares.
+    let named_svg = dir.join("base.svg");
+    std::fs::copy(&base, &named_svg).unwrap();
+    let named_arg = named_svg.display().to_string();
+    let o = sampler(&[&named_arg, &new_arg, "-f", "svg", "-o", &named_arg]);
+    assert!(!o.status.success() && stderr(&o).contains("is the profile"));
+    assert_eq!(
+        std::fs::read(&named_svg).unwrap(),
+        std::fs::read(&base).unwrap()
+    );
+
     // Folded with two counts: every line `stack base new`, summing to each profile's
     // samples.
     let folded = succeeded(

@@ -23,6 +23,15 @@ pub fn diff(args: DiffArgs) -> Result<()> {
     if let Some((_, path)) = graph.as_ref().filter(|_| !to_stdout) {
         let root = nix::unistd::Uid::effective().is_root();
         output::check_destination(path, root, sudo)?;
+        for input in [&args.base, &args.new] {
+            if same_file(path, input) {
+                anyhow::bail!(
+                    "-o {} is the profile {}: write the flame graph to another file",
+                    path.display(),
+                    input.display()
+                );
+            }
+        }
     }
     let (mut base, mut new) = (
         emit::load::read_profile(&args.base)?,
@@ -100,5 +109,14 @@ pub fn diff(args: DiffArgs) -> Result<()> {
                 other => other.context("cannot write the comparison to standard output"),
             }
         }
+    }
+}
+
+/// Whether two names are one file (device and inode), however each is spelled.
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
     }
 }

@@ -340,14 +340,20 @@ impl DiffArgs {
     /// The flame graph asked for and its file, if any: `-f` needs `-o`, and an `-o` name
     /// must imply the format `-f` says (`.folded`, `.svg`), or one of them.
     pub fn flame_graph(&self) -> Result<Option<(DiffFormatArg, PathBuf)>> {
-        let implied =
-            self.output
-                .as_deref()
-                .and_then(|o| match emit::Format::from_output_name(o) {
-                    Some(emit::Format::Folded) => Some(DiffFormatArg::Folded),
-                    Some(emit::Format::Svg) => Some(DiffFormatArg::Svg),
-                    _ => None,
-                });
+        let named = self
+            .output
+            .as_deref()
+            .and_then(emit::Format::from_output_name);
+        let implied = match named {
+            Some(emit::Format::Folded) => Some(DiffFormatArg::Folded),
+            Some(emit::Format::Svg) => Some(DiffFormatArg::Svg),
+            Some(other) => bail!(
+                "-o {} names a {} file: diff writes a folded or svg flame graph",
+                self.output.as_deref().unwrap_or(Path::new("")).display(),
+                other.name()
+            ),
+            None => None,
+        };
         match (self.format, &self.output, implied) {
             (None, None, _) => Ok(None),
             (Some(_), None, _) => bail!("diff -f writes a flame graph: name its file with -o FILE (or -o - for standard output)"),
@@ -890,5 +896,8 @@ mod tests {
             .contains("-f folded or -f svg"));
         assert!(graph(&["--json", "-f", "svg", "-o", "d.svg"]).is_err());
         assert!(graph(&["--user", "-o", "d.svg"]).is_err());
+        assert!(graph(&["-f", "svg", "-o", "a.json"])
+            .unwrap_err()
+            .contains("names a firefox file"));
     }
 }
