@@ -21,9 +21,9 @@
 //! the wider one there. Weighted samples (time, or events when the period varied) count
 //! as Kish's effective number of samples, `(Σw)² / Σw²`.
 
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap};
 
-use crate::profile::{CodeKind, FuncIndex, Profile, StackIndex, TimeView};
+use crate::profile::{CodeKind, FuncIndex, Profile, SampleRow, StackIndex, TimeView};
 
 /// The chance, over all the functions of one comparison, of calling any change
 /// significant when both profiles sample the same program: 1%.
@@ -56,64 +56,54 @@ pub struct FunctionWeights {
     pub effective_samples: f64,
 }
 
-/// A share's weight per batch, for the dispersion estimate: `(batch, weight)` in batch
-/// order, batches without weight left out.
-type BatchWeights = Vec<(usize, u64)>;
-
 impl FunctionWeights {
     /// The weights of every thread's samples of `profile`, as `view` weighs them, and
-    /// the dispersion of each share: the samples in time order are cut into batches of
-    /// [`BATCH_SAMPLES`], and the variance of the share is estimated from the
-    /// differences of successive batches' shares (von Neumann's mean square successive
-    /// difference, which a slow change of the program's mix, its phases, hardly
-    /// moves); the dispersion is that variance over the binomial one.
+    /// the dispersion of each share: the samples in time order (every thread's merged)
+    /// are cut into batches of [`BATCH_SAMPLES`], and the variance of the share is
+    /// estimated from the differences of successive batches' shares (von Neumann's
+    /// mean square successive difference, which a slow change of the program's mix,
+    /// its phases, hardly moves); the dispersion is that variance over the binomial
+    /// one. Memory: a few words per function and per batch, none per sample.
     ///
     /// With `user_only`, kernel frames are left out: a sample in the kernel counts for
     /// the user function that entered it (a system call, or the code an interrupt
     /// stopped), and a sample with no user frame is not counted at all.
     pub fn of(profile: &Profile, view: TimeView, user_only: bool) -> FunctionWeights {
         let interval_ns = profile.meta.interval_ns();
-        let mut rows: Vec<(f64, StackIndex, u64)> = profile
-            .threads
-            .iter()
-            .flat_map(|t| &t.samples)
-            .map(|s| (s.time_ms, s.stack, view.weight(s.weight, interval_ns)))
-            .filter(|r| r.2 > 0)
-            .collect();
-        rows.sort_by(|a, b| a.0.total_cmp(&b.0));
-        if user_only {
-            rows.retain(|r| leaf_funcs(profile, r.1, true).next().is_some());
+        let mut funcs = StackFunctions {
+            profile,
+            user_only,
+            names: Vec::new(),
+            name_index: HashMap::new(),
+            by_stack: HashMap::new(),
+        };
+        let weight_of = |row: &SampleRow<StackIndex>| view.weight(row.weight, interval_ns);
+        let mut counted = 0usize;
+        for row in profile.threads.iter().flat_map(|t| &t.samples) {
+            if weight_of(row) > 0 && funcs.of(row.stack).is_some() {
+                counted += 1;
+            }
         }
-        // Function names interned; per stack, its leaf and its distinct functions.
-        let mut names: Vec<&str> = Vec::new();
-        let mut name_index: HashMap<&str, usize> = HashMap::new();
-        let mut stack_funcs: HashMap<StackIndex, (usize, Vec<usize>)> = HashMap::new();
-        let batches = (rows.len() / BATCH_SAMPLES).max(1);
+        let batches = (counted / BATCH_SAMPLES).max(1);
         let mut batch_total = vec![0u64; batches];
-        let (mut self_batches, mut total_batches) = (Vec::new(), Vec::new());
+        let (mut self_acc, mut total_acc): (Vec<Successive>, Vec<Successive>) = (vec![], vec![]);
         let (mut sum, mut sum_squares) = (0f64, 0f64);
-        for (i, &(_, stack, w)) in rows.iter().enumerate() {
+        let mut i = 0usize;
+        for row in in_time_order(profile) {
+            let w = weight_of(row);
+            let Some((leaf, all)) = funcs.of(row.stack).filter(|_| w > 0) else {
+                continue;
+            };
             let batch = (i / BATCH_SAMPLES).min(batches - 1);
-            let (leaf, all) = stack_funcs.entry(stack).or_insert_with(|| {
-                let mut ids: Vec<usize> = leaf_funcs(profile, stack, user_only)
-                    .map(|f| {
-                        let name = profile.func_name(f);
-                        *name_index.entry(name).or_insert_with(|| {
-                            names.push(name);
-                            names.len() - 1
-                        })
-                    })
-                    .collect();
-                let leaf = ids[0];
-                ids.sort_unstable();
-                ids.dedup();
-                (leaf, ids)
-            });
-            self_batches.resize_with(names.len(), BatchWeights::new);
-            total_batches.resize_with(names.len(), BatchWeights::new);
-            add_to_batch(&mut self_batches[*leaf], batch, w);
-            for &f in all.iter() {
-                add_to_batch(&mut total_batches[f], batch, w);
+            i += 1;
+            let known = 1 + all.iter().max().copied().unwrap_or(*leaf);
+            if self_acc.len() < known {
+                self_acc.resize_with(known, Successive::default);
+                total_acc.resize_with(known, Successive::default);
+            }
+            self_acc[*leaf].add(batch, w, &batch_total);
+            for &f in all {
+                total_acc[f].add(batch, w, &batch_total);
             }
             batch_total[batch] += w;
             sum += w as f64;
@@ -130,28 +120,20 @@ impl FunctionWeights {
             ..FunctionWeights::default()
         };
         let tables = [
-            (
-                &self_batches,
-                &mut out.self_weight,
-                &mut out.self_dispersion,
-            ),
-            (
-                &total_batches,
-                &mut out.total_weight,
-                &mut out.total_dispersion,
-            ),
+            (self_acc, &mut out.self_weight, &mut out.self_dispersion),
+            (total_acc, &mut out.total_weight, &mut out.total_dispersion),
         ];
-        for (by_func, weights, dispersions) in tables {
-            for (f, batches_of_f) in by_func.iter().enumerate() {
-                let weight: u64 = batches_of_f.iter().map(|&(_, w)| w).sum();
-                if weight == 0 {
+        for (accumulators, weights, dispersions) in tables {
+            for (f, acc) in accumulators.into_iter().enumerate() {
+                if acc.weight == 0 {
                     continue;
                 }
-                weights.insert(names[f].to_string(), weight);
-                let share = weight as f64 / total as f64;
-                let d = dispersion(batches_of_f, &batch_total, share, effective_samples);
+                let name = funcs.names[f];
+                weights.insert(name.to_string(), acc.weight);
+                let share = acc.weight as f64 / total as f64;
+                let d = acc.dispersion(&batch_total, share, effective_samples);
                 if d > 1.0 {
-                    dispersions.insert(names[f].to_string(), d);
+                    dispersions.insert(name.to_string(), d);
                 }
             }
         }
@@ -166,6 +148,94 @@ impl FunctionWeights {
     }
 }
 
+/// Function names interned, and per stack its leaf function and its distinct
+/// functions (none for a stack without a user frame, with `user_only`).
+struct StackFunctions<'p> {
+    profile: &'p Profile,
+    user_only: bool,
+    names: Vec<&'p str>,
+    name_index: HashMap<&'p str, usize>,
+    by_stack: HashMap<StackIndex, Option<(usize, Vec<usize>)>>,
+}
+
+impl<'p> StackFunctions<'p> {
+    fn of(&mut self, stack: StackIndex) -> Option<&(usize, Vec<usize>)> {
+        if !self.by_stack.contains_key(&stack) {
+            let mut ids: Vec<usize> = Vec::new();
+            for f in leaf_funcs(self.profile, stack, self.user_only) {
+                let name = self.profile.func_name(f);
+                let next = self.names.len();
+                let id = *self.name_index.entry(name).or_insert(next);
+                if id == next {
+                    self.names.push(name);
+                }
+                ids.push(id);
+            }
+            let funcs = ids.first().copied().map(|leaf| {
+                ids.sort_unstable();
+                ids.dedup();
+                (leaf, ids)
+            });
+            self.by_stack.insert(stack, funcs);
+        }
+        self.by_stack[&stack].as_ref()
+    }
+}
+
+/// The next sample of one thread, ordered for a min-heap: earliest first.
+#[derive(PartialEq)]
+struct NextSample {
+    time_ms: f64,
+    thread: usize,
+}
+
+impl Eq for NextSample {}
+
+impl Ord for NextSample {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other
+            .time_ms
+            .total_cmp(&self.time_ms)
+            .then(other.thread.cmp(&self.thread))
+    }
+}
+
+impl PartialOrd for NextSample {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Every thread's samples merged in time order (each thread's are in time order
+/// already), by a merge over the threads rather than a sorted copy of the samples.
+fn in_time_order(profile: &Profile) -> impl Iterator<Item = &SampleRow<StackIndex>> {
+    let mut next: Vec<usize> = vec![0; profile.threads.len()];
+    let mut heap: BinaryHeap<NextSample> = profile
+        .threads
+        .iter()
+        .enumerate()
+        .filter_map(|(thread, t)| {
+            Some(NextSample {
+                time_ms: t.samples.first()?.time_ms,
+                thread,
+            })
+        })
+        .collect();
+    std::iter::from_fn(move || {
+        let thread = heap.pop()?.thread;
+        let samples = &profile.threads[thread].samples;
+        let row = &samples[next[thread]];
+        next[thread] += 1;
+        if let Some(following) = samples.get(next[thread]) {
+            heap.push(NextSample {
+                time_ms: following.time_ms,
+                thread,
+            });
+        }
+        Some(row)
+    })
+}
+
 /// The funcs of a stack's frames, leaf first; with `user_only`, of its user frames.
 fn leaf_funcs(
     profile: &Profile,
@@ -178,44 +248,64 @@ fn leaf_funcs(
         .map(|f| f.func)
 }
 
-fn add_to_batch(batches: &mut BatchWeights, batch: usize, w: u64) {
-    match batches.last_mut() {
-        Some((b, weight)) if *b == batch => *weight += w,
-        _ => batches.push((batch, w)),
-    }
+/// One share's weight and the sums its successive differences need, fed batch by
+/// batch in order. With `s_b` the batch shares, `Σ (s_b+1 - s_b)²` over all batches is
+/// `2 Σ s_b² - s_first² - s_last² - 2 Σ s_b s_b+1`, and only batches where the share
+/// has weight add to it: a batch's share is added once the batch is complete (its
+/// total known).
+#[derive(Clone, Debug, Default)]
+struct Successive {
+    weight: u64,
+    /// The batch being filled and the share's weight in it.
+    open: Option<(usize, u64)>,
+    /// The last batch added, and the share in it.
+    last: Option<(usize, f64)>,
+    squares: f64,
 }
 
-/// The variance of a share estimated from its batches (`weights`: the share's weight
-/// per batch, sparse; `totals`: each batch's weight) over its binomial variance
-/// `share (1 - share) / n`; 1 when there are too few batches to say.
-///
-/// With `s_b` the batch shares, the mean square successive difference is
-/// `Σ (s_b+1 - s_b)² / (B - 1)`, twice the variance of one batch's share when batches
-/// are independent, and the variance of the whole share is that of a batch over `B`.
-/// The sum is taken over the batches with weight only: `Σ (s_b+1 - s_b)²` is
-/// `2 Σ s_b² - s_0² - s_last² - 2 Σ s_b s_b+1`.
-fn dispersion(weights: &[(usize, u64)], totals: &[u64], share: f64, n: f64) -> f64 {
-    let b = totals.len();
-    let binomial = share * (1.0 - share) / n;
-    if b < MIN_BATCHES || binomial <= 0.0 {
-        return 1.0;
-    }
-    let shares: Vec<(usize, f64)> = weights
-        .iter()
-        .map(|&(batch, w)| (batch, w as f64 / totals[batch].max(1) as f64))
-        .collect();
-    let mut squares = 0.0;
-    for (i, &(batch, s)) in shares.iter().enumerate() {
-        let ends = usize::from(batch == 0) + usize::from(batch == b - 1);
-        squares += (2 - ends) as f64 * s * s;
-        if let Some(&(next, t)) = shares.get(i + 1) {
-            if next == batch + 1 {
-                squares -= 2.0 * s * t;
+impl Successive {
+    fn add(&mut self, batch: usize, w: u64, totals: &[u64]) {
+        self.weight += w;
+        match &mut self.open {
+            Some((b, weight)) if *b == batch => *weight += w,
+            _ => {
+                self.close(totals);
+                self.open = Some((batch, w));
             }
         }
     }
-    let batch_variance = squares / (2.0 * (b - 1) as f64);
-    batch_variance / b as f64 / binomial
+
+    /// Adds the batch being filled (now complete) to the sums.
+    fn close(&mut self, totals: &[u64]) {
+        let Some((batch, weight)) = self.open.take() else {
+            return;
+        };
+        let s = weight as f64 / totals[batch].max(1) as f64;
+        let ends = usize::from(batch == 0) + usize::from(batch == totals.len() - 1);
+        self.squares += (2 - ends) as f64 * s * s;
+        if let Some((previous, p)) = self.last {
+            if previous + 1 == batch {
+                self.squares -= 2.0 * p * s;
+            }
+        }
+        self.last = Some((batch, s));
+    }
+
+    /// The variance of the share estimated from its batches over its binomial variance
+    /// `share (1 - share) / n`; 1 when there are too few batches to say. The mean
+    /// square successive difference `Σ (s_b+1 - s_b)² / (B - 1)` is twice the variance
+    /// of one batch's share when batches are independent, and the variance of the
+    /// whole share is that of a batch over `B`.
+    fn dispersion(mut self, totals: &[u64], share: f64, n: f64) -> f64 {
+        self.close(totals);
+        let b = totals.len();
+        let binomial = share * (1.0 - share) / n;
+        if b < MIN_BATCHES || binomial <= 0.0 {
+            return 1.0;
+        }
+        let batch_variance = self.squares / (2.0 * (b - 1) as f64);
+        batch_variance / b as f64 / binomial
+    }
 }
 
 /// The change of one share (self or total) of one function, in percent of the weight.
