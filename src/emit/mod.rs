@@ -2,6 +2,7 @@
 //! agree on every count. [`load`] reads sampler's own Firefox Profiler files back (through
 //! [`firefox`]'s reader), so that `report` and `convert` start from the file alone.
 
+pub mod diff;
 pub mod firefox;
 pub mod folded;
 #[cfg(test)]

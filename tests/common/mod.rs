@@ -929,3 +929,10 @@ pub fn remove_perf_maps(p: &Value) {
         }
     }
 }
+
+/// The standard output of a sampler run that must have succeeded (`what` names it in
+/// the failure, with its stderr).
+pub fn succeeded(what: &str, o: &Output) -> String {
+    assert!(o.status.success(), "{what} failed: {}", stderr(o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}

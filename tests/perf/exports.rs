@@ -27,11 +27,6 @@ fn run(args: &[&str]) -> Output {
         .expect("sampler runs")
 }
 
-fn ok(what: &str, o: &Output) -> String {
-    assert!(o.status.success(), "{what} failed: {}", stderr(o));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 /// One recording of uselibs (several libraries, inlined calls, the vdso) shared by the
 /// tests of this file (each needs perf).
 fn uselibs_profile() -> &'static Path {
@@ -84,7 +79,7 @@ fn convert(profile: &Path, format: &str, out: &Path) {
         "-o",
         &out.display().to_string(),
     ]);
-    ok(&format!("convert --format {format}"), &o);
+    succeeded(&format!("convert --format {format}"), &o);
 }
 
 type SelfCounts = HashMap<String, u64>;
@@ -299,7 +294,7 @@ fn every_format_agrees_on_totals_and_self_samples() {
         "0",
     ]);
     assert_eq!(
-        report_self(&ok("report --invert", &o)),
+        report_self(&succeeded("report --invert", &o)),
         expected,
         "report --invert"
     );
@@ -316,7 +311,7 @@ fn report_shows_the_known_call_tree_and_transforms() {
     let report = |extra: &[&str]| {
         let mut args = vec!["report", file.as_str(), "--width", "0"];
         args.extend_from_slice(extra);
-        ok("report", &run(&args))
+        succeeded("report", &run(&args))
     };
     // Each line: running, %, self, %, guides, name.
     let row = |text: &str, name: &str| -> (u64, f64, u64) {
@@ -414,7 +409,7 @@ fn report_per_thread_and_thread_selection() {
     let (o, path) = record(&["-F", "1000"], &[&target("threads"), "1"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let file = path.display().to_string();
-    let per_thread = ok(
+    let per_thread = succeeded(
         "report --per-thread",
         &run(&["report", &file, "--per-thread", "--width", "0"]),
     );
@@ -425,7 +420,7 @@ fn report_per_thread_and_thread_selection() {
         );
         assert!(per_thread.contains(func), "{per_thread}");
     }
-    let red = ok(
+    let red = succeeded(
         "report --thread worker-red",
         &run(&["report", &file, "--thread", "worker-red", "--width", "0"]),
     );
