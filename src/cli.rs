@@ -43,6 +43,10 @@ pub enum Command {
     /// Print the call tree of a profile that sampler wrote, with transforms applied in the
     /// order given (paths are CallNodePaths: A>B>C, from the root)
     Report(ReportArgs),
+    /// Open a profile in the Firefox Profiler: serve it on 127.0.0.1 under a secret path,
+    /// print the viewer's URL and open it in the browser; with a second file, compare
+    /// the two
+    View(ViewArgs),
     /// Internal: the watchdog that puts kernel.perf_event_max_stack back for a recording
     /// session that died (see `crate::record::stack_limit`).
     #[command(name = crate::record::stack_limit::WATCHDOG_COMMAND, hide = true)]
@@ -392,6 +396,12 @@ pub struct RecordArgs {
     /// Under sudo, run the command as root too [default: as the user who ran sudo].
     #[arg(long = "keep-root")]
     pub keep_root: bool,
+    /// Once the profile is written, open it in the Firefox Profiler as `sampler view`
+    /// does (a Firefox profile only).
+    #[arg(long = "view")]
+    pub view: bool,
+    #[command(flatten)]
+    pub serve: ServeArgs,
     /// The command to profile, with its arguments (which may start with `-`; an option
     /// of sampler's own before the command is still an option, or an error).
     #[arg(trailing_var_arg = true, value_name = "CMD")]
@@ -639,6 +649,73 @@ impl UnwindArg {
             UnwindArg::Fp => UnwindMode::Fp,
             UnwindArg::Dwarf => UnwindMode::Dwarf,
         }
+    }
+}
+
+/// How `view` and `record --view` serve and show a profile.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ServeArgs {
+    /// Print the viewer's URL only; do not open a browser.
+    #[arg(long = "no-open")]
+    pub no_open: bool,
+    /// The Firefox Profiler to open [default: $SAMPLER_PROFILER_URL, else
+    /// https://profiler.firefox.com].
+    #[arg(long = "profiler-url", value_name = "URL")]
+    pub profiler_url: Option<String>,
+    /// The port on 127.0.0.1 to serve the profile from [default: a free one].
+    #[arg(long = "port", value_name = "N")]
+    pub port: Option<u16>,
+    /// Stop once the viewer has fetched the profile(s), instead of at Ctrl-C (for
+    /// scripts).
+    #[arg(long = "exit-after-fetch")]
+    pub exit_after_fetch: bool,
+}
+
+impl ServeArgs {
+    /// The checked options.
+    pub fn options(&self) -> Result<crate::view::ViewOptions> {
+        Ok(crate::view::ViewOptions {
+            open: !self.no_open,
+            profiler_url: crate::view::profiler_url(self.profiler_url.as_deref())?,
+            port: self.port.unwrap_or(0),
+            exit_after_fetch: self.exit_after_fetch,
+        })
+    }
+
+    fn any_given(&self) -> bool {
+        self.no_open || self.profiler_url.is_some() || self.port.is_some() || self.exit_after_fetch
+    }
+}
+
+#[derive(clap::Args)]
+pub struct ViewArgs {
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    /// A profile written by `sampler record` (.json or .json.gz).
+    pub file: PathBuf,
+    /// A second profile: the viewer compares the two.
+    pub file2: Option<PathBuf>,
+}
+
+impl RecordArgs {
+    /// `--view`'s options, checked before anything is recorded: `None` without
+    /// `--view`, whose options alone are a mistake, as is `--view` with a format the
+    /// viewer does not read.
+    pub fn view_options(&self) -> Result<Option<crate::view::ViewOptions>> {
+        if !self.view {
+            if self.serve.any_given() {
+                bail!("--no-open, --profiler-url, --port and --exit-after-fetch go with --view");
+            }
+            return Ok(None);
+        }
+        let (format, _) = output_choice(self.format, self.output.clone())?;
+        if format != emit::Format::Firefox {
+            bail!(
+                "--view opens a Firefox profile in the Firefox Profiler; the {} output cannot be viewed there (leave out -f, or write .json.gz)",
+                format.name()
+            );
+        }
+        self.serve.options().map(Some)
     }
 }
 

@@ -23,6 +23,7 @@
 //! and its debug file are found, and which file backs which address in a process.
 //! [`debuginfod`] fetches the debug files that are not on the machine, by build ID.
 //! [`interrupt`] lets the signals that end a recording stop the naming after it.
+//! [`view`] serves a written profile to the Firefox Profiler in the user's browser.
 
 #[macro_use]
 pub mod diag;
@@ -49,3 +50,4 @@ pub mod symbolicate;
 mod testdir;
 pub mod unwind;
 pub mod usercache;
+pub mod view;

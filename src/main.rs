@@ -8,7 +8,9 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::{CommandFactory, FromArgMatches};
 
-use sampler::cli::{self, Cli, Command, ConvertArgs, RecordArgs, ReportArgs, SymbolizeArgs};
+use sampler::cli::{
+    self, Cli, Command, ConvertArgs, RecordArgs, ReportArgs, SymbolizeArgs, ViewArgs,
+};
 use sampler::emit::{self, output};
 use sampler::record::{self, stack_limit};
 use sampler::replay::ProfileBuilder;
@@ -29,6 +31,7 @@ fn main() -> ExitCode {
         }
         Command::Symbolize(args) => symbolize_main(args).map(|()| 0),
         Command::Convert(args) => convert_main(args).map(|()| 0),
+        Command::View(args) => view_main(args).map(|()| 0),
         Command::Demangle { names } => demangle_main(&names).map(|()| 0),
         Command::RestoreMaxStack { pid, start } => {
             stack_limit::watchdog_main(pid, start).map(|()| 0)
@@ -60,6 +63,7 @@ const CAPTURE_ENV: &str = "SAMPLER_CAPTURE_SAMPLES";
 
 /// Records, names and writes; returns the exit code (the command's, or 0 for `-p`).
 fn record_main(args: RecordArgs) -> Result<i32> {
+    let view = args.view_options()?;
     let plan = args.plan()?;
     let root = nix::unistd::Uid::effective().is_root();
     let sudo = output::SudoUser::from_env();
@@ -124,6 +128,9 @@ fn record_main(args: RecordArgs) -> Result<i32> {
         debuginfod: symbol_options.debuginfod.as_ref().and_then(|d| d.summary()),
     }
     .print();
+    if let Some(options) = view {
+        sampler::view::view(std::slice::from_ref(&plan.output), &options)?;
+    }
     Ok(match ended {
         record::Ended::Command(exit) => exit.shell_code(),
         record::Ended::Detached(_) => 0,
@@ -334,4 +341,15 @@ fn convert_main(args: ConvertArgs) -> Result<()> {
         how_to_open(format, &output_path)
     );
     Ok(())
+}
+
+/// Serves one profile, or two to compare, to the Firefox Profiler until Ctrl-C (or until
+/// fetched, with `--exit-after-fetch`).
+fn view_main(args: ViewArgs) -> Result<()> {
+    let options = args.serve.options()?;
+    let files: Vec<PathBuf> = std::iter::once(args.file).chain(args.file2).collect();
+    // Ctrl-C ends the serving, not sampler in the middle of it.
+    sampler::interrupt::watch(&record::STOP_SIGNALS)
+        .context("cannot take the signals that stop the viewer's server")?;
+    sampler::view::view(&files, &options)
 }
