@@ -467,10 +467,7 @@ fn the_server_serves_only_its_secret_path() {
     );
     let served = profile_url_in(&url);
     assert_secret_url(&served);
-    let rest = served.strip_prefix("http://127.0.0.1:").unwrap();
-    let (port, path) = rest.split_once('/').unwrap();
-    let port: u16 = port.parse().unwrap();
-    let path = format!("/{path}");
+    let (port, path) = port_and_path(&served);
     let secret = path.split('/').nth(1).unwrap().to_string();
     let json = std::fs::read(&golden).unwrap();
 
@@ -571,6 +568,15 @@ fn view_refuses_what_it_cannot_show() {
     let dir = tempdir();
     let folded = dir.join("stacks.folded");
     std::fs::write(&folded, "main;work 10\n").unwrap();
+    let listing = || {
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing();
     let o = Command::new(sampler_bin())
         .args(["view", "--no-open"])
         .arg(&folded)
@@ -614,7 +620,99 @@ fn view_refuses_what_it_cannot_show() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
     // Nothing was written.
-    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    assert_eq!(listing(), before);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The port and path of a served profile's URL.
+fn port_and_path(served: &str) -> (u16, String) {
+    let rest = served.strip_prefix("http://127.0.0.1:").unwrap();
+    let (port, path) = rest.split_once('/').unwrap();
+    (port.parse().unwrap(), format!("/{path}"))
+}
+
+/// Runs `sampler view --exit-after-fetch` of the golden profile with `env` (sudo's and
+/// the display's variables removed unless `env` sets them), calls `meanwhile` with the
+/// URL it printed, then fetches the profile as the viewer would, so that it exits; its
+/// stderr.
+fn view_with_env(env: &[(&str, &str)], meanwhile: impl FnOnce(&str)) -> String {
+    let mut command = Command::new(sampler_bin());
+    command
+        .args([
+            "view",
+            "--exit-after-fetch",
+            "--profiler-url",
+            "http://viewer.invalid",
+        ])
+        .arg(golden_profile())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for var in [
+        "SUDO_UID",
+        "SUDO_GID",
+        "SUDO_USER",
+        "DISPLAY",
+        "WAYLAND_DISPLAY",
+        "BROWSER",
+    ] {
+        command.env_remove(var);
+    }
+    command.envs(env.iter().copied());
+    let mut child = Reaped(command.spawn().expect("sampler runs"));
+    let stdout = child.0.stdout.take().unwrap();
+    let url = first_line_within(stdout, Duration::from_secs(30), |_| true).expect("a URL");
+    meanwhile(&url);
+    let (port, path) = port_and_path(&profile_url_in(&url));
+    assert_eq!(http(port, &get(&path, "")).0, 200);
+    assert_exits_0(child)
+}
+
+fn the_browser_is_the_sudo_users_never_roots() {
+    let dir = tempdir();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    // The browser ($BROWSER): it writes who ran it and the URL it got.
+    let who = dir.join("who");
+    let browser = dir.join("browser");
+    std::fs::write(
+        &browser,
+        format!(
+            "#!/bin/sh\n{{ id -u; id -g; echo \"$1\"; }} > {}.tmp && mv {0}.tmp {0}\n",
+            who.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &browser,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let browser = browser.to_str().unwrap();
+    let sudo_nobody = [
+        ("SUDO_UID", "65534"),
+        ("SUDO_GID", "65534"),
+        ("SUDO_USER", "nobody"),
+        ("BROWSER", browser),
+    ];
+    let mut with_display = sudo_nobody.to_vec();
+    with_display.push(("DISPLAY", ":97"));
+    let err = view_with_env(&with_display, |url| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !who.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let seen = std::fs::read_to_string(&who).expect("xdg-open ran the browser");
+        assert_eq!(seen, format!("65534\n65534\n{url}\n"));
+    });
+    assert!(!err.contains("no browser"), "{err}");
+    // Root without sudo starts no browser; neither does a session without a display.
+    let err = view_with_env(&[("DISPLAY", ":97"), ("BROWSER", browser)], |_| {});
+    assert!(
+        err.contains("no browser opened (sampler runs as root, not under sudo"),
+        "{err}"
+    );
+    let err = view_with_env(&sudo_nobody, |_| {});
+    assert!(err.contains("no browser opened (no display"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -625,5 +723,6 @@ fn main() {
         view_compares_two_profiles: Need::Perf, BROWSER;
         the_server_serves_only_its_secret_path;
         view_refuses_what_it_cannot_show;
+        the_browser_is_the_sudo_users_never_roots: Need::Root;
     ]);
 }

@@ -219,26 +219,27 @@ pub fn view(files: &[PathBuf], options: &ViewOptions) -> Result<()> {
     Ok(())
 }
 
-/// Opens `url` with `xdg-open`: as the user who ran sudo, with their identity and
-/// desktop session, when sampler runs under sudo; never as root. When that cannot be
-/// (no display, no xdg-open, root without sudo), one line says so; the URL is on stdout.
+/// Opens `url` with `$BROWSER` or `xdg-open`: as the user who ran sudo, with their
+/// identity and desktop session, when sampler runs under sudo; never as root. When that
+/// cannot be (no display, no opener, root without sudo), one line says so; the URL is on
+/// stdout.
 pub fn open_in_browser(url: &str) {
     let why_not = match browser_command(url) {
-        Ok(mut command) => match command.spawn() {
+        Ok((mut command, opener)) => match command.spawn() {
             Ok(mut child) => {
-                // xdg-open may wait for the browser it starts: reaped apart, and
+                // The opener may wait for the browser it starts: reaped apart, and
                 // reported only when it failed.
                 let _ = std::thread::Builder::new()
                     .name("sampler-browser".into())
                     .spawn(move || match child.wait() {
                         Ok(status) if !status.success() => crate::say!(
-                            "sampler: xdg-open could not open a browser ({status}): open the URL above yourself"
+                            "sampler: {opener} could not open a browser ({status}): open the URL above yourself"
                         ),
                         _ => {}
                     });
                 return;
             }
-            Err(e) => format!("xdg-open cannot be run: {e}"),
+            Err(e) => format!("{opener} cannot be run: {e}"),
         },
         Err(why) => why,
     };
@@ -249,9 +250,10 @@ pub fn open_in_browser(url: &str) {
 /// the user's, and sudo's secure_path is for root).
 const USER_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// The `xdg-open URL` command, as the user who should see the browser, or why there is
-/// none.
-fn browser_command(url: &str) -> Result<std::process::Command, String> {
+/// The command that opens `url`, as the user who should see the browser, and its name;
+/// or why there is none. The opener is the first entry of `$BROWSER` (a list separated
+/// by `:`, as `sensible-browser` reads it) when set, else `xdg-open`.
+fn browser_command(url: &str) -> Result<(std::process::Command, String), String> {
     use std::os::unix::process::CommandExt;
     let root = nix::unistd::Uid::effective().is_root();
     let sudo = crate::record::Credentials::of_sudo_user().map_err(|e| e.to_string())?;
@@ -264,12 +266,19 @@ fn browser_command(url: &str) -> Result<std::process::Command, String> {
         Some(env) => env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()),
         None => std::env::var(name).ok().filter(|v| !v.is_empty()),
     };
+    let opener = var("BROWSER")
+        .and_then(|list| list.split(':').next().map(str::to_string))
+        .filter(|first| !first.is_empty())
+        .unwrap_or_else(|| "xdg-open".into());
     let path = var("PATH").unwrap_or_else(|| USER_PATH.into());
-    let Some(program) = std::env::split_paths(&path)
-        .map(|d| d.join("xdg-open"))
-        .find(|p| p.is_file())
-    else {
-        return Err("xdg-open is not installed".into());
+    let program = match opener.contains('/') {
+        true => Some(PathBuf::from(&opener)).filter(|p| p.is_file()),
+        false => std::env::split_paths(&path)
+            .map(|d| d.join(&opener))
+            .find(|p| p.is_file()),
+    };
+    let Some(program) = program else {
+        return Err(format!("{opener} is not installed"));
     };
     if var("DISPLAY").is_none() && var("WAYLAND_DISPLAY").is_none() {
         return Err("no display: neither DISPLAY nor WAYLAND_DISPLAY is set".into());
@@ -288,7 +297,7 @@ fn browser_command(url: &str) -> Result<std::process::Command, String> {
         // std drops root's supplementary groups when it changes the uid.
         command.uid(user.uid).gid(user.gid);
     }
-    Ok(command)
+    Ok((command, opener))
 }
 
 /// The environment a program of `uid`'s desktop session gets under sudo: their home and
