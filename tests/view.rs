@@ -268,7 +268,8 @@ fn assert_secret_url(profile_url: &str) {
     );
 }
 
-/// Records `CMD` into DIR/NAME (checked by ffp-check); sampler's stderr and the file.
+/// Records `CMD` into DIR/NAME (a Firefox profile is checked by ffp-check); sampler's
+/// stderr and the file.
 fn record_into(dir: &Path, name: &str, cmd: &[&str]) -> (String, PathBuf) {
     let out = dir.join(name);
     let o = Command::new(sampler_bin())
@@ -279,7 +280,9 @@ fn record_into(dir: &Path, name: &str, cmd: &[&str]) -> (String, PathBuf) {
         .output()
         .expect("sampler runs");
     assert!(o.status.success(), "{}", stderr(&o));
-    ffp_check(&out);
+    if name.contains(".json") {
+        ffp_check(&out);
+    }
     (stderr(&o), out)
 }
 
@@ -566,8 +569,17 @@ fn the_server_serves_only_its_secret_path() {
 
 fn view_refuses_what_it_cannot_show() {
     let dir = tempdir();
-    let folded = dir.join("stacks.folded");
-    std::fs::write(&folded, "main;work 10\n").unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let speedscope = write("x.speedscope.json", "{}");
+    let svg = write("x.svg", "<svg/>");
+    let json = write("x.json", "{\"meta\": {}}");
+    let folded = write("x.folded", "main;work\n");
+    let golden = golden_profile();
+    let golden = golden.to_str().unwrap();
     let listing = || {
         let mut names: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
@@ -577,50 +589,118 @@ fn view_refuses_what_it_cannot_show() {
         names
     };
     let before = listing();
-    let o = Command::new(sampler_bin())
-        .args(["view", "--no-open"])
-        .arg(&folded)
-        .output()
-        .expect("sampler runs");
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(
-        err.contains(&folded.display().to_string()) && err.contains("not a JSON profile"),
-        "{err}"
-    );
-    assert!(o.stdout.is_empty());
-    let golden = golden_profile();
     for (args, says) in [
         (
-            vec![
-                "view",
-                "--profiler-url",
-                "ftp://x",
-                golden.to_str().unwrap(),
-            ],
-            "not the http:// or https:// address",
+            vec!["view", &speedscope],
+            format!("{speedscope} is a speedscope file"),
+        ),
+        (vec!["view", &svg], format!("{svg} is an SVG flame graph")),
+        (
+            vec!["view", &json],
+            format!("{json} is not a profile that sampler wrote"),
+        ),
+        (
+            vec!["view", &folded],
+            format!("{folded}: line 1: no sample count"),
+        ),
+        (
+            vec!["view", golden, &svg],
+            format!("{svg} is an SVG flame graph"),
+        ),
+        (
+            vec!["view", "--profiler-url", "ftp://x", golden],
+            "not the http:// or https:// address".into(),
         ),
         (
             vec!["record", "--port", "1", "--", "true"],
-            "go with --view",
+            "go with --view".into(),
         ),
         (
             vec!["record", "--view", "-o", "x.folded", "--", "true"],
-            "the folded output cannot be viewed",
+            "the folded output cannot be viewed".into(),
         ),
     ] {
         let o = Command::new(sampler_bin())
             .args(&args)
+            .arg("--no-open")
             .current_dir(&dir)
             .output()
             .expect("sampler runs");
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
-        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(&says), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}");
     }
     // Nothing was written.
     assert_eq!(listing(), before);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The folded file's stacks, each as often as its count says, sorted.
+fn folded_stacks(path: &Path) -> Vec<String> {
+    let mut stacks = Vec::new();
+    for line in std::fs::read_to_string(path).unwrap().lines() {
+        let (stack, count) = line.rsplit_once(' ').unwrap();
+        stacks.extend(std::iter::repeat_n(
+            stack.to_string(),
+            count.parse().unwrap(),
+        ));
+    }
+    stacks.sort();
+    stacks
+}
+
+fn view_converts_folded_stacks_into_a_firefox_profile() {
+    let folded = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/rich.folded");
+    let (view, url) = start_sampler(
+        &[
+            "view",
+            "--no-open",
+            "--exit-after-fetch",
+            "--profiler-url",
+            "http://viewer.invalid",
+            folded.to_str().unwrap(),
+        ],
+        "http://viewer.invalid/from-url/",
+    );
+    let served = profile_url_in(&url);
+    assert!(served.ends_with("/rich.folded.json"), "{served}");
+    let (port, path) = port_and_path(&served);
+    let (status, _, body) = http(port, &get(&path, ""));
+    assert_eq!(status, 200);
+    assert_exits_0(view);
+    let dir = tempdir();
+    let file = dir.join("converted.json");
+    std::fs::write(&file, body).unwrap();
+    ffp_check(&file);
+    let mut stacks: Vec<String> = thread_paths(&load(&file))
+        .into_iter()
+        .flat_map(|t| t.paths)
+        .map(|p| p.join(";"))
+        .collect();
+    stacks.sort();
+    assert_eq!(stacks, folded_stacks(&folded));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn view_shows_a_folded_recording() {
+    let dir = tempdir();
+    let (_, file) = record_into(&dir, "split.folded", &[&target("split7030"), "1"]);
+    let profiler = Profiler::start();
+    let (view, url) = start_view(&profiler, &[&file], "from-url/");
+    let page = open_in_browser(&url, &dir.join("view-folded-calltree.png"));
+    let rows = tree_rows(&page);
+    assert_shows(&rows, &SPLIT7030_FUNCTIONS, &page);
+    let stacks = folded_stacks(&file);
+    for run in ["main;outer", "outer;hot_a", "outer;hot_b"] {
+        let function = run.split(';').nth(1).unwrap();
+        let shown = rows.iter().find(|(_, name)| name == function).unwrap().0;
+        let in_file = stacks.iter().filter(|s| s.contains(run)).count();
+        assert!(in_file > 0, "{run}");
+        assert_eq!(shown as usize, in_file, "{run}: {page:#}");
+    }
+    assert_exits_0(view);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -723,6 +803,8 @@ fn main() {
         view_compares_two_profiles: Need::Perf, BROWSER;
         the_server_serves_only_its_secret_path;
         view_refuses_what_it_cannot_show;
+        view_converts_folded_stacks_into_a_firefox_profile;
+        view_shows_a_folded_recording: Need::Perf, BROWSER;
         the_browser_is_the_sudo_users_never_roots: Need::Root;
     ]);
 }

@@ -7,6 +7,7 @@
 //! into bytes, while this reads files that were written, serves them over a socket and
 //! starts a process; it is the last step after the pipeline, as `report` is.
 
+pub mod convert;
 pub mod server;
 
 use std::net::{Ipv4Addr, TcpListener};
@@ -131,20 +132,27 @@ fn served_name(path: &Path) -> String {
 }
 
 /// A profile ready to serve: its JSON text (checked to be a profile that sampler
-/// reads) and the thread the comparison selects, the one with the most samples.
+/// reads, or converted from folded stacks) and the thread the comparison selects, the
+/// one with the most samples.
 struct Loaded {
     json: Vec<u8>,
     busiest_thread: usize,
 }
 
 fn load(path: &Path) -> Result<Loaded> {
-    let json = crate::emit::read_json_text(path)?;
-    let profile = crate::emit::load::from_slice(&json).with_context(|| {
-        format!(
-            "{} is not a profile that sampler wrote (Firefox Profiler processed format); `sampler view` shows those",
-            path.display()
-        )
-    })?;
+    let (json, profile) = match convert::other_format(path) {
+        Some(format) => convert::to_firefox_json(path, format)?,
+        None => {
+            let json = crate::emit::read_json_text(path)?;
+            let profile = crate::emit::load::from_slice(&json).with_context(|| {
+                format!(
+                    "{} is not a profile that sampler wrote (Firefox Profiler processed format); `sampler view` shows those, and folded stacks",
+                    path.display()
+                )
+            })?;
+            (json, profile)
+        }
+    };
     let busiest_thread = (0..profile.threads.len())
         .max_by_key(|&i| (profile.threads[i].samples.len(), std::cmp::Reverse(i)))
         .unwrap_or(0);
