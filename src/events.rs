@@ -4,6 +4,7 @@
 //! unwinder, the profile builder and the tests work the same on events replayed from a
 //! fixture as on a live recording.
 
+use crate::files::FileId;
 use std::time::Duration;
 
 /// One entry of the log. `time_ns` is CLOCK_MONOTONIC.
@@ -106,29 +107,6 @@ pub struct Mapping {
     /// Which file was mapped, as the kernel names it (`None` for memory without a file).
     pub file: Option<FileId>,
     pub executable: bool,
-}
-
-/// A file as the kernel identifies it: its device and inode number. The kernel reports
-/// them with each mapping (MMAP2 records, `/proc/PID/maps`), and `fstat` of an open file
-/// gives them: a file found at the mapping's path is the one that was mapped only when
-/// they agree (a replaced file is a new inode).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct FileId {
-    pub dev_major: u32,
-    pub dev_minor: u32,
-    pub inode: u64,
-}
-
-impl FileId {
-    /// The identity of the file `meta` describes.
-    pub fn of(meta: &std::fs::Metadata) -> FileId {
-        use std::os::unix::fs::MetadataExt;
-        FileId {
-            dev_major: nix::sys::stat::major(meta.dev()) as u32,
-            dev_minor: nix::sys::stat::minor(meta.dev()) as u32,
-            inode: meta.ino(),
-        }
-    }
 }
 
 /// Whether the frame limit sampler asked for could be had (it may take raising the
@@ -258,6 +236,10 @@ pub struct RecordingInfo {
     pub throttled: u64,
     /// Whether kernel frames were recorded (false when the kernel refused).
     pub kernel_included: bool,
+    /// Where the kernel's text starts (`_text`), which places kernel frames (KASLR
+    /// moves it at each boot): read when kernel frames were recorded and the kernel
+    /// shows its addresses.
+    pub kernel_text: Option<u64>,
     /// The frame limit the kernel applied to callchains (user + kernel).
     pub max_stack: u16,
     /// What the recording may be missing, and why.
@@ -352,4 +334,28 @@ pub struct RecordingGaps {
 pub struct Recording {
     pub info: RecordingInfo,
     pub events: Vec<Event>,
+}
+
+/// Reads the memory of live processes, for the code of JIT mappings and for the
+/// outermost frames of deep stacks. Injected, so that unwinding stays testable and a
+/// replay of an old recording reads nothing.
+pub trait ProcessMemory {
+    /// Fills `buf` from process `pid`'s memory at `address`; false when that cannot be
+    /// read (the process is gone, or it may not be read).
+    fn read(&mut self, pid: i32, address: u64, buf: &mut [u8]) -> bool;
+    /// The mapping of process `pid` that contains `address` (its stack, for example).
+    fn mapping_containing(&mut self, pid: i32, address: u64) -> Option<std::ops::Range<u64>>;
+}
+
+/// No process memory: for replays of recordings whose processes are gone (their pids
+/// may belong to other processes by now).
+pub struct NoMemory;
+
+impl ProcessMemory for NoMemory {
+    fn read(&mut self, _: i32, _: u64, _: &mut [u8]) -> bool {
+        false
+    }
+    fn mapping_containing(&mut self, _: i32, _: u64) -> Option<std::ops::Range<u64>> {
+        None
+    }
 }

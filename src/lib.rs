@@ -18,36 +18,33 @@
 //!    producing the final [`profile::Profile`].
 //! 5. [`calltree`] and [`emit`]: the CallNode tree and the output formats.
 //!
-//! [`profile`] is the data model the later stages share. [`binary`], [`locate`] and
-//! [`maps`] are shared, perf-free helpers: what a mapped ELF file is, where a mapped file
-//! and its debug file are found, and which file backs which address in a process.
-//! [`debuginfod`] fetches the debug files that are not on the machine, by build ID.
-//! [`interrupt`] lets the signals that end a recording stop the naming after it.
+//! [`events`] is the seam between the recording and everything after it: the plain
+//! records, and the [`events::ProcessMemory`] a live recording lends the unwinder.
+//! [`profile`] is the data model the later stages share. [`files`] is the perf-free base
+//! every stage stands on: what a mapped ELF file is and where it and its debug file are
+//! found, JIT dumps, the user's cache, atomic outputs and messages on stderr. [`cli`] is
+//! the top: the command line, its options and the summary after a recording; beside it,
 //! [`view`] serves a written profile to the Firefox Profiler in the user's browser.
+//!
+//! Each stage owns its helpers: [`record::procmem`] reads a stopped process's memory,
+//! [`record::interrupt`] lets the signals that end a recording stop the naming after it,
+//! [`unwind::maps`] says which file backs which address, [`symbolicate::debuginfod`]
+//! fetches the debug files that are not on the machine.
 
+// The base layer, used by every stage.
 #[macro_use]
-pub mod diag;
+pub mod files;
 
-pub mod binary;
+// The pipeline, in its one direction.
 pub mod calltree;
-pub mod cli;
-pub mod debuginfod;
-pub mod elf;
 pub mod emit;
 pub mod events;
-pub mod interrupt;
-pub mod jitdump;
-pub mod lazycfi;
-pub mod locate;
-pub mod maps;
-pub mod procmem;
 pub mod profile;
 pub mod record;
 pub mod replay;
-pub mod summary;
 pub mod symbolicate;
-#[cfg(test)]
-mod testdir;
 pub mod unwind;
-pub mod usercache;
+
+// The command line over it all, and the viewer it opens.
+pub mod cli;
 pub mod view;

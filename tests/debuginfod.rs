@@ -97,7 +97,7 @@ impl Drop for Server {
 fn build_id_hex(file: &Path) -> String {
     let data = std::fs::read(file).unwrap();
     let file = object::File::parse(&*data).unwrap();
-    sampler::debuginfod::hex(file.build_id().unwrap().expect("a build ID"))
+    sampler::symbolicate::debuginfod::hex(file.build_id().unwrap().expect("a build ID"))
 }
 
 /// `sampler record ARGS -- PROGRAM 0.3` with `DEBUGINFOD_URLS=urls` and the cache at

@@ -269,7 +269,8 @@ fn mutated_elf_files_never_panic() {
     assert!(ok, "cc");
     let seed = std::fs::read(&bin).unwrap();
     let accepted = campaign("elf", &seed, 10_000, false, |bytes| {
-        let _ = sampler::binary::Binary::from_bytes("fuzz".into(), std::sync::Arc::from(bytes));
+        let _ =
+            sampler::files::binary::Binary::from_bytes("fuzz".into(), std::sync::Arc::from(bytes));
         let Some(syms) = LibSymbols::from_elf(bytes) else {
             return false;
         };

@@ -1,4 +1,4 @@
-//! CFI read one function at a time (`sampler::lazycfi`) against the whole sections: on
+//! CFI read one function at a time (`sampler::files::lazycfi`) against the whole sections: on
 //! real files (libc, and this test's own executable), every function's first, middle and
 //! last instruction, the bytes around it and the gaps between functions unwind to the
 //! same registers through the function's own small `.eh_frame` as through the file's
@@ -68,7 +68,7 @@ fn same_unwinding(path: &Path, min_functions: usize) {
         Some(section(".eh_frame_hdr")),
     );
 
-    let binary = sampler::binary::Binary::open(path).unwrap();
+    let binary = sampler::files::binary::Binary::open(path).unwrap();
     let lazy = binary
         .unwind
         .lazy
@@ -154,7 +154,7 @@ fn a_function_is_read_once_for_every_process() {
     // Processes that map one file share its `Binary`, and so its functions' CFI: a
     // second lookup of a function, at any of its addresses, gives the same piece.
     let binary =
-        sampler::binary::Binary::open(Path::new("/lib/x86_64-linux-gnu/libc.so.6")).unwrap();
+        sampler::files::binary::Binary::open(Path::new("/lib/x86_64-linux-gnu/libc.so.6")).unwrap();
     let lazy = binary.unwind.lazy.clone().unwrap();
     let data = std::fs::read("/lib/x86_64-linux-gnu/libc.so.6").unwrap();
     let file = object::File::parse(&*data).unwrap();

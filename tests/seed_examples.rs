@@ -42,6 +42,7 @@ fn mapping(path: &str, file_offset: u64) -> Event {
 
 fn recording(events: Vec<Event>) -> Recording {
     let info = RecordingInfo {
+        kernel_text: None,
         event: SamplingEvent::CpuClock,
         frequency_hz: 1000,
         start_unix_ms: 0.0,
@@ -80,7 +81,7 @@ fn seed_003_interning_and_func_grouping() {
         sample(4_000_000, &[BASE + 0x15, BASE + 0x07]),
         sample(5_000_000, &[BASE + 0x11, BASE + 0x04]),
     ]);
-    let raw = sampler::replay::build(&rec, None).profile;
+    let raw = sampler::replay::build(&rec).profile;
 
     // Frames: 0x02, 0x03, 0x11, 0x09, 0x06, 0x15 (callers at return address - 1).
     let mut addresses: Vec<u64> = raw.address_frames.iter().map(|f| f.address).collect();
@@ -138,7 +139,7 @@ fn address_without_symbol_stays_hex_and_lib_is_reported() {
         sample(1_000_000, &[BASE + 0x10]),
     ]);
     let p = symbolicate::apply(
-        sampler::replay::build(&rec, None).profile,
+        sampler::replay::build(&rec).profile,
         &[Err("the file cannot be read".into())],
     );
     assert_eq!(p.funcs[0].name, "0x2010");
@@ -160,7 +161,7 @@ fn a_remapping_between_samples_renames_the_shared_frames() {
         mapping("/nonexistent/second/app", 0x2000),
         sample(3_000_000, &[BASE + 0x11, BASE + 0x04]),
     ]);
-    let raw = sampler::replay::build(&rec, None).profile;
+    let raw = sampler::replay::build(&rec).profile;
     let samples = &raw.threads[0].samples;
     let frames = |stack: profile::RawStackIndex| {
         let mut out = Vec::new();
@@ -229,7 +230,7 @@ fn an_exited_process_is_forgotten_after_its_last_event() {
         builder.add_events(batch);
     }
     let rec = recording(batches.concat());
-    let raw = builder.finish(&rec.info, None).profile;
+    let raw = builder.finish(&rec.info).profile;
     let thread = raw.threads.iter().find(|t| t.tid == 11).unwrap();
     let leaf_lib: Vec<bool> = thread
         .samples

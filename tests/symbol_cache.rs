@@ -16,7 +16,7 @@ use std::process::Command;
 use common::*;
 
 use object::{Object, ObjectSection, ObjectSymbol};
-use sampler::binary::Binary;
+use sampler::files::binary::Binary;
 use sampler::symbolicate::cache::{self, EntryBuilder, Key, SymbolCache};
 use sampler::symbolicate::{self, AddressInfo, LibSymbols, SymbolOptions};
 
@@ -138,7 +138,7 @@ fn functions_of_the_sampler_binary_answer_as_lookups_do() {
 /// libc's debug file, when Debian's libc6-dbg is installed.
 fn libc_debug_file() -> Option<String> {
     let binary = Binary::open(Path::new(LIBC))?;
-    let path = sampler::locate::build_id_path(
+    let path = sampler::files::locate::build_id_path(
         Path::new(symbolicate::DEFAULT_DEBUG_ROOT),
         binary.build_id.as_ref()?,
     );
@@ -179,7 +179,7 @@ fn stripped_inline3(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let stripped = dir.join("inline3");
     let root = dir.join("debug-root");
     let binary = Binary::open(&original).unwrap();
-    let debug = sampler::locate::build_id_path(&root, binary.build_id.as_ref().unwrap());
+    let debug = sampler::files::locate::build_id_path(&root, binary.build_id.as_ref().unwrap());
     std::fs::create_dir_all(debug.parent().unwrap()).unwrap();
     let run = |args: &[&std::ffi::OsStr]| {
         let status = Command::new("objcopy").args(args).status().unwrap();
@@ -566,7 +566,7 @@ fn kernel_build_id() -> String {
         let (name, desc, kind) = (word(at), word(at + 4), word(at + 8));
         let desc_at = at + 12 + name.next_multiple_of(4);
         if kind == 3 && &notes[at + 12..at + 12 + name] == b"GNU\0" {
-            return sampler::debuginfod::hex(&notes[desc_at..desc_at + desc]);
+            return sampler::symbolicate::debuginfod::hex(&notes[desc_at..desc_at + desc]);
         }
         at = desc_at + desc.next_multiple_of(4);
     }
@@ -857,7 +857,9 @@ fn a_full_disk_is_not_kept_full_by_the_cache() {
     let (out, err) = symbolize(&program, &some, &[], &env);
     assert_eq!(out, expected);
     assert!(!err.contains("symbol cache"), "{err}");
-    let hex = sampler::debuginfod::hex(Binary::open(&program).unwrap().build_id.as_ref().unwrap());
+    let hex = sampler::symbolicate::debuginfod::hex(
+        Binary::open(&program).unwrap().build_id.as_ref().unwrap(),
+    );
     assert!(
         std::fs::read_dir(&symbols).unwrap().any(|e| e
             .unwrap()

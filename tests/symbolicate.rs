@@ -123,7 +123,7 @@ fn dwarf_4_and_5_compressed_or_not_give_the_same_answers() {
         assert_eq!(names, ["work", "level1", "level2", "level3"], "{flags:?}");
         // Read from the file, each section inflated into a buffer of its own, as
         // recording reads libraries: the same answers.
-        let binary = sampler::binary::Binary::open(&bin).unwrap();
+        let binary = sampler::files::binary::Binary::open(&bin).unwrap();
         let opts = sampler::symbolicate::SymbolOptions::default();
         let from_file = LibSymbols::load(&binary, bin.to_str().unwrap(), &opts).unwrap();
         let (start, size) = symbol_range(&data, "work");
@@ -175,7 +175,7 @@ fn debuglink_without_build_id_is_matched_by_crc() {
     );
 
     let load = || {
-        let binary = sampler::binary::Binary::open(&bin).unwrap();
+        let binary = sampler::files::binary::Binary::open(&bin).unwrap();
         assert!(binary.build_id.is_none() && binary.debuglink.is_some());
         let opts = sampler::symbolicate::SymbolOptions {
             debug_roots: vec![dir.join("no-debug-root")],
@@ -587,7 +587,7 @@ fn symbol_tables_read_for_some_addresses_answer_as_the_whole_tables() {
         (PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"), 1),
         (exe, 5),
     ] {
-        let binary = sampler::binary::Binary::open(&path).unwrap();
+        let binary = sampler::files::binary::Binary::open(&path).unwrap();
         let data = std::fs::read(&path).unwrap();
         let addresses = probing_addresses(&data, every);
         assert!(

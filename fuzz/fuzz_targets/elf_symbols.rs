@@ -7,7 +7,7 @@ use libfuzzer_sys::fuzz_target;
 use sampler::symbolicate::LibSymbols;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = sampler::binary::Binary::from_bytes("fuzz".into(), std::sync::Arc::from(data));
+    let _ = sampler::files::binary::Binary::from_bytes("fuzz".into(), std::sync::Arc::from(data));
     if let Some(syms) = LibSymbols::from_elf(data) {
         let addresses: Vec<u64> = (0..0x4000u64).step_by(0x101).chain([u64::MAX, 0]).collect();
         for &a in &addresses {

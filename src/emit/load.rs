@@ -22,6 +22,7 @@ use super::firefox::{
     RECORDING_RESTORED, RECORDING_THROTTLED, RECORDING_TRUNCATED, WEIGHT_TRACING_MS,
 };
 use super::fxformat::{self as fx, ExtraEntry, ProcessedProfile};
+use crate::events::SamplingEvent;
 use crate::profile::*;
 
 /// Reads a profile file (plain or gzipped JSON, bounded: see
@@ -501,14 +502,16 @@ fn read_symbol_gaps(meta: &fx::Meta, lib_by_name: &HashMap<&str, usize>) -> Vec<
 fn read_meta(meta: &fx::Meta) -> Meta {
     let recording = |label: &str| entry(meta, EXTRA_RECORDING, label);
     let count = |label: &str| recording(label).as_u64().unwrap_or(0);
+    let event = recording(RECORDING_EVENT)
+        .as_str()
+        .unwrap_or("unknown")
+        .to_string();
     Meta {
         start_unix_ms: meta.start_time,
         interval_ms: meta.interval,
         duration_ms: meta.profiling_end_time,
-        event: recording(RECORDING_EVENT)
-            .as_str()
-            .unwrap_or("unknown")
-            .to_string(),
+        time_event: SamplingEvent::from_name(&event).is_some_and(|e| e.is_time()),
+        event,
         frequency_hz: count(RECORDING_FREQUENCY),
         // A profile written before the period was recorded had a fixed one: the interval.
         period: match recording(RECORDING_PERIOD) {
@@ -633,6 +636,7 @@ pub(crate) mod tests {
             interval_ms: 0.5,
             duration_ms: 3.0,
             event: "cpu-clock".into(),
+            time_event: true,
             frequency_hz: 2000,
             period: Some(500_000),
             command: vec!["app".into(), "-n".into(), "3 4".into()],

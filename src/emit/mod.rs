@@ -8,7 +8,6 @@ pub mod fxformat;
 #[cfg(test)]
 mod golden;
 pub mod load;
-pub mod output;
 pub mod pprof;
 pub mod report;
 pub mod speedscope;
@@ -22,6 +21,7 @@ use anyhow::{bail, Context, Result};
 
 use flate2::write::GzEncoder;
 
+use crate::files::output;
 use crate::profile::{FuncIndex, Profile, StackIndex, Thread, TimeView, WeightUnit};
 
 /// The formats a profile can be written in.
@@ -109,10 +109,10 @@ pub fn write(
 
 /// Makes every text of `profile` that a recorded program chose (function, file, library,
 /// thread and process names, the command line) safe to print on a terminal (see
-/// [`crate::diag::terminal_safe`]), for the report and any output sent to a terminal.
+/// [`crate::files::diag::terminal_safe`]), for the report and any output sent to a terminal.
 pub fn escape_for_terminal(profile: &mut Profile) {
     fn escape(text: &mut String) {
-        if let std::borrow::Cow::Owned(safe) = crate::diag::terminal_safe(text) {
+        if let std::borrow::Cow::Owned(safe) = crate::files::diag::terminal_safe(text) {
             *text = safe;
         }
     }

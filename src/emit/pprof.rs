@@ -10,7 +10,6 @@ use std::collections::HashMap;
 
 use prost::Message;
 
-use crate::events::SamplingEvent;
 use crate::profile::{OffCpuKind, Profile, SampleWeight, StackIndex};
 
 #[derive(Clone, PartialEq, Message)]
@@ -155,7 +154,7 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
     // The second value: CPU time for a time event (each sample its interval), else the
     // event's count (each sample its fixed period). When the period varied, the rows
     // hold event counts already, and they are the only on-CPU value.
-    let time_event = SamplingEvent::from_name(&meta.event).is_some_and(|e| e.is_time());
+    let time_event = meta.time_event;
     let (value_types, period_type, period, per_count): (Vec<ValueType>, ValueType, i64, i64) =
         match (meta.event.as_str(), meta.period) {
             _ if time_event => {

@@ -333,6 +333,9 @@ pub struct Meta {
     pub duration_ms: f64,
     /// The sampling event, as perf names it ("cycles", "cpu-clock", "page-faults", ...).
     pub event: String,
+    /// Whether the event counts time (cpu-clock, task-clock): a sample's period is then
+    /// nanoseconds of CPU, not a count of events.
+    pub time_event: bool,
     /// Samples per second asked for (0: a fixed period of a counting event, `-c`).
     pub frequency_hz: u64,
     /// The events each sample stands for (ns for cpu-clock), when fixed; `None` when the
@@ -531,6 +534,7 @@ impl Profile {
                 interval_ms: 1.0,
                 duration_ms: samples.len() as f64,
                 event: "synthetic".into(),
+                time_event: false,
                 frequency_hz: 1000,
                 period: Some(1_000_000),
                 command: Vec::new(),

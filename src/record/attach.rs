@@ -18,7 +18,8 @@ use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::events::{Event, EventKind, FileId, Mapping};
+use crate::events::{Event, EventKind, Mapping};
+use crate::files::FileId;
 
 /// The state letter of `/proc/PID/stat` (R, S, D, T, t, Z, X, …), `None` when the
 /// process is gone.

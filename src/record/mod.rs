@@ -6,10 +6,13 @@
 
 mod attach;
 mod follow;
+pub mod interrupt;
+mod kallsyms;
 // The two parts that call the kernel directly; each `unsafe` block says why it is sound.
 #[allow(unsafe_code)]
 mod launch;
 mod parse;
+pub mod procmem;
 mod session;
 pub mod stack_limit;
 #[allow(unsafe_code)]
@@ -24,6 +27,7 @@ use perf_event_open_sys::bindings as pb;
 
 use crate::events::{Event, OffCpuRecording, Rate, RecordingInfo, SamplingEvent, Scope};
 pub use attach::{guardian_main, GUARDIAN_COMMAND};
+pub use kallsyms::kernel_text_start;
 pub use launch::{Credentials, NotRun};
 pub use sys::tune_allocator;
 
@@ -278,7 +282,7 @@ fn base_attr(
     // Whether it starts disabled, at exec, and is inherited: its placement decides.
     attr.set_mmap(1);
     // MMAP2 records carry the mapped file's device and inode, by which replay checks
-    // that a file on disk is the one that was mapped (see `crate::locate`). Never build
+    // that a file on disk is the one that was mapped (see `crate::files::locate`). Never build
     // IDs in their place (`attr.build_id`): the kernel sets the build-ID flag in a record
     // header that every session's events share, and leaves it set, so the other perf and
     // samply sessions on the machine would read their device and inode as a build ID
@@ -698,7 +702,7 @@ fn open_events(
 /// Attaching opens one event per thread and CPU: a process with 500 threads on 8 CPUs
 /// needs 4,000 descriptors, past the usual soft limit of 1,024. The soft limit is raised
 /// to the hard one (what perf does too); if that fails, opening events says so. Each
-/// mapped file is kept open until it is named, too (see `crate::binary`).
+/// mapped file is kept open until it is named, too (see `crate::files::binary`).
 fn raise_open_file_limit() {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {

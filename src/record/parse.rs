@@ -13,7 +13,8 @@ use perf_event_open_sys::bindings as pb;
 
 use super::sys::RingRecord;
 use super::{PERF_REG_X86_BP, PERF_REG_X86_IP, PERF_REG_X86_SP};
-use crate::events::{Event, EventKind, FileId, Mapping, Sample, UserRegs};
+use crate::events::{Event, EventKind, Mapping, Sample, UserRegs};
+use crate::files::FileId;
 
 /// Callchain context markers (`PERF_CONTEXT_*`) are the top 4095 values of u64.
 const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;

@@ -394,6 +394,10 @@ impl Session {
             lost_samples: progress.lost + progress.unparsed_samples + unreadable_samples,
             throttled: progress.throttled,
             kernel_included: self.events.kernel_included,
+            kernel_text: match self.events.kernel_included {
+                true => super::kernel_text_start(),
+                false => None,
+            },
             max_stack: self.max_stack,
             gaps: RecordingGaps {
                 stack_limit: self.deeper.outcome,

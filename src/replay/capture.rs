@@ -10,8 +10,8 @@ use std::sync::Arc;
 use object::{Object, ObjectSymbol};
 use serde_json::{json, Value};
 
-use crate::binary::Binary;
 use crate::events::Sample;
+use crate::files::binary::Binary;
 
 /// Samples a fixture holds: enough to cover every function of a small bench target.
 const CAPTURED_SAMPLES: usize = 120;

@@ -23,12 +23,13 @@ use offcpu::{OffCpu, OffCpuInterval, Placed};
 use stacks::{Stacks, KERNEL_SPACE_START};
 use threads::Threads;
 
+use crate::events::ProcessMemory;
 use crate::events::{Event, EventKind, Recording, RecordingInfo, Sample, Scope};
-use crate::locate::FileFinder;
+use crate::files::locate::FileFinder;
 use crate::profile::*;
-use crate::unwind::{ProcessMemory, TruncatedBy, Truncation, UnwindMode, Unwinder};
+use crate::unwind::{TruncatedBy, Truncation, UnwindMode, Unwinder};
 
-pub use crate::binary::LibFile;
+pub use crate::files::binary::LibFile;
 
 /// The raw profile and, for each of its libraries, the file that was verified to be the
 /// one that was mapped (the same inode), for the symbolicator to use.
@@ -46,6 +47,8 @@ pub struct Built {
     /// The library of the outermost frame of stacks cut by code without unwind rules,
     /// with their counts, most first (what the summary names).
     pub no_unwind_info_in: Vec<(String, u64)>,
+    /// Whether any sample had kernel frames (the kernel's symbols are then needed).
+    pub kernel_frames: bool,
 }
 
 /// Builds a raw profile from events fed in time order.
@@ -75,10 +78,10 @@ pub struct ProfileBuilder {
 }
 
 /// Builds the raw profile of a whole recording at once (see [`ProfileBuilder`]).
-pub fn build(recording: &Recording, kernel_base: Option<u64>) -> Built {
+pub fn build(recording: &Recording) -> Built {
     let mut b = ProfileBuilder::new(UnwindMode::Fp);
     b.add_events(&recording.events);
-    b.finish(&recording.info, kernel_base)
+    b.finish(&recording.info)
 }
 
 impl ProfileBuilder {
@@ -304,12 +307,13 @@ impl ProfileBuilder {
     }
 
     /// The raw profile; times become milliseconds since `info.start_ns`. Kernel frames
-    /// are kept as absolute addresses until now; they become relative to `kernel_base`,
-    /// the kernel's text start (from kallsyms, read once after recording), or to the
-    /// start of the kernel's half of the address space when it is unknown.
-    pub fn finish(mut self, info: &RecordingInfo, kernel_base: Option<u64>) -> Built {
+    /// are kept as absolute addresses until now; they become relative to the kernel's
+    /// text start (`info.kernel_text`), or to the start of the kernel's half of the
+    /// address space when it is unknown.
+    pub fn finish(mut self, info: &RecordingInfo) -> Built {
         self.finish_off_cpu(info.end_ns, info.scope);
-        self.relocate_kernel_frames(kernel_base.unwrap_or(KERNEL_SPACE_START));
+        let kernel_frames = self.has_kernel_frames();
+        self.relocate_kernel_frames(info.kernel_text.unwrap_or(KERNEL_SPACE_START));
         // Unwinding is over: what it read of each file's CFI goes (the files stay, for
         // naming).
         for binary in self.lib_binaries.iter().flatten() {
@@ -337,6 +341,7 @@ impl ProfileBuilder {
                 },
                 duration_ms: ms(info.end_ns),
                 event: info.event.name().to_string(),
+                time_event: info.event.is_time(),
                 frequency_hz: info.frequency_hz,
                 period: info.period,
                 command: info.command.clone(),
@@ -372,6 +377,7 @@ impl ProfileBuilder {
             jit_dumps: self.jit_dumps,
             jit_users: self.jit_users,
             no_unwind_info_in,
+            kernel_frames,
         }
     }
 

@@ -7,11 +7,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::binary::Binary;
 use crate::events::Mapping;
-use crate::locate::MappedFile;
-use crate::maps::Region;
+use crate::files::binary::Binary;
+use crate::files::locate::MappedFile;
 use crate::profile::{Lib, LibIndex, LibKind, VDSO_NAME};
+use crate::unwind::maps::Region;
 use crate::unwind::{CodeModule, FileCode, Unwinder};
 
 use super::{LibFile, ProfileBuilder};
@@ -42,10 +42,10 @@ impl ProfileBuilder {
     pub(super) fn read_jit_dumps(&mut self) {
         for (&pid, (path, offset)) in &mut self.jit_tails {
             let user = self.jit_users.get(&perf_map_path(pid)).copied();
-            let Ok(data) = crate::jitdump::read_from(path, *offset, user) else {
+            let Ok(data) = crate::files::jitdump::read_from(path, *offset, user) else {
                 continue;
             };
-            let (found, used) = crate::jitdump::unwind_records(&data, *offset == 0);
+            let (found, used) = crate::files::jitdump::unwind_records(&data, *offset == 0);
             *offset += used as u64;
             for jit in found {
                 self.unwinder
@@ -167,7 +167,7 @@ impl ProfileBuilder {
         if let std::collections::hash_map::Entry::Vacant(entry) =
             self.jit_users.entry(perf_map_path(pid))
         {
-            if let Some(user) = crate::locate::process_user(pid) {
+            if let Some(user) = crate::files::locate::process_user(pid) {
                 entry.insert(user);
             }
         }

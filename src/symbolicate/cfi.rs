@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use gimli::{BaseAddresses, CieOrFde, EhFrame, RunTimeEndian, UnwindSection};
 
-use crate::binary::SectionBytes;
-use crate::elf::Elf;
-use crate::lazycfi::LazyCfi;
+use crate::files::elf::Elf;
+use crate::files::image::SectionBytes;
+use crate::files::lazycfi::LazyCfi;
 
 /// The prefix of a function named after its start: `fn_0x4a2c0`.
 pub const UNNAMED_PREFIX: &str = "fn_0x";
@@ -51,7 +51,7 @@ impl EhFrameSource {
             ),
             (None, None) => {
                 let section = file.section(".eh_frame")?;
-                let bytes = crate::binary::section_data(file, &section).ok()?;
+                let bytes = crate::files::elf::section_data(file, &section).ok()?;
                 (
                     section.address(),
                     EhFrameBytes::Held(SectionBytes::from(&*bytes)),

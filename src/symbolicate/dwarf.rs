@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use gimli::{EndianArcSlice, RunTimeEndian};
 
-use crate::elf::{Elf, Section};
+use crate::files::elf::{Elf, Section};
 
 /// One function level at an address.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,7 +155,7 @@ impl DwarfInfo {
         let endian = file.gimli_endian();
         let whole = EndianArcSlice::new(data.clone(), endian);
         DwarfInfo::load_with(file, None, &|section| {
-            let bytes = crate::binary::section_data(file, section)?;
+            let bytes = crate::files::elf::section_data(file, section)?;
             // A borrowed section lies inside `data`: share it rather than copy it.
             let within = match &bytes {
                 Cow::Borrowed(slice) => (slice.as_ptr() as usize)
@@ -179,12 +179,12 @@ impl DwarfInfo {
     /// out (see `only_units_for`).
     pub fn load_for<'d, R: object::ReadRef<'d>>(
         file: &Elf<'d, R>,
-        at: &crate::binary::At,
+        at: &crate::files::image::At,
         addresses: Option<&[u64]>,
     ) -> Result<DwarfInfo, String> {
         let endian = file.gimli_endian();
         DwarfInfo::load_with(file, addresses, &|section| {
-            crate::binary::section_shared(file, section, at)
+            crate::files::elf::section_shared(file, section, at)
                 .map(|own| (EndianArcSlice::new(own.clone(), endian), Some(own)))
         })
     }

@@ -5,41 +5,11 @@
 
 use std::ops::Range;
 
-use super::{
-    cache, symbols, AddressInfo, Kallsyms, LibFacts, LibSymbols, Named, Symbol, SymbolOptions,
-};
+use super::{cache, AddressInfo, Kallsyms, LibFacts, LibSymbols, Named, Symbol, SymbolOptions};
 
 /// Kernel functions are named `[kernel] name`, so they stand out wherever names are
 /// shown without their library (terminal, folded stacks).
 pub const KERNEL_PREFIX: &str = "[kernel] ";
-
-/// Where the kernel's text starts (`_text`), which places kernel frames, without
-/// reading all of `/proc/kallsyms` when its first lines say (they do: the kernel lists
-/// its own symbols first, in address order); else read whole, and then its symbols
-/// come too. `(None, None)` when the addresses are hidden.
-pub fn kernel_base() -> (Option<u64>, Option<Kallsyms>) {
-    use std::io::BufRead;
-    let head = std::fs::File::open("/proc/kallsyms").ok().and_then(|file| {
-        std::io::BufReader::new(file)
-            .lines()
-            .take(KALLSYMS_HEAD_LINES)
-            .map_while(Result::ok)
-            .find_map(|line| match symbols::kallsyms_line(&line) {
-                Some((address, "T" | "t", "_text")) => Some(address),
-                _ => None,
-            })
-            .filter(|&address| address != 0)
-    });
-    if head.is_some() {
-        return (head, None);
-    }
-    let kallsyms = read_kallsyms();
-    (kallsyms.as_ref().map(|k| k.text_start), kallsyms)
-}
-
-/// How many lines of `/proc/kallsyms` are looked through for `_text`: it is within the
-/// first few (after the per-CPU variables, a few hundred, on kernels that list them).
-const KALLSYMS_HEAD_LINES: usize = 4096;
 
 /// Reads the kernel's symbols from `/proc/kallsyms`, named `[kernel] name`; `None` when
 /// they are hidden.
@@ -222,7 +192,7 @@ ffffffffc0001000 t mod_fn\t[kvm]
                 stamp: Default::default(),
             })
         };
-        let root = crate::testdir::TestDir::new("kernel");
+        let root = crate::files::testdir::TestDir::new("kernel");
         let store = cache::SymbolCache::at(root.path().to_path_buf(), None);
         let entries = kernel_entries(&syms, &own, &key_of);
         let pieces: Vec<u64> = entries.iter().map(|(key, _)| key.size).collect();

@@ -12,9 +12,9 @@ use super::{
     cache, cfi, plt, symbols, symtab, AddressInfo, DwarfInfo, EhFrameSource, FunctionRanges,
     LibFacts, Named, SourceFrame, Symbol, SymbolMap, SymbolOptions,
 };
-use crate::binary::Binary;
-use crate::elf::Elf;
-use crate::locate::{build_id_path, debug_file_at, find_debug_file, Candidate, DebugFile};
+use crate::files::binary::Binary;
+use crate::files::elf::Elf;
+use crate::files::locate::{build_id_path, debug_file_at, find_debug_file, Candidate, DebugFile};
 use crate::profile::Lib;
 
 /// The symbol sources of one library.
@@ -47,7 +47,7 @@ impl LibSymbols {
             Ok(dwarf) => (Some(dwarf), None),
             Err(why) => (None, Some(why)),
         };
-        let at = crate::binary::At::of_bytes(data.clone());
+        let at = crate::files::image::At::of_bytes(data.clone());
         Some(LibSymbols {
             symbols: SymbolMap::from_elf_symbols(vec![symbols::with_plt(
                 symbols::elf_symbols(&file),
@@ -630,7 +630,7 @@ pub(super) fn load_perf_map(lib: &Lib, opts: &SymbolOptions) -> Result<LibSymbol
     let user = opts.jit_users.get(&lib.path).copied();
     let path = Path::new(&lib.path);
     let (mut entries, ignored) =
-        match crate::locate::read_written_by(path, 0, MAX_PERF_MAP_BYTES, user) {
+        match crate::files::locate::read_written_by(path, 0, MAX_PERF_MAP_BYTES, user) {
             Ok(Some((text, len))) => {
                 if len > MAX_PERF_MAP_BYTES {
                     crate::say!(
@@ -646,9 +646,15 @@ pub(super) fn load_perf_map(lib: &Lib, opts: &SymbolOptions) -> Result<LibSymbol
         };
     let dump = opts.jit_dumps.get(&lib.path);
     if let Some(path) = dump {
-        let read = crate::jitdump::read_from(path, 0, user);
-        match read.and_then(|data| crate::jitdump::parse(&data)) {
-            Ok(loads) => entries.get_or_insert_with(Vec::new).extend(loads),
+        let read = crate::files::jitdump::read_from(path, 0, user);
+        match read.and_then(|data| crate::files::jitdump::parse(&data)) {
+            Ok(loads) => entries
+                .get_or_insert_with(Vec::new)
+                .extend(loads.into_iter().map(|load| Symbol {
+                    address: load.address,
+                    size: load.size,
+                    name: load.name,
+                })),
             Err(e) if entries.is_none() => {
                 return Err(format!(
                     "JIT code, but its dump {} is unusable: {e}",

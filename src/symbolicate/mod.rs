@@ -3,8 +3,8 @@
 //! frame per inline depth (outer first, sharing the outer function's native symbol).
 //!
 //! Sources, per kind of library: the mapped ELF file (`.symtab`, `.dynsym`, DWARF) and its
-//! separate debug file (found by [`crate::locate::find_debug_file`] under the debug roots,
-//! else fetched by [`crate::debuginfod`]); `/proc/kallsyms`
+//! separate debug file (found by [`crate::files::locate::find_debug_file`] under the debug roots,
+//! else fetched by [`crate::symbolicate::debuginfod`]); `/proc/kallsyms`
 //! for the kernel, whose frames are named `[kernel] name`; `/tmp/perf-PID.map` for a
 //! process's JIT code. Code that no symbol names is named after the start of its function
 //! as the file's `.eh_frame` gives it (`fn_0x4a2c0`), else after its address (`0x…`), and
@@ -19,6 +19,7 @@
 
 pub mod cache;
 mod cfi;
+pub mod debuginfod;
 mod dwarf;
 mod gcc_names;
 mod kernel;
@@ -33,16 +34,14 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::binary::Binary;
-use crate::binary::LibFile;
-use crate::debuginfod;
-pub use crate::locate::DEFAULT_DEBUG_ROOT;
+use crate::files::binary::Binary;
+use crate::files::binary::LibFile;
+pub use crate::files::locate::DEFAULT_DEBUG_ROOT;
 use crate::profile::{Lib, LibKind, Profile, RawProfile};
 pub use cfi::{EhFrameBytes, EhFrameSource, FunctionRanges, UNNAMED_PREFIX};
 pub use dwarf::{DwarfInfo, SourceFrame};
 pub use kernel::{
-    kernel_base, kernel_entries, read_kallsyms, KERNEL_EXTENT_PIECE, KERNEL_PIECE_BYTES,
-    KERNEL_PREFIX,
+    kernel_entries, read_kallsyms, KERNEL_EXTENT_PIECE, KERNEL_PIECE_BYTES, KERNEL_PREFIX,
 };
 pub use library::{name_file, Keep, LibSymbols};
 pub use plt::{PLT_NAME, PLT_SUFFIX};
@@ -235,7 +234,7 @@ fn name_lib(lib: &Lib, binary: &LibFile, addresses: &[u64], opts: &SymbolOptions
     if addresses.is_empty() {
         return Ok((LibFacts::default(), Vec::new()));
     }
-    if let Some(signal) = crate::interrupt::stopped() {
+    if let Some(signal) = crate::record::interrupt::stopped() {
         return Err(format!("not read: {signal} stopped the naming"));
     }
     match lib.kind {

@@ -17,8 +17,8 @@ use std::collections::{HashMap, HashSet};
 
 use super::symbol::Symbol;
 use super::symtab;
-use crate::binary::At;
-use crate::elf::Elf;
+use crate::files::elf::Elf;
+use crate::files::image::At;
 
 /// The name of PLT code that is not a stub for one known function.
 pub const PLT_NAME: &str = "[plt]";

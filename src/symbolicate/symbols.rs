@@ -237,8 +237,8 @@ pub fn elf_symbols<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Ve
 /// file (see `symbolicate::plt`), whose IFUNC stubs are named from `functions`.
 pub fn with_plt<'d, R: object::ReadRef<'d>>(
     mut functions: Vec<(bool, Symbol)>,
-    file: &crate::elf::Elf<'d, R>,
-    at: &crate::binary::At,
+    file: &crate::files::elf::Elf<'d, R>,
+    at: &crate::files::image::At,
 ) -> Vec<(bool, Symbol)> {
     let plt = super::plt::plt_symbols(file, at, |addresses| {
         let mut named: HashMap<u64, String> = HashMap::new();

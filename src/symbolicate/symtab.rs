@@ -21,8 +21,9 @@ use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 
 use super::symbol::{without_version, Symbol};
-use crate::binary::{At, Binary};
-use crate::elf::Elf;
+use crate::files::binary::Binary;
+use crate::files::elf::Elf;
+use crate::files::image::At;
 
 /// The string at `offset` of the string table at `strings` (file offset, size), read by
 /// `read` (a file offset, a buffer to fill: how many bytes it got), without a version
@@ -62,7 +63,7 @@ fn string_at(
 /// whose strings lie at `strings`), read through `at`.
 pub fn name_of_symbol(
     at: &At,
-    table: &crate::elf::Section<'_>,
+    table: &crate::files::elf::Section<'_>,
     strings: (u64, u64),
     index: u64,
 ) -> Option<String> {

@@ -19,11 +19,12 @@ use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 
 use super::code::CodeRule;
 use super::{callchain, CodeAddress, LeafFrame};
-use crate::binary::{SectionBytes, UnwindSections};
 use crate::events::{Sample, UserRegs};
+use crate::files::image::SectionBytes;
+use crate::files::lazycfi::UnwindSections;
 
 /// The CFI of one process's code modules, as framehop knows them. Behind a `RefCell`:
-/// a function whose CFI is read lazily (see [`crate::lazycfi`]) is added while a walk is
+/// a function whose CFI is read lazily (see [`crate::files::lazycfi`]) is added while a walk is
 /// under way, when the walk first meets it; each use borrows it only for one call.
 #[derive(Clone, Default)]
 pub struct Modules(RefCell<UnwinderX86_64<SectionBytes>>);

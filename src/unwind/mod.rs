@@ -12,8 +12,8 @@
 
 mod cfi;
 mod code;
+pub mod maps;
 
-pub use code::entry_stub_returns;
 use code::CodeRule;
 
 use std::collections::{HashMap, HashSet};
@@ -22,10 +22,11 @@ use std::sync::Arc;
 
 use framehop::x86_64::CacheX86_64;
 
-use crate::binary::UnwindSections;
+use crate::events::{NoMemory, ProcessMemory};
 use crate::events::{Sample, UserRegs};
-use crate::lazycfi::LazyCfi;
-use crate::maps::{AddressSpace, Region};
+use crate::files::lazycfi::LazyCfi;
+use crate::files::lazycfi::UnwindSections;
+use crate::unwind::maps::{AddressSpace, Region};
 
 /// How the user part of stacks is unwound (docs/design.md §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -347,30 +348,6 @@ impl<T> Default for Process<T> {
             modules: cfi::Modules::default(),
             derived: Derived::default(),
         }
-    }
-}
-
-/// Reads the memory of live processes, for the code of JIT mappings and for the
-/// outermost frames of deep stacks. Injected, so that unwinding stays testable and a
-/// replay of an old recording reads nothing.
-pub trait ProcessMemory {
-    /// Fills `buf` from process `pid`'s memory at `address`; false when that cannot be
-    /// read (the process is gone, or it may not be read).
-    fn read(&mut self, pid: i32, address: u64, buf: &mut [u8]) -> bool;
-    /// The mapping of process `pid` that contains `address` (its stack, for example).
-    fn mapping_containing(&mut self, pid: i32, address: u64) -> Option<Range<u64>>;
-}
-
-/// No process memory: for replays of recordings whose processes are gone (their pids
-/// may belong to other processes by now).
-pub struct NoMemory;
-
-impl ProcessMemory for NoMemory {
-    fn read(&mut self, _: i32, _: u64, _: &mut [u8]) -> bool {
-        false
-    }
-    fn mapping_containing(&mut self, _: i32, _: u64) -> Option<Range<u64>> {
-        None
     }
 }
 

@@ -134,8 +134,10 @@ mod tests {
     fn folded(text: &[u8]) -> Result<Profile> {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static N: AtomicUsize = AtomicUsize::new(0);
-        let dir =
-            crate::testdir::TestDir::new(&format!("folded-{}", N.fetch_add(1, Ordering::Relaxed)));
+        let dir = crate::files::testdir::TestDir::new(&format!(
+            "folded-{}",
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
         let path = dir.join("x.folded");
         std::fs::write(&path, text).unwrap();
         read_folded(&path)

@@ -164,7 +164,7 @@ fn load(path: &Path) -> Result<Loaded> {
 
 /// Serves `files` (one profile, or two to compare) and prints the viewer's URL on
 /// stdout, opens it unless asked not to, and serves until a signal that ends a recording
-/// arrives (which the caller has [`crate::interrupt::watch`]ed), or, with
+/// arrives (which the caller has [`crate::record::interrupt::watch`]ed), or, with
 /// `exit_after_fetch`, until every profile was fetched once.
 pub fn view(files: &[PathBuf], options: &ViewOptions) -> Result<()> {
     let loaded = files
@@ -217,10 +217,10 @@ pub fn view(files: &[PathBuf], options: &ViewOptions) -> Result<()> {
     if options.open {
         open_in_browser(&url);
     }
-    let signals_before = crate::interrupt::signals_taken();
+    let signals_before = crate::record::interrupt::signals_taken();
     let exit_after_fetch = options.exit_after_fetch;
     let stop = move |site: &Site| {
-        crate::interrupt::signals_taken() != signals_before
+        crate::record::interrupt::signals_taken() != signals_before
             || (exit_after_fetch && site.documents.iter().all(Document::was_fetched))
     };
     server::serve(listener, Arc::new(Site { secret, documents }), &stop);

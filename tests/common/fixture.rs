@@ -7,9 +7,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use sampler::binary::UnwindSections;
 use sampler::events::{Sample, UserRegs};
-use sampler::maps::Region;
+use sampler::files::lazycfi::UnwindSections;
+use sampler::unwind::maps::Region;
 use sampler::unwind::{CodeModule, UnwindMode, Unwinder};
 use serde_json::Value;
 

@@ -805,7 +805,7 @@ pub fn build_id_path(root: &Path, binary: &Path) -> PathBuf {
     use object::Object;
     let file = object::File::parse(&*data).unwrap();
     let id = file.build_id().unwrap().expect("the file has a build ID");
-    sampler::locate::build_id_path(root, id)
+    sampler::files::locate::build_id_path(root, id)
 }
 
 /// Whether `go` works (for `go tool pprof`).

@@ -7,7 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::words::{checksum, u32_at};
-use crate::binary::Binary;
+use crate::files::binary::Binary;
 use crate::symbolicate::SymbolOptions;
 
 /// The cache's secret: a key of `siphash`, 16 random bytes.
@@ -75,7 +75,11 @@ impl Key {
     }
 
     pub(crate) fn file_name(&self) -> String {
-        format!("{}-{:x}", crate::debuginfod::hex(&self.build_id), self.size)
+        format!(
+            "{}-{:x}",
+            crate::symbolicate::debuginfod::hex(&self.build_id),
+            self.size
+        )
     }
 }
 
@@ -226,7 +230,7 @@ pub fn predict_source(
     if binary.has_dwarf && binary.has_symtab {
         return Some(DebugSource::Own);
     }
-    let candidates = crate::locate::debug_candidates(binary, mapped_path, &opts.debug_roots);
+    let candidates = crate::files::locate::debug_candidates(binary, mapped_path, &opts.debug_roots);
     let found = |path: PathBuf| {
         let identity = Identity::of(&path)?;
         Some(DebugSource::File { path, identity })

@@ -5,7 +5,7 @@
 //! most of the time and memory a short recording spends after its command ends.
 //!
 //! - Where: `$XDG_CACHE_HOME/sampler/symbols/`, else `~/.cache/sampler/symbols/`; under
-//!   sudo the invoking user's, created and written as [`crate::usercache`] does.
+//!   sudo the invoking user's, created and written as [`crate::files::usercache`] does.
 //! - Key: one entry per file, named after its build ID and size (`HEX-SIZE`); files
 //!   without a build ID are not cached. The entry holds the file's device, inode,
 //!   modification and change times ([`Stamp`]) and is used only for that very file: a

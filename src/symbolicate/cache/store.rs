@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use super::key::kernel_key_with;
 use super::{Entry, Key, Secret, MAX_ENTRY_BYTES, MAX_TOTAL_BYTES};
-use crate::usercache::SudoUser;
-use crate::usercache::{self, TempFile};
+use crate::files::usercache::SudoUser;
+use crate::files::usercache::{self, TempFile};
 
 /// The cache's directory under the user's cache directory, and the directory of symbol
 /// entries within it (other caches may come beside it).
@@ -191,7 +191,7 @@ impl SymbolCache {
                 "{}; {} entries ({}) removed to make room",
                 cannot(e),
                 evicted.0,
-                crate::debuginfod::size(evicted.1)
+                crate::symbolicate::debuginfod::size(evicted.1)
             )),
         }
     }
@@ -263,7 +263,7 @@ mod tests {
 
     #[test]
     fn eviction_removes_the_least_recently_used_beyond_the_bound() {
-        let scratch = crate::testdir::TestDir::new("evict");
+        let scratch = crate::files::testdir::TestDir::new("evict");
         let cache = SymbolCache::at(scratch.path().to_path_buf(), None);
         let fd = usercache::open_dir(scratch.path(), &DIRS, None, true, PRIVATE).unwrap();
         let entries = cache.dir();

@@ -9,7 +9,7 @@
 //!
 //! 64-bit ELF only, of either byte order: the files sampler unwinds and names.
 
-use crate::binary::{Held, LoadSegment};
+use crate::files::image::{shared_filled, At, Held, SectionBytes, MAX_SECTION_BYTES};
 use object::elf::{FileHeader64, SectionHeader64};
 use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _, SectionTable};
 use object::{CompressedFileRange, CompressionFormat, Endian as _, Endianness, ReadRef};
@@ -286,6 +286,128 @@ impl<'d, R: ReadRef<'d>> Elf<'d, R> {
             })
             .collect()
     }
+}
+
+/// One `PT_LOAD` segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadSegment {
+    pub file_offset: u64,
+    pub vaddr: u64,
+    pub file_size: u64,
+    pub executable: bool,
+}
+
+/// The most a deflate stream can inflate: a zlib-compressed section can hold at most
+/// about 1,032 times its size (deflate's limit); a little more is allowed for headers.
+const MAX_ZLIB_RATIO: u64 = 1100;
+/// The same for zstd, whose run-length blocks reach about 32,768:1 (a 128 KiB block of one
+/// byte in 4 bytes).
+const MAX_ZSTD_RATIO: u64 = 33_000;
+
+/// A section's bytes, inflated when it is compressed (`SHF_COMPRESSED`, `.zdebug_*`).
+/// A compressed section whose header declares more than its data could inflate to is a
+/// damaged or hostile file: it is refused, with the reason, rather than allocated.
+pub fn section_data<'d, R: object::ReadRef<'d>>(
+    elf: &Elf<'d, R>,
+    section: &Section<'d>,
+) -> Result<std::borrow::Cow<'d, [u8]>, String> {
+    let name = section.name;
+    let compressed = elf
+        .compressed_data(section)
+        .map_err(|e| format!("its section {name} cannot be read: {e}"))?;
+    check_compressed(
+        name,
+        compressed.format,
+        compressed.data.len() as u64,
+        compressed.uncompressed_size,
+    )?;
+    compressed
+        .decompress()
+        .map_err(|e| format!("its section {name} cannot be inflated: {e}"))
+}
+
+/// Refuses a compressed section that says it holds more than its format can give from
+/// `have` bytes, or more than [`MAX_SECTION_BYTES`].
+fn check_compressed(
+    name: &str,
+    format: object::CompressionFormat,
+    have: u64,
+    declared: u64,
+) -> Result<(), String> {
+    let ratio = match format {
+        object::CompressionFormat::None => None,
+        object::CompressionFormat::Zstandard => Some(MAX_ZSTD_RATIO),
+        _ => Some(MAX_ZLIB_RATIO),
+    };
+    if let Some(ratio) = ratio {
+        if declared > MAX_SECTION_BYTES || declared > have.saturating_mul(ratio) + 4096 {
+            return Err(format!(
+                "its compressed section {name} says it holds {declared} bytes in {have}, more than compression can give (a damaged file)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A section's bytes (inflated when compressed), read from the file through `at` into
+/// one buffer that is then shared, without passing through `object`'s read cache: the
+/// DWARF of a large library is tens of MB, which that cache would keep a copy of (and,
+/// compressed, the compressed bytes too) for as long as the file is open.
+pub fn section_shared<'d, R: object::ReadRef<'d>>(
+    elf: &Elf<'d, R>,
+    section: &Section<'d>,
+    at: &At,
+) -> Result<SectionBytes, String> {
+    let name = section.name;
+    let unreadable =
+        |why: &dyn std::fmt::Display| format!("its section {name} cannot be read: {why}");
+    let range = elf.compressed_range(section).map_err(|e| unreadable(&e))?;
+    check_compressed(
+        name,
+        range.format,
+        range.compressed_size,
+        range.uncompressed_size,
+    )?;
+    // The inflated size is known before reading: the buffer is made at its size.
+    let len = usize::try_from(range.uncompressed_size).map_err(|e| unreadable(&e))?;
+    let short = || unreadable(&"the file is shorter than its section headers say");
+    shared_filled(len, |out| {
+        if range.format == object::CompressionFormat::None {
+            return match at.read_into(range.offset, out) {
+                Some(got) if got == len => Ok(()),
+                _ => Err(short()),
+            };
+        }
+        let stored = usize::try_from(range.compressed_size).map_err(|e| unreadable(&e))?;
+        let input = at
+            .read_exact_at(range.offset, stored)
+            .filter(|b| b.len() == stored)
+            .ok_or_else(short)?;
+        let inflated = match range.format {
+            object::CompressionFormat::Zlib => {
+                let mut inflate = flate2::Decompress::new(true);
+                inflate
+                    .decompress(&input, out, flate2::FlushDecompress::Finish)
+                    .map_err(|e| e.to_string())
+                    .map(|_| inflate.total_out())
+            }
+            object::CompressionFormat::Zstandard => {
+                use std::io::Read;
+                ruzstd::decoding::StreamingDecoder::new(&input[..])
+                    .map_err(|e| e.to_string())
+                    .and_then(|mut d| d.read_exact(out).map_err(|e| e.to_string()))
+                    .map(|()| len as u64)
+            }
+            other => Err(format!("{other:?} compression is not supported")),
+        };
+        match inflated {
+            Ok(n) if n == len as u64 => Ok(()),
+            Ok(n) => Err(format!(
+                "its section {name} cannot be inflated: {n} bytes where it says {len}"
+            )),
+            Err(why) => Err(format!("its section {name} cannot be inflated: {why}")),
+        }
+    })
 }
 
 #[cfg(test)]

@@ -23,8 +23,30 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::binary::Binary;
-use crate::events::FileId;
+use crate::files::binary::Binary;
+
+/// A file as the kernel identifies it: its device and inode number. The kernel reports
+/// them with each mapping (MMAP2 records, `/proc/PID/maps`), and `fstat` of an open file
+/// gives them: a file found at the mapping's path is the one that was mapped only when
+/// they agree (a replaced file is a new inode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileId {
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    pub inode: u64,
+}
+
+impl FileId {
+    /// The identity of the file `meta` describes.
+    pub fn of(meta: &std::fs::Metadata) -> FileId {
+        use std::os::unix::fs::MetadataExt;
+        FileId {
+            dev_major: nix::sys::stat::major(meta.dev()) as u32,
+            dev_minor: nix::sys::stat::minor(meta.dev()) as u32,
+            inode: meta.ino(),
+        }
+    }
+}
 
 /// Where distributions install separate debug files.
 pub const DEFAULT_DEBUG_ROOT: &str = "/usr/lib/debug";
@@ -341,7 +363,7 @@ pub fn open_regular(path: &Path) -> Option<File> {
 /// only reads it for `user`'s process when root has not said who that is: `None`),
 /// with one name (a hard link would let one file be read for many processes, or another
 /// user's file be passed off as one's own), and holding the bytes it is read for (see
-/// [`crate::binary::Held::check`]: not a sparse file). Its bytes and its length;
+/// [`crate::files::image::Held::check`]: not a sparse file). Its bytes and its length;
 /// `Ok(None)` when there is no such file; else why it is not read.
 pub fn read_written_by(
     path: &Path,
@@ -372,7 +394,7 @@ pub fn read_written_by(
         ));
     }
     let file = std::sync::Arc::new(file);
-    let held = crate::binary::Held::of(&file).map_err(|e| e.to_string())?;
+    let held = crate::files::image::Held::of(&file).map_err(|e| e.to_string())?;
     let len = meta.len();
     let wanted = len.saturating_sub(offset).min(limit);
     held.check(&"it", offset.min(len), wanted)?;

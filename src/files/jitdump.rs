@@ -8,15 +8,13 @@
 //! records (`.eh_frame_hdr` and `.eh_frame` for the code load that follows) are read
 //! while it runs, as the dump grows, so that samples in that code unwind with its CFI.
 
-use crate::symbolicate::symbols::Symbol;
-
 /// The most of a dump that is read: a dump grows by a record of about a hundred bytes per
 /// piece of code compiled (and the code's bytes), so even a long-running JIT's stays far
 /// below this; the dump is held whole while its names are read, as root too.
 pub const MAX_DUMP_BYTES: u64 = 256 << 20;
 
 /// Reads the dump at `path` from `offset` on, at most up to [`MAX_DUMP_BYTES`], when the
-/// process's user `user` (or root) wrote it (see [`crate::locate::read_written_by`]: the
+/// process's user `user` (or root) wrote it (see [`crate::files::locate::read_written_by`]: the
 /// recorded process chose the name, maybe in a directory anyone may write); why not.
 pub fn read_from(
     path: &std::path::Path,
@@ -24,7 +22,7 @@ pub fn read_from(
     user: Option<u32>,
 ) -> Result<Vec<u8>, String> {
     let limit = MAX_DUMP_BYTES.saturating_sub(offset);
-    match crate::locate::read_written_by(path, offset, limit, user)? {
+    match crate::files::locate::read_written_by(path, offset, limit, user)? {
         Some((data, _)) => Ok(data),
         None => Err("there is no such file".into()),
     }
@@ -47,10 +45,19 @@ const LOAD_FIXED: usize = 40;
 /// A code move's: pid, tid, vma, old_code_addr, new_code_addr, code_size, code_index.
 const MOVE_FIXED: usize = 48;
 
+/// A function a JIT compiler wrote, as its dump says: where its code starts, how long it
+/// is (none when the dump says 0) and its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodeLoad {
+    pub address: u64,
+    pub size: Option<u64>,
+    pub name: String,
+}
+
 /// The named code ranges of a dump, in the order they were written (a later one at the
 /// same address replaces an earlier one). A dump cut short (the process was killed while
 /// writing) gives what it has; a file that is not a dump is an error.
-pub fn parse(data: &[u8]) -> Result<Vec<Symbol>, String> {
+pub fn parse(data: &[u8]) -> Result<Vec<CodeLoad>, String> {
     let u32_at = |at: usize| -> Option<u32> {
         Some(u32::from_le_bytes(
             data.get(at..at.checked_add(4)?)?.try_into().ok()?,
@@ -68,7 +75,7 @@ pub fn parse(data: &[u8]) -> Result<Vec<Symbol>, String> {
     if header_size < MIN_HEADER || header_size > data.len() {
         return Err(format!("its header size {header_size} is impossible"));
     }
-    let mut symbols: Vec<Symbol> = Vec::new();
+    let mut symbols: Vec<CodeLoad> = Vec::new();
     for (id, body, end) in records(data, header_size) {
         let size = end - body + RECORD_HEADER;
         match id {
@@ -80,7 +87,7 @@ pub fn parse(data: &[u8]) -> Result<Vec<Symbol>, String> {
                     .position(|&b| b == 0)
                     .unwrap_or(name_bytes.len());
                 if let (Some(address), Some(code_size)) = (address, code_size) {
-                    symbols.push(Symbol {
+                    symbols.push(CodeLoad {
                         address,
                         size: (code_size > 0).then_some(code_size),
                         name: String::from_utf8_lossy(&name_bytes[..name_len]).into_owned(),
@@ -91,7 +98,7 @@ pub fn parse(data: &[u8]) -> Result<Vec<Symbol>, String> {
                 let (old, new) = (u64_at(body + 16), u64_at(body + 24));
                 if let (Some(old), Some(new)) = (old, new) {
                     if let Some(moved) = symbols.iter().rev().find(|s| s.address == old) {
-                        let moved = Symbol {
+                        let moved = CodeLoad {
                             address: new,
                             ..moved.clone()
                         };
@@ -288,7 +295,7 @@ mod tests {
     }
     #[test]
     fn a_dump_is_read_only_as_a_regular_file_and_from_an_offset() {
-        let dir = crate::testdir::TestDir::new("jitdump");
+        let dir = crate::files::testdir::TestDir::new("jitdump");
         let me = Some(nix::unistd::Uid::effective().as_raw());
         let dump = dir.join("jit-77.dump");
         std::fs::write(&dump, header()).unwrap();
@@ -312,7 +319,7 @@ mod tests {
 
     #[test]
     fn a_dump_of_another_user_with_two_names_or_sparse_is_not_read() {
-        let dir = crate::testdir::TestDir::new("jitdump-owners");
+        let dir = crate::files::testdir::TestDir::new("jitdump-owners");
         let me = nix::unistd::Uid::effective().as_raw();
         let dump = dir.join("jit-81.dump");
         std::fs::write(&dump, header()).unwrap();

@@ -1,6 +1,6 @@
 //! The invoking user's cache directory, and how sampler reads and writes files in it
 //! when it may be running as root: the debuginfod client's downloads
-//! ([`crate::debuginfod`]) and the symbol cache ([`crate::symbolicate::cache`]).
+//! ([`crate::symbolicate::debuginfod`]) and the symbol cache ([`crate::symbolicate::cache`]).
 //!
 //! Under sudo the cache is the user's who ran sudo (their home, their files), never
 //! root's: every directory is opened relative to one already opened and checked to be
@@ -10,7 +10,7 @@
 //! and removed when it is not.
 //!
 //! [`SudoUser`], the user who ran sudo, lives here, with the files made for them: the
-//! caches, and the outputs of [`crate::emit::output`], which re-exports it.
+//! caches, and the outputs of [`crate::files::output`], which re-exports it.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -433,8 +433,8 @@ impl Drop for TempFile {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> crate::testdir::TestDir {
-        crate::testdir::TestDir::new(&format!("usercache-{name}"))
+    fn scratch(name: &str) -> crate::files::testdir::TestDir {
+        crate::files::testdir::TestDir::new(&format!("usercache-{name}"))
     }
 
     #[test]

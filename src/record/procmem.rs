@@ -9,7 +9,7 @@ use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 
-use crate::unwind::ProcessMemory;
+use crate::events::ProcessMemory;
 
 /// The memory of the processes being recorded, each `/proc/PID/mem` opened once.
 #[derive(Default)]

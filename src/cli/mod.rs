@@ -2,6 +2,10 @@
 //! into checked options. A mistake is refused here, before anything is recorded or
 //! written, with one line that says what to do.
 
+pub mod inspect;
+pub mod run;
+pub mod summary;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -283,7 +287,7 @@ impl DebugArgs {
     /// is switched off or no server is listed, and the symbol cache unless it is
     /// switched off.
     pub fn symbol_options(&self) -> crate::symbolicate::SymbolOptions {
-        use crate::debuginfod;
+        use crate::symbolicate::debuginfod;
         crate::symbolicate::SymbolOptions {
             debug_roots: crate::symbolicate::debug_roots(&self.debug_roots),
             debuginfod: (!self.no_debuginfod)

@@ -18,7 +18,7 @@ use std::borrow::Cow;
 #[macro_export]
 macro_rules! say {
     ($($arg:tt)*) => {{
-        $crate::diag::say_text(&::std::format!("{}\n", ::std::format_args!($($arg)*)));
+        $crate::files::diag::say_text(&::std::format!("{}\n", ::std::format_args!($($arg)*)));
     }};
 }
 
@@ -26,7 +26,7 @@ macro_rules! say {
 #[macro_export]
 macro_rules! say_partial {
     ($($arg:tt)*) => {{
-        $crate::diag::say_text(&::std::format!($($arg)*));
+        $crate::files::diag::say_text(&::std::format!($($arg)*));
     }};
 }
 

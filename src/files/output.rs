@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-pub use crate::usercache::SudoUser;
+pub use crate::files::usercache::SudoUser;
 
 /// The directory an output lands in (`.` for a bare name).
 fn directory_of(path: &Path) -> &Path {
@@ -269,7 +269,7 @@ pub fn write_elsewhere(
         Ok(written) => return Ok(written),
         Err(e) => failures.push(format!("{}: {e}", temp.display())),
     }
-    match crate::usercache::user_cache_home(owner) {
+    match crate::files::usercache::user_cache_home(owner) {
         None => failures.push("no cache directory (no home directory)".to_string()),
         Some(root) => match write_in_cache(&root, &name, owner, write) {
             Ok(written) => return Ok(written),
@@ -311,14 +311,14 @@ fn write_new_in(
 }
 
 /// Writes `name` into the user's cache directory `root`, below [`FALLBACK_CACHE_DIRS`],
-/// opened and created as the caches are (see [`crate::usercache`]).
+/// opened and created as the caches are (see [`crate::files::usercache`]).
 fn write_in_cache(
     root: &Path,
     name: &str,
     owner: Option<SudoUser>,
     write: &mut dyn FnMut(&mut File) -> std::io::Result<()>,
 ) -> std::io::Result<PathBuf> {
-    use crate::usercache::{open_dir, Access, TempFile};
+    use crate::files::usercache::{open_dir, Access, TempFile};
     let dir = open_dir(root, &FALLBACK_CACHE_DIRS, owner, true, Access::Private)?;
     let mut temp = TempFile::create(dir, name, FALLBACK_MODE)?;
     write(&mut temp.file)?;
@@ -330,8 +330,8 @@ fn write_in_cache(
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> crate::testdir::TestDir {
-        crate::testdir::TestDir::new(&format!("output-{name}"))
+    fn scratch(name: &str) -> crate::files::testdir::TestDir {
+        crate::files::testdir::TestDir::new(&format!("output-{name}"))
     }
 
     #[test]

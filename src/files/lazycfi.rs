@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use crate::binary::{At, SectionBytes, UnwindSections};
+use crate::files::image::{At, SectionBytes};
 
 /// `DW_EH_PE_datarel | DW_EH_PE_sdata4`: the encoding of the table's entries.
 const DATAREL_SDATA4: u8 = 0x3b;
@@ -35,6 +35,35 @@ const ENTRY_BYTES: u64 = 8;
 /// The largest CIE or FDE read: 64 KiB. Real ones are tens of bytes (a few KB for a
 /// function with a long series of pushes and pops); a larger length is a damaged file.
 const MAX_RECORD_BYTES: u32 = 64 << 10;
+
+/// The sections CFI unwinding needs, in the file's own addresses (SVMA).
+#[derive(Clone, Debug, Default)]
+pub struct UnwindSections {
+    pub text: Option<std::ops::Range<u64>>,
+    pub eh_frame: Option<(std::ops::Range<u64>, SectionBytes)>,
+    pub eh_frame_hdr: Option<(std::ops::Range<u64>, SectionBytes)>,
+    pub debug_frame: Option<SectionBytes>,
+    pub got: Option<std::ops::Range<u64>>,
+    /// `.eh_frame` read one function at a time (then `eh_frame` and `eh_frame_hdr` are
+    /// not read): see [`LazyCfi`].
+    pub lazy: Option<Arc<LazyCfi>>,
+}
+
+impl UnwindSections {
+    /// Whether the file has call frame information at all.
+    pub fn has_cfi(&self) -> bool {
+        self.eh_frame.is_some() || self.debug_frame.is_some() || self.lazy.is_some()
+    }
+
+    /// `.eh_frame` and its address, read whole now when it is read lazily.
+    pub fn eh_frame_whole(&self) -> Option<(u64, SectionBytes)> {
+        match (&self.eh_frame, &self.lazy) {
+            (Some((range, bytes)), _) => Some((range.start, bytes.clone())),
+            (None, Some(lazy)) => lazy.whole(),
+            (None, None) => None,
+        }
+    }
+}
 
 /// One function's CFI, as framehop takes it.
 pub struct FunctionCfi {

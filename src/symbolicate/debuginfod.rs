@@ -16,12 +16,12 @@
 //! - Under sudo the cache is the invoking user's (their home, their files): every
 //!   directory is opened relative to one already opened and checked to be theirs, new
 //!   ones are created and given to them through their descriptors, never by path
-//!   ([`crate::usercache`], which the symbol cache shares).
+//!   ([`crate::files::usercache`], which the symbol cache shares).
 //! - Time: a download has [`DEFAULT_MAX_TIME`] in all, and must keep going at
 //!   [`MIN_RATE`] over each time-out's span, so that a server sending a byte now and
 //!   then cannot hold sampler; its first bytes must be an ELF file, with the build ID
 //!   asked for when its notes are among them, or nothing more is read. A signal that
-//!   stops the naming ([`crate::interrupt`]) leaves a lookup at once; the download is
+//!   stops the naming ([`crate::record::interrupt`]) leaves a lookup at once; the download is
 //!   dropped, and its new file removed before sampler exits
 //!   ([`usercache::remove_unfinished`]). New files a killed run left are removed a week
 //!   later.
@@ -34,8 +34,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::usercache::SudoUser;
-use crate::usercache::{self, TempFile};
+use crate::files::usercache::SudoUser;
+use crate::files::usercache::{self, TempFile};
 
 /// How long a server may take to accept the connection, to start answering, and, once
 /// it sends the file, to send the next bytes, when `DEBUGINFOD_TIMEOUT` does not say.
@@ -308,7 +308,7 @@ impl Client {
                 match rx.recv_timeout(STOP_POLL) {
                     Ok(answer) => return answer,
                     Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                        if let Some(signal) = crate::interrupt::stopped() {
+                        if let Some(signal) = crate::record::interrupt::stopped() {
                             return Err(format!("debuginfod: {signal} stopped the lookup"));
                         }
                     }
@@ -331,7 +331,7 @@ impl Client {
         };
         let hex = hex(id);
         let cached = cache.join(&hex).join(CACHED_NAME);
-        if crate::locate::open_regular(&cached)
+        if crate::files::locate::open_regular(&cached)
             .is_some_and(|f| verify(&object::ReadCache::new(f), id).is_ok())
         {
             self.note(|r| r.from_cache += 1);
@@ -448,7 +448,7 @@ impl Client {
         // Bytes by the start of the current span of the time-out, and when it began.
         let mut span = (Instant::now(), 0u64);
         loop {
-            if let Some(signal) = crate::interrupt::stopped() {
+            if let Some(signal) = crate::record::interrupt::stopped() {
                 return Answer::Refused(format!("{signal} stopped the download"));
             }
             let n = match body.read(&mut buffer) {
@@ -770,8 +770,8 @@ mod tests {
 
     /// A scratch directory (removed when the test ends) and the cache in it, not yet
     /// created.
-    fn scratch(name: &str) -> (crate::testdir::TestDir, PathBuf) {
-        let dir = crate::testdir::TestDir::new(&format!("debuginfod-{name}"));
+    fn scratch(name: &str) -> (crate::files::testdir::TestDir, PathBuf) {
+        let dir = crate::files::testdir::TestDir::new(&format!("debuginfod-{name}"));
         let cache = dir.join("cache");
         (dir, cache)
     }

@@ -29,7 +29,7 @@ pub struct Summary<'a> {
     pub truncated: TruncatedBy,
     /// Where stacks cut by code without unwind rules ended: library, count; most first.
     pub no_unwind_info_in: &'a [(String, u64)],
-    /// What debuginfod fetched, or why not (see [`crate::debuginfod::Client::summary`]).
+    /// What debuginfod fetched, or why not (see [`crate::symbolicate::debuginfod::Client::summary`]).
     pub debuginfod: Option<String>,
 }
 
@@ -397,6 +397,7 @@ mod tests {
 
     fn info(gaps: RecordingGaps) -> RecordingInfo {
         RecordingInfo {
+            kernel_text: None,
             event: SamplingEvent::CpuClock,
             frequency_hz: 1000,
             start_unix_ms: 0.0,

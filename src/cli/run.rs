@@ -1,0 +1,122 @@
+//! `sampler record`: the whole pipeline for one run, record → replay → symbolicate →
+//! emit, then the summary. The profile is unwound while the command runs, named once it
+//! has ended, and written atomically; when it cannot be written where asked, it is
+//! written elsewhere rather than lost.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+
+use crate::cli::summary::Summary;
+use crate::cli::{RecordArgs, RecordPlan};
+use crate::emit;
+use crate::files::output;
+use crate::record;
+use crate::replay::ProfileBuilder;
+use crate::symbolicate;
+
+/// Developer aid: where to write an unwinder fixture of the recording's first samples
+/// (see `crate::replay`).
+const CAPTURE_ENV: &str = "SAMPLER_CAPTURE_SAMPLES";
+
+/// Records, names and writes; returns the exit code (the command's, or 0 for `-p`).
+pub fn record(args: RecordArgs) -> Result<i32> {
+    let view = args.view_options()?;
+    let plan = args.plan()?;
+    let root = nix::unistd::Uid::effective().is_root();
+    let sudo = output::SudoUser::from_env();
+    // Checked now, created only once the profile is complete: a failed run touches nothing.
+    output::check_destination(&plan.output, root, sudo)?;
+    // Samples are unwound and interned while the command runs (see ProfileBuilder).
+    let mut builder = ProfileBuilder::live(
+        plan.mode,
+        Box::new(crate::record::procmem::LiveMemory::default()),
+    );
+    if let Some(path) = std::env::var_os(CAPTURE_ENV) {
+        builder.capture_samples(PathBuf::from(path));
+    }
+    if let Some(period) = plan.options.off_cpu {
+        builder.record_off_cpu(period);
+    }
+    let (info, ended) = record::record(&plan.options, &mut |events| builder.add_events(events))?;
+    let exited = Instant::now();
+    // Naming can take long (a slow debuginfod server): a signal now stops it, and the
+    // profile is written with the names found until then.
+    if let Err(e) = crate::record::interrupt::watch(&record::STOP_SIGNALS) {
+        crate::say!("sampler: warning: signals cannot stop the naming: {e}");
+    }
+    let built = builder.finish(&info);
+    let symbol_options = symbolicate::SymbolOptions {
+        // The kernel's symbols are read when a sample was in the kernel, its addresses
+        // are shown, and the cache does not name every frame.
+        read_kallsyms: built.kernel_frames && info.kernel_text.is_some(),
+        jit_dumps: built.jit_dumps.clone(),
+        jit_users: built.jit_users.clone(),
+        ..plan.debug.symbol_options()
+    };
+    let profile = symbolicate::symbolicate(built.profile, &built.lib_binaries, &symbol_options);
+    let written = emit::write(&profile, plan.format, &plan.export, &plan.output, sudo);
+    if let Err(e) = written {
+        return Err(save_elsewhere(e, &profile, &plan, sudo));
+    }
+    let write_ms = exited.elapsed().as_secs_f64() * 1000.0;
+    if let Some(signal) = crate::record::interrupt::stopped() {
+        crate::say!(
+            "sampler: {signal} stopped the naming: the profile has the names found until then (libraries not reached are listed below)"
+        );
+    }
+    // After the profile, which it must not delay; a cache that cannot be written only
+    // means that the next run reads the debug information again.
+    save_cache(&symbol_options);
+    Summary {
+        info: &info,
+        profile: &profile,
+        ended,
+        mode: plan.mode,
+        format: plan.format,
+        output: &plan.output,
+        write_ms,
+        root,
+        stack_bytes: plan.options.stack_bytes,
+        truncated: built.truncated,
+        no_unwind_info_in: &built.no_unwind_info_in,
+        debuginfod: symbol_options.debuginfod.as_ref().and_then(|d| d.summary()),
+    }
+    .print();
+    if let Some(options) = view {
+        crate::view::view(std::slice::from_ref(&plan.output), &options)?;
+    }
+    Ok(match ended {
+        record::Ended::Command(exit) => exit.shell_code(),
+        record::Ended::Detached(_) => 0,
+    })
+}
+
+/// When the profile could not be written where asked (its file system full or
+/// read-only), the recording is not lost: it goes to a new file elsewhere, and the error
+/// says where.
+fn save_elsewhere(
+    error: anyhow::Error,
+    profile: &crate::profile::Profile,
+    plan: &RecordPlan,
+    sudo: Option<output::SudoUser>,
+) -> anyhow::Error {
+    match emit::write_elsewhere(profile, plan.format, &plan.export, &plan.output, sudo) {
+        Ok(path) => anyhow::anyhow!(
+            "{error:#}; the profile was written to {} instead",
+            path.display()
+        ),
+        Err(failures) => anyhow::anyhow!(
+            "{error:#}; the profile is lost: it could not be written elsewhere either ({})",
+            failures.join("; ")
+        ),
+    }
+}
+
+/// Writes what symbolication added to the symbol cache; says why when it could not.
+pub(crate) fn save_cache(opts: &symbolicate::SymbolOptions) {
+    if let Some(Err(why)) = opts.cache.as_ref().map(|c| c.save()) {
+        crate::say!("sampler: symbol cache: {why}");
+    }
+}
