@@ -656,15 +656,17 @@ impl UnwindArg {
     }
 }
 
+/// `--profiler-url`'s help (a doc comment would make its address a bare link).
+const PROFILER_URL_HELP: &str = "The Firefox Profiler to open [default: $SAMPLER_PROFILER_URL, \
+else https://profiler.firefox.com]";
+
 /// How `view` and `record --view` serve and show a profile.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ServeArgs {
     /// Print the viewer's URL only; do not open a browser.
     #[arg(long = "no-open")]
     pub no_open: bool,
-    /// The Firefox Profiler to open [default: $SAMPLER_PROFILER_URL, else
-    /// https://profiler.firefox.com].
-    #[arg(long = "profiler-url", value_name = "URL")]
+    #[arg(long = "profiler-url", value_name = "URL", help = PROFILER_URL_HELP)]
     pub profiler_url: Option<String>,
     /// The port on 127.0.0.1 to serve the profile from [default: a free one].
     #[arg(long = "port", value_name = "N")]

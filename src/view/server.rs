@@ -316,7 +316,7 @@ fn serve_connection(mut stream: TcpStream, site: &Site) {
 }
 
 /// Serves `site` on `listener` until `stop` says so (looked at between connections and
-/// every [`POLL_INTERVAL_MS`]).
+/// every `POLL_INTERVAL_MS`).
 pub fn serve(listener: TcpListener, site: Arc<Site>, stop: &dyn Fn(&Site) -> bool) {
     use nix::poll::{PollFd, PollFlags, PollTimeout};
     let active = Arc::new(AtomicUsize::new(0));
