@@ -574,7 +574,7 @@ fn view_refuses_what_it_cannot_show() {
         std::fs::write(&path, text).unwrap();
         path.to_str().unwrap().to_string()
     };
-    let speedscope = write("x.speedscope.json", "{}");
+    let speedscope = write("x.speedscope.json", "{\"profiles\": []}");
     let svg = write("x.svg", "<svg/>");
     let json = write("x.json", "{\"meta\": {}}");
     let folded = write("x.folded", "main;work\n");
@@ -592,7 +592,7 @@ fn view_refuses_what_it_cannot_show() {
     for (args, says) in [
         (
             vec!["view", &speedscope],
-            format!("{speedscope} is a speedscope file"),
+            format!("{speedscope}: not a speedscope file: missing field `shared`"),
         ),
         (vec!["view", &svg], format!("{svg} is an SVG flame graph")),
         (
@@ -684,23 +684,26 @@ fn view_converts_folded_stacks_into_a_firefox_profile() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-fn view_shows_a_folded_recording() {
+fn view_shows_every_format_that_keeps_samples() {
     let dir = tempdir();
-    let (_, file) = record_into(&dir, "split.folded", &[&target("split7030"), "1"]);
-    let profiler = Profiler::start();
-    let (view, url) = start_view(&profiler, &[&file], "from-url/");
-    let page = open_in_browser(&url, &dir.join("view-folded-calltree.png"));
-    let rows = tree_rows(&page);
-    assert_shows(&rows, &SPLIT7030_FUNCTIONS, &page);
-    let stacks = folded_stacks(&file);
-    for run in ["main;outer", "outer;hot_a", "outer;hot_b"] {
-        let function = run.split(';').nth(1).unwrap();
-        let shown = rows.iter().find(|(_, name)| name == function).unwrap().0;
-        let in_file = stacks.iter().filter(|s| s.contains(run)).count();
-        assert!(in_file > 0, "{run}");
-        assert_eq!(shown as usize, in_file, "{run}: {page:#}");
+    let (_, firefox) = record_into(&dir, "split.json", &[&target("split7030"), "1"]);
+    for name in ["split.folded", "split.pb.gz", "split.speedscope.json"] {
+        let file = dir.join(name);
+        let o = Command::new(sampler_bin())
+            .arg("convert")
+            .arg(&firefox)
+            .arg("-o")
+            .arg(&file)
+            .output()
+            .expect("sampler runs");
+        assert!(o.status.success(), "{}", stderr(&o));
+        let profiler = Profiler::start();
+        let (view, url) = start_view(&profiler, &[&file], "from-url/");
+        // The converted file shows the recording's counts.
+        let shot = dir.join(format!("view-{name}.png"));
+        assert_page_shows_split7030(&url, &firefox, &shot);
+        assert_exits_0(view);
     }
-    assert_exits_0(view);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -804,7 +807,7 @@ fn main() {
         the_server_serves_only_its_secret_path;
         view_refuses_what_it_cannot_show;
         view_converts_folded_stacks_into_a_firefox_profile;
-        view_shows_a_folded_recording: Need::Perf, BROWSER;
+        view_shows_every_format_that_keeps_samples: Need::Perf, BROWSER;
         the_browser_is_the_sudo_users_never_roots: Need::Root;
     ]);
 }
