@@ -28,6 +28,9 @@ fn main() -> ExitCode {
             stack_limit::watchdog_main(pid, start).map(|()| 0)
         }
         Command::ContinueStopped => record::guardian_main().map(|()| 0),
+        Command::ReadSources { budget } => {
+            sampler::files::sources::read_sources_main(budget).map(|()| 0)
+        }
         Command::Report(args) => {
             let sub = matches
                 .subcommand_matches("report")

@@ -59,6 +59,10 @@ pub enum Command {
     /// killed while attaching (see `crate::record::guardian_main`).
     #[command(name = crate::record::GUARDIAN_COMMAND, hide = true)]
     ContinueStopped,
+    /// Internal: reads source files as sudo's invoking user, to embed them (see
+    /// `crate::files::sources`).
+    #[command(name = crate::files::sources::READ_SOURCES_COMMAND, hide = true)]
+    ReadSources { budget: usize },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -355,6 +359,11 @@ pub struct RecordArgs {
     /// folded and svg: start every stack with its process and thread.
     #[arg(long = "thread-roots")]
     pub thread_roots: bool,
+    /// Firefox: leave out the text of the sampled functions' source files (embedded by
+    /// default, hottest first, up to 2 MiB, read with the rights of the user who runs
+    /// sampler, or of sudo's invoking user).
+    #[arg(long = "no-sources")]
+    pub no_sources: bool,
     #[arg(long = "time", value_enum, help = TIME_HELP)]
     pub time: Option<TimeArg>,
     /// Data pages per CPU ring buffer (a power of two) [default: what
@@ -504,6 +513,8 @@ pub struct RecordPlan {
     pub output: PathBuf,
     pub export: emit::ExportOptions,
     pub debug: DebugArgs,
+    /// Whether the source files' text is embedded (Firefox profiles).
+    pub sources: bool,
 }
 
 impl RecordArgs {
@@ -624,6 +635,7 @@ impl RecordArgs {
                 time: self.time.map(TimeArg::view),
             },
             debug: self.debug,
+            sources: !self.no_sources,
         })
     }
 }

@@ -12,6 +12,7 @@ use crate::cli::summary::Summary;
 use crate::cli::{RecordArgs, RecordPlan};
 use crate::emit;
 use crate::files::output;
+use crate::files::sources::{self, Reader};
 use crate::record;
 use crate::replay::ProfileBuilder;
 use crate::symbolicate;
@@ -55,7 +56,15 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         jit_users: built.jit_users.clone(),
         ..plan.debug.symbol_options()
     };
-    let profile = symbolicate::symbolicate(built.profile, &built.lib_binaries, &symbol_options);
+    let mut profile = symbolicate::symbolicate(built.profile, &built.lib_binaries, &symbol_options);
+    if plan.sources && plan.format == emit::Format::Firefox {
+        let hottest = profile.source_files_by_samples();
+        profile.sources = sources::read_texts(
+            &hottest,
+            sources::MAX_SOURCE_BYTES,
+            Reader::for_this_process(),
+        );
+    }
     let written = emit::write(&profile, plan.format, &plan.export, &plan.output, sudo);
     if let Err(e) = written {
         return Err(save_elsewhere(e, &profile, &plan, sudo));

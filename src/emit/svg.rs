@@ -153,15 +153,38 @@ fn colour(b: &FlameBox, hues: &HashMap<&str, u64>) -> String {
     }
 }
 
-/// The flame graph of `profile` as SVG text.
+/// The flame graph of `profile` as SVG text, part by part: the document's head, the
+/// titles, the legend of libraries, then one group per box.
 pub fn to_svg(profile: &Profile, thread_roots: bool, view: TimeView) -> String {
     let boxes = layout(profile, thread_roots, view);
-    let amount = |w: u64| super::amount(view.unit(), w);
     let total = boxes.first().map_or(0, |b| b.samples).max(1);
     let rows = boxes.iter().map(|b| b.depth + 1).max().unwrap_or(1);
     let height = HEADER + rows as f64 * ROW + MARGIN;
-    let scale = (WIDTH - 2.0 * MARGIN) / total as f64;
+    let scale = Scale {
+        total,
+        height,
+        per_sample: (WIDTH - 2.0 * MARGIN) / total as f64,
+    };
     let mut out = String::new();
+    write_head(&mut out, total, height);
+    write_titles(&mut out, profile, &boxes, view);
+    let hues = write_legend(&mut out, &boxes);
+    for b in &boxes {
+        write_box(&mut out, b, &scale, &hues, view);
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+/// Where boxes go: the image's height, and the width of a sample of `total`.
+struct Scale {
+    total: u64,
+    height: f64,
+    per_sample: f64,
+}
+
+/// The XML declaration, the `svg` element, the style sheet and the background.
+fn write_head(out: &mut String, total: u64, height: f64) {
     let _ = writeln!(
         out,
         r##"<?xml version="1.0" encoding="UTF-8" standalone="no"?>
@@ -175,6 +198,11 @@ g.f text {{ pointer-events: none; }}
 </style>
 <rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#fbfbf8"/>"##
     );
+}
+
+/// The title (the command) and the subtitle (the amount, the event, its rate, the
+/// duration, and what a box's width means).
+fn write_titles(out: &mut String, profile: &Profile, boxes: &[FlameBox], view: TimeView) {
     let m = &profile.meta;
     let command = m.command.join(" ");
     let _ = writeln!(
@@ -192,7 +220,7 @@ g.f text {{ pointer-events: none; }}
         out,
         r#"<text class="sub" x="{}" y="40">{}{}, {} at {} Hz, {:.2} s; box width = running {}, hover for amounts</text>"#,
         WIDTH / 2.0,
-        amount(samples),
+        super::amount(view.unit(), samples),
         match view {
             TimeView::Cpu => "",
             TimeView::OffCpu => " off-CPU",
@@ -206,9 +234,13 @@ g.f text {{ pointer-events: none; }}
             WeightUnit::Nanoseconds => "time",
         }
     );
-    // Legend: the libraries with most samples at the root of their run of frames.
+}
+
+/// The legend: the libraries with most samples at the root of their run of frames.
+/// Returns each library's hue, from [`PALETTE`] in that order.
+fn write_legend<'a>(out: &mut String, boxes: &'a [FlameBox]) -> HashMap<&'a str, u64> {
     let mut by_lib: HashMap<&str, u64> = HashMap::new();
-    for b in &boxes {
+    for b in boxes {
         if let (CodeKind::User, Some(lib)) = (b.kind, &b.lib) {
             *by_lib.entry(lib.as_str()).or_default() += b.self_samples;
         }
@@ -231,52 +263,61 @@ g.f text {{ pointer-events: none; }}
         );
         x += 16.0 + lib.chars().count() as f64 * CHAR_WIDTH + 14.0;
     }
-    for b in &boxes {
-        let bx = MARGIN + b.start as f64 * scale;
-        let bw = b.samples as f64 * scale;
-        let by = height - MARGIN - (b.depth + 1) as f64 * ROW;
-        let pct = 100.0 * b.samples as f64 / total as f64;
-        let self_pct = 100.0 * b.self_samples as f64 / total as f64;
-        let mut title = escape(&b.name);
-        if b.inlined {
-            title.push_str(" (inlined)");
-        }
-        if let Some(lib) = &b.lib {
-            title.push_str(" in ");
-            title.push_str(&escape(lib));
-        }
+    hues
+}
+
+/// One box: its tooltip, its rectangle, and its name where three characters fit.
+fn write_box(
+    out: &mut String,
+    b: &FlameBox,
+    scale: &Scale,
+    hues: &HashMap<&str, u64>,
+    view: TimeView,
+) {
+    let amount = |w: u64| super::amount(view.unit(), w);
+    let total = scale.total;
+    let bx = MARGIN + b.start as f64 * scale.per_sample;
+    let bw = b.samples as f64 * scale.per_sample;
+    let by = scale.height - MARGIN - (b.depth + 1) as f64 * ROW;
+    let pct = 100.0 * b.samples as f64 / total as f64;
+    let self_pct = 100.0 * b.self_samples as f64 / total as f64;
+    let mut title = escape(&b.name);
+    if b.inlined {
+        title.push_str(" (inlined)");
+    }
+    if let Some(lib) = &b.lib {
+        title.push_str(" in ");
+        title.push_str(&escape(lib));
+    }
+    let _ = write!(
+        out,
+        r#"<g class="f"><title>{title}
+{} ({pct:.2}%), self {} ({self_pct:.2}%)</title><rect x="{bx:.3}" y="{by:.1}" width="{bw:.3}" height="{:.1}" rx="2" fill="{}"/>"#,
+        amount(b.samples),
+        match view.unit() {
+            WeightUnit::Samples => b.self_samples.to_string(),
+            WeightUnit::Nanoseconds => amount(b.self_samples),
+        },
+        ROW - 1.0,
+        colour(b, hues)
+    );
+    let fits = ((bw - 6.0) / CHAR_WIDTH).floor();
+    if fits >= 3.0 {
+        let fits = fits as usize;
+        let label: String = if b.name.chars().count() <= fits {
+            b.name.clone()
+        } else {
+            b.name.chars().take(fits - 2).collect::<String>() + ".."
+        };
         let _ = write!(
             out,
-            r#"<g class="f"><title>{title}
-{} ({pct:.2}%), self {} ({self_pct:.2}%)</title><rect x="{bx:.3}" y="{by:.1}" width="{bw:.3}" height="{:.1}" rx="2" fill="{}"/>"#,
-            amount(b.samples),
-            match view.unit() {
-                WeightUnit::Samples => b.self_samples.to_string(),
-                WeightUnit::Nanoseconds => amount(b.self_samples),
-            },
-            ROW - 1.0,
-            colour(b, &hues)
+            r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
+            bx + 3.0,
+            by + ROW - 4.5,
+            escape(&label)
         );
-        let fits = ((bw - 6.0) / CHAR_WIDTH).floor();
-        if fits >= 3.0 {
-            let fits = fits as usize;
-            let label: String = if b.name.chars().count() <= fits {
-                b.name.clone()
-            } else {
-                b.name.chars().take(fits - 2).collect::<String>() + ".."
-            };
-            let _ = write!(
-                out,
-                r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
-                bx + 3.0,
-                by + ROW - 4.5,
-                escape(&label)
-            );
-        }
-        out.push_str("</g>\n");
     }
-    out.push_str("</svg>\n");
-    out
+    out.push_str("</g>\n");
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub mod jitdump;
 pub mod lazycfi;
 pub mod locate;
 pub mod output;
+pub mod sources;
 #[cfg(test)]
 pub(crate) mod testdir;
 pub mod usercache;

@@ -9,6 +9,8 @@
 //! Invariants, for both stages: every index is in range; a stack's prefix comes before it
 //! in the stack table, so one pass from last to first can accumulate times.
 
+pub mod cpu;
+
 /// Name of the library that holds kernel frames (perf's name for it).
 pub const KERNEL_LIB_NAME: &str = "[kernel.kallsyms]";
 /// Name of the marker frame at the root of a stack whose outer frames are missing.
@@ -418,6 +420,9 @@ pub struct Profile {
     pub threads: Vec<Thread<StackIndex>>,
     /// Sampled libraries whose names or debug information are incomplete, and why.
     pub symbol_gaps: Vec<SymbolGap>,
+    /// The text of source files its functions name ([`Func::file`] to text), when they
+    /// were embedded (see [`Profile::source_files_by_samples`]); empty otherwise.
+    pub sources: std::collections::BTreeMap<String, String>,
 }
 
 /// What a sampled library lacks.
@@ -486,6 +491,36 @@ impl<T: Eq + std::hash::Hash, I> Interner<T, I> {
 impl Profile {
     pub fn func_name(&self, func: FuncIndex) -> &str {
         &self.funcs[func.index()].name
+    }
+
+    /// The source files its functions name, hottest first: by the samples (of every
+    /// thread, on and off the CPU) whose stack has a frame in the file, then by name.
+    pub fn source_files_by_samples(&self) -> Vec<String> {
+        let mut per_stack = vec![0u64; self.stacks.len()];
+        for thread in &self.threads {
+            for row in &thread.samples {
+                per_stack[row.stack.index()] += 1;
+            }
+        }
+        let mut files: std::collections::HashMap<&str, (u64, usize)> = Default::default();
+        // Each stack's count goes once to every file on its path: `seen` holds the
+        // stack it last went to from each file.
+        for (leaf, &count) in per_stack.iter().enumerate().filter(|(_, &c)| c > 0) {
+            let mut at = Some(StackIndex::new(leaf));
+            while let Some(stack) = at {
+                let frame = &self.frames[self.stacks[stack.index()].frame.index()];
+                if let Some(file) = self.funcs[frame.func.index()].file.as_deref() {
+                    let entry = files.entry(file).or_insert((0, usize::MAX));
+                    if entry.1 != leaf {
+                        *entry = (entry.0 + count, leaf);
+                    }
+                }
+                at = self.stacks[stack.index()].prefix;
+            }
+        }
+        let mut ranked: Vec<(&str, u64)> = files.into_iter().map(|(f, (n, _))| (f, n)).collect();
+        ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        ranked.into_iter().map(|(f, _)| f.to_string()).collect()
     }
 
     /// A profile with one thread whose samples are given as function-name paths (root
@@ -568,6 +603,7 @@ impl Profile {
                 samples: rows,
             }],
             symbol_gaps: Vec::new(),
+            sources: Default::default(),
         }
     }
 }

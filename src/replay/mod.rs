@@ -11,13 +11,13 @@
 
 use std::collections::HashMap;
 
-mod capture;
+pub mod capture;
 mod modules;
 pub mod offcpu;
 mod stacks;
 mod threads;
 
-use capture::Capture;
+use capture::CaptureWriter;
 use modules::Module;
 use offcpu::{OffCpu, OffCpuInterval, Placed};
 use stacks::{Stacks, KERNEL_SPACE_START};
@@ -72,7 +72,7 @@ pub struct ProfileBuilder {
     /// Stacks cut by code without unwind rules, by the library of their outermost frame.
     no_unwind_info_in: HashMap<Option<LibIndex>, u64>,
     restored_callers: u64,
-    capture: Option<Capture>,
+    capture: Option<CaptureWriter>,
     /// Off-CPU time, when it is recorded.
     off_cpu: Option<OffCpu>,
 }
@@ -124,7 +124,7 @@ impl ProfileBuilder {
     /// Also writes an unwinder fixture of the first samples to `path` (see
     /// `replay::capture`) when the profile is finished.
     pub fn capture_samples(&mut self, path: std::path::PathBuf) {
-        self.capture = Some(Capture::new(path));
+        self.capture = Some(CaptureWriter::new(path));
     }
 
     /// Replays `events`, which come after every event fed before, in time order.

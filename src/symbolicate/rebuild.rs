@@ -231,6 +231,7 @@ pub(super) fn assemble(
         processes: raw.processes,
         threads,
         symbol_gaps,
+        sources: Default::default(),
     }
 }
 

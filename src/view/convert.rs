@@ -5,7 +5,7 @@
 //! thread per `thread` label (sampler's), else one. Each stack stands for as many
 //! samples as its count says. An SVG flame graph keeps no samples and is refused.
 //!
-//! Files are read within bounds: [`crate::emit::MAX_PROFILE_TEXT`] bytes in all (after
+//! Files are read within bounds: [`crate::emit::load::MAX_PROFILE_TEXT`] bytes in all (after
 //! gzip), [`MAX_LINE_BYTES`] per folded line and [`MAX_SAMPLES`] samples, so that no file
 //! (`/dev/zero` named `x.folded`) can take unbounded memory or time.
 
@@ -145,31 +145,31 @@ fn build(path: &Path, threads: Vec<Stacks>) -> Result<Profile> {
     Ok(profile)
 }
 
-/// The file's bytes, gunzipped when they are gzip, within [`emit::MAX_PROFILE_TEXT`].
+/// The file's bytes, gunzipped when they are gzip, within [`emit::load::MAX_PROFILE_TEXT`].
 fn read_bounded(path: &Path) -> Result<Vec<u8>> {
     let fail = || format!("cannot read {}", path.display());
     let mut raw = Vec::new();
     std::fs::File::open(path)
         .with_context(fail)?
-        .take(emit::MAX_PROFILE_TEXT + 1)
+        .take(emit::load::MAX_PROFILE_TEXT + 1)
         .read_to_end(&mut raw)
         .with_context(fail)?;
     let bytes = match raw.starts_with(&[0x1f, 0x8b]) {
         true => {
             let mut plain = Vec::new();
             flate2::read::GzDecoder::new(&raw[..])
-                .take(emit::MAX_PROFILE_TEXT + 1)
+                .take(emit::load::MAX_PROFILE_TEXT + 1)
                 .read_to_end(&mut plain)
                 .with_context(|| format!("cannot read {} (gzip data damaged?)", path.display()))?;
             plain
         }
         false => raw,
     };
-    if bytes.len() as u64 > emit::MAX_PROFILE_TEXT {
+    if bytes.len() as u64 > emit::load::MAX_PROFILE_TEXT {
         bail!(
             "{} holds more than {} MiB: sampler view reads files up to that size",
             path.display(),
-            emit::MAX_PROFILE_TEXT >> 20
+            emit::load::MAX_PROFILE_TEXT >> 20
         );
     }
     Ok(bytes)
@@ -202,7 +202,7 @@ struct SpeedscopeProfile {
 
 /// Reads a speedscope file: a thread per sampled profile, each sample counted once.
 fn read_speedscope(path: &Path) -> Result<Vec<Stacks>> {
-    let text = emit::read_json_text(path)?;
+    let text = emit::load::read_json_text(path)?;
     let file: SpeedscopeFile =
         serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&text))
             .map_err(|e| {
@@ -345,7 +345,7 @@ fn read_pprof(path: &Path) -> Result<Vec<Stacks>> {
 fn read_folded(path: &Path) -> Result<Vec<Stacks>> {
     let file =
         std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut reader = std::io::BufReader::new(file.take(emit::MAX_PROFILE_TEXT));
+    let mut reader = std::io::BufReader::new(file.take(emit::load::MAX_PROFILE_TEXT));
     let mut stacks: Vec<(Vec<String>, u64)> = Vec::new();
     let mut total = Total { path, samples: 0 };
     let mut line = Vec::new();
@@ -439,7 +439,7 @@ mod tests {
             let (json, converted) = to_firefox_json(&path, format).unwrap();
             assert_eq!(paths(&converted), paths(&seed), "{name}");
             assert_eq!(
-                paths(&crate::emit::load::from_slice(&json).unwrap()),
+                paths(&crate::emit::firefox::from_slice(&json).unwrap()),
                 paths(&seed)
             );
             let threads: Vec<&str> = converted.threads.iter().map(|t| t.name.as_str()).collect();

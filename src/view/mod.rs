@@ -143,8 +143,8 @@ fn load(path: &Path) -> Result<Loaded> {
     let (json, profile) = match convert::other_format(path) {
         Some(format) => convert::to_firefox_json(path, format)?,
         None => {
-            let json = crate::emit::read_json_text(path)?;
-            let profile = crate::emit::load::from_slice(&json).with_context(|| {
+            let json = crate::emit::load::read_json_text(path)?;
+            let profile = crate::emit::firefox::from_slice(&json).with_context(|| {
                 format!(
                     "{} is not a profile that sampler wrote (Firefox Profiler processed format); `sampler view` shows those, and folded stacks",
                     path.display()

@@ -1,104 +1,58 @@
 #![allow(dead_code)]
 
-//! Unwinder fixtures (written by `SAMPLER_CAPTURE_SAMPLES=FILE sampler record ...`): the
-//! registers, stack copies and frame-pointer chains of real samples, with the CFI
-//! sections and function symbols of the modules they ran in.
+//! Unwinder fixtures (written by `SAMPLER_CAPTURE_SAMPLES=FILE sampler record ...`, read
+//! through the writer's own model, `sampler::replay::capture`): the registers, stack
+//! copies and frame-pointer chains of real samples, with the CFI sections and function
+//! symbols of the modules they ran in.
 
 use std::path::Path;
-use std::sync::Arc;
 
-use sampler::events::{Sample, UserRegs};
-use sampler::files::lazycfi::UnwindSections;
+use sampler::events::Sample;
+use sampler::replay::capture::Capture;
 use sampler::unwind::maps::Region;
 use sampler::unwind::{CodeModule, UnwindMode, Unwinder};
-use serde_json::Value;
 
 pub struct Fixture {
     pub samples: Vec<Sample>,
     /// (start, end, name) of every function, in the process's addresses.
     pub functions: Vec<(u64, u64, String)>,
-    json: Value,
+    pub capture: Capture,
 }
 
 /// The pid the fixture's samples are replayed under.
 pub const PID: i32 = 1;
 
-fn unhex(text: &str) -> Vec<u8> {
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-fn num(v: &Value) -> u64 {
-    v.as_u64().unwrap()
-}
-
 impl Fixture {
     pub fn load(path: &Path) -> Fixture {
-        let json: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        let samples = json["samples"]
-            .as_array()
-            .unwrap()
+        let capture = Capture::read(path).unwrap_or_else(|e| panic!("{e}"));
+        let samples = capture.samples.iter().map(|s| s.to_sample(PID)).collect();
+        let functions = capture
+            .modules
             .iter()
-            .map(|s| Sample {
-                pid: PID,
-                tid: PID,
-                user_callchain: s["fp_chain"].as_array().unwrap().iter().map(num).collect(),
-                user_regs: Some(UserRegs {
-                    ip: num(&s["ip"]),
-                    sp: num(&s["sp"]),
-                    bp: num(&s["bp"]),
-                }),
-                stack_copy: unhex(s["stack"].as_str().unwrap()),
-                ..Sample::default()
-            })
-            .collect();
-        let functions = json["modules"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|m| m["functions"].as_array().unwrap().iter())
-            .map(|f| {
-                (
-                    num(&f["start"]),
-                    num(&f["end"]),
-                    f["name"].as_str().unwrap().to_string(),
-                )
-            })
+            .flat_map(|m| &m.functions)
+            .map(|f| (f.start, f.end, f.name.clone()))
             .collect();
         Fixture {
             samples,
             functions,
-            json,
+            capture,
         }
     }
 
     /// An unwinder in `mode` that knows the fixture's modules.
     pub fn unwinder(&self, mode: UnwindMode) -> Unwinder<()> {
         let mut unwinder = Unwinder::new(mode);
-        for m in self.json["modules"].as_array().unwrap() {
-            let section = |s: &Value| -> Option<(std::ops::Range<u64>, Arc<[u8]>)> {
-                let bytes: Arc<[u8]> = Arc::from(unhex(s["hex"].as_str()?));
-                Some((num(&s["start"])..num(&s["end"]), bytes))
-            };
-            let sections = UnwindSections {
-                text: m["text"].as_array().map(|r| num(&r[0])..num(&r[1])),
-                eh_frame: section(&m["eh_frame"]),
-                eh_frame_hdr: section(&m["eh_frame_hdr"]),
-                ..UnwindSections::default()
-            };
-            let name = m["name"].as_str().unwrap();
-            let (start, end) = (num(&m["start"]), num(&m["end"]));
+        for m in &self.capture.modules {
+            let sections = m.sections();
             let region = Region {
-                start,
-                len: end - start,
+                start: m.start,
+                len: m.end - m.start,
                 file_offset: 0,
                 data: (),
             };
             let code = CodeModule {
-                name,
-                bias: num(&m["bias"]),
+                name: &m.name,
+                bias: m.bias,
                 sections: &sections,
                 text: None,
             };

@@ -144,7 +144,7 @@ pub fn record_without_command(args: &[&str]) -> (Output, PathBuf) {
 /// Reads a JSON file a test wrote; a Firefox profile is first checked by the Firefox
 /// Profiler's own loader ([`ffp_check`]).
 pub fn load(path: &Path) -> Value {
-    let value = sampler::emit::read_json(path).expect("profile is readable JSON");
+    let value = sampler::emit::load::read_json(path).expect("profile is readable JSON");
     if !value["meta"]["preprocessedProfileVersion"].is_null() {
         ffp_check(path);
     }

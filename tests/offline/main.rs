@@ -1,0 +1,34 @@
+//! The tests that need neither perf nor root, in one binary (`cargo test --release --test
+//! offline`): the symbolicator on programs compiled here, CFI read function by function,
+//! the unwinder on captured samples and the corpus of captures, the design's worked
+//! examples, bad input for the real `sampler` binary, seeded mutations of the readers of
+//! untrusted input, and `scripts/install`. Each module lists its tests; the end-to-end
+//! tests that record with perf are in `tests/perf/`, one binary each.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../common/fixture.rs"]
+mod fixture;
+
+mod corpus;
+mod fuzz_mutation;
+mod install;
+mod lazy_cfi;
+mod robustness;
+mod seed_examples;
+mod symbolicate;
+mod unwind_fixtures;
+
+fn main() {
+    let tests = [
+        corpus::tests(),
+        fuzz_mutation::tests(),
+        install::tests(),
+        lazy_cfi::tests(),
+        robustness::tests(),
+        seed_examples::tests(),
+        symbolicate::tests(),
+        unwind_fixtures::tests(),
+    ];
+    common::run_tests(tests.into_iter().flatten().collect())
+}

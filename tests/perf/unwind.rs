@@ -1,0 +1,147 @@
+//! End-to-end unwinding in each mode (docs/design.md §5) on the bench targets built without frame
+//! pointers, through libc's qsort, and down a 2,000-deep recursion. Each test is skipped
+//! (visibly) where perf recording is not permitted.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use common::*;
+
+/// The samples' call paths (root first) of `cmd` recorded with `--unwind mode`.
+fn paths_with(test: &str, mode: &str, cmd: &[&str]) -> Vec<Vec<String>> {
+    let (o, path) = record(&["--unwind", mode], cmd);
+    assert!(o.status.success(), "{test} {mode}: {}", stderr(&o));
+    let paths: Vec<Vec<String>> = thread_paths(&load_checked(&path))
+        .into_iter()
+        .flat_map(|t| t.paths)
+        .collect();
+    // Every sample of the CPU time the command got (a busy machine gives it less than
+    // its wall time), whatever the unwinding made of it.
+    assert_covers_cpu(
+        &format!("{test} {mode}"),
+        paths.len(),
+        command_cpu_ms(&o),
+        0.8,
+    );
+    paths
+}
+
+/// The percentage of `paths` that contain one of `runs`.
+fn share_with_any(paths: &[Vec<String>], runs: &[&[&str]]) -> f64 {
+    let n = paths
+        .iter()
+        .filter(|p| runs.iter().any(|r| has_run(p, r)))
+        .count();
+    100.0 * n as f64 / paths.len().max(1) as f64
+}
+
+fn c_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf() {
+    let test = "c_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf";
+    let full: [&[&str]; 2] = [
+        &["main", "outer", "middle", "hot_a"],
+        &["main", "outer", "middle", "hot_b"],
+    ];
+    for mode in ["hybrid", "dwarf"] {
+        let paths = paths_with(test, mode, &[&target("nofp"), "1"]);
+        let share = share_with_any(&paths, &full);
+        eprintln!(
+            "{test}: {mode}: {share:.1}% of {} samples have the full path",
+            paths.len()
+        );
+        assert!(share > 90.0, "{mode}: {share:.1}%");
+    }
+    // Frame pointers cannot follow this program: the paths are allowed to be wrong, but
+    // recording must work.
+    let paths = paths_with(test, "fp", &[&target("nofp"), "1"]);
+    let share = share_with_any(&paths, &full);
+    eprintln!(
+        "{test}: fp: {share:.1}% of {} samples have the full path",
+        paths.len()
+    );
+}
+
+fn rust_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf() {
+    let test = "rust_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf";
+    let full: [&[&str]; 2] = [
+        &["rust_inline::main", "rust_inline::run", "rust_inline::work"],
+        &[
+            "rust_inline::main",
+            "rust_inline::run",
+            "<rust_inline::Squares<u64> as rust_inline::Summer>::total",
+        ],
+    ];
+    for mode in ["hybrid", "dwarf"] {
+        let paths = paths_with(test, mode, &[&target("rust_nofp"), "1"]);
+        let share = share_with_any(&paths, &full);
+        eprintln!(
+            "{test}: {mode}: {share:.1}% of {} samples have the full path",
+            paths.len()
+        );
+        assert!(share > 90.0, "{mode}: {share:.1}%");
+        let rooted = share_with_any(&paths, &[&["main"]]);
+        assert!(rooted > 90.0, "{mode}: {rooted:.1}% reach main");
+    }
+}
+
+fn comparator_called_from_libc_qsort_has_the_path_from_main() {
+    let test = "comparator_called_from_libc_qsort_has_the_path_from_main";
+    for mode in ["hybrid", "dwarf"] {
+        let paths = paths_with(test, mode, &[&target("qsorter"), "1"]);
+        let in_compare: Vec<&Vec<String>> = paths
+            .iter()
+            .filter(|p| p.last().is_some_and(|f| f == "compare"))
+            .collect();
+        // glibc's qsort hands over to qsort_r with a tail call, so the frame is qsort_r.
+        let whole = in_compare
+            .iter()
+            .filter(|p| {
+                let sort = p.iter().position(|f| f == "sort_all");
+                let q = p.iter().position(|f| f == "qsort" || f == "qsort_r");
+                p.first().is_some_and(|f| f == "_start")
+                    && has_run(p, &["main", "sort_all"])
+                    && matches!((sort, q), (Some(s), Some(q)) if q == s + 1)
+            })
+            .count();
+        let share = 100.0 * whole as f64 / in_compare.len().max(1) as f64;
+        eprintln!(
+            "{test}: {mode}: {whole} of {} samples in compare have _start > … > main > sort_all > qsort_r > … > compare",
+            in_compare.len()
+        );
+        assert!(in_compare.len() > 50 && share > 90.0, "{mode}: {share:.1}%");
+    }
+}
+
+fn recursion_2000_deep_keeps_every_level_in_hybrid_and_fp() {
+    let test = "recursion_2000_deep_keeps_every_level_in_hybrid_and_fp";
+    for mode in ["hybrid", "fp"] {
+        let paths = paths_with(test, mode, &[&target("deep"), "1", "2000"]);
+        let deep = paths
+            .iter()
+            .filter(|p| p.iter().filter(|f| *f == "descend").count() >= 2000)
+            .count();
+        let share = 100.0 * deep as f64 / paths.len().max(1) as f64;
+        let depth = paths.iter().map(Vec::len).max().unwrap_or(0);
+        eprintln!("{test}: {mode}: {share:.1}% of {} samples have all 2,000 levels (deepest {depth} frames)", paths.len());
+        assert!(share > 90.0, "{mode}: {share:.1}%");
+    }
+    // CFI alone stops where the stack copy ends, and says so.
+    let paths = paths_with(test, "dwarf", &[&target("deep"), "1", "2000"]);
+    let marked = paths
+        .iter()
+        .filter(|p| p.first().is_some_and(|f| f == "[truncated]"))
+        .count();
+    assert!(
+        marked * 10 > paths.len() * 9,
+        "dwarf: {marked} of {} marked",
+        paths.len()
+    );
+}
+
+fn main() {
+    run_tests(tests![
+        c_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf: Need::Perf;
+        rust_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf: Need::Perf;
+        comparator_called_from_libc_qsort_has_the_path_from_main: Need::Perf;
+        recursion_2000_deep_keeps_every_level_in_hybrid_and_fp: Need::Perf;
+    ]);
+}
