@@ -176,25 +176,15 @@ pub fn view(files: &[PathBuf], options: &ViewOptions) -> Result<()> {
     let port = listener.local_addr()?.port();
     let secret = server::new_secret()
         .context("cannot read random bytes for the secret path (/dev/urandom)")?;
-    let documents: Vec<Document> = files
-        .iter()
-        .zip(&loaded)
-        .enumerate()
-        .map(|(i, (file, l))| {
-            Document::new(format!("{}/{}", i + 1, served_name(file)), l.json.clone())
-        })
-        .collect();
-    let profile_urls: Vec<(String, usize)> = documents
-        .iter()
-        .zip(&loaded)
-        .map(|(d, l)| {
-            (
-                format!("http://127.0.0.1:{port}/{secret}/{}", d.path),
-                l.busiest_thread,
-            )
-        })
-        .collect();
-    drop(loaded);
+    // Each profile's text moves into its document (a profile can be 256 MiB).
+    let mut documents = Vec::new();
+    let mut profile_urls: Vec<(String, usize)> = Vec::new();
+    for (i, (file, l)) in files.iter().zip(loaded).enumerate() {
+        let document = Document::new(format!("{}/{}", i + 1, served_name(file)), l.json);
+        let url = format!("http://127.0.0.1:{port}/{secret}/{}", document.path);
+        profile_urls.push((url, l.busiest_thread));
+        documents.push(document);
+    }
     let url = match profile_urls.as_slice() {
         [(one, _)] => viewer_url(&options.profiler_url, one),
         _ => compare_url(&options.profiler_url, &profile_urls),
