@@ -8,7 +8,7 @@
 //! index is in range, every stack's prefix comes before it. The [`Profile`] it returns
 //! holds the invariants its type documents, so later stages need no checks of their own.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
@@ -180,7 +180,7 @@ pub fn from_processed(p: &ProcessedProfile) -> Result<Profile> {
     Ok(Profile {
         meta: read_meta(&p.meta),
         symbol_gaps: read_symbol_gaps(&p.meta, &lib_by_name),
-        sources: Default::default(),
+        sources: read_source_texts(&shared.sources, &source_files),
         libs,
         funcs,
         native_symbols,
@@ -211,6 +211,15 @@ fn read_sources(so: &fx::Sources, strings: &Strings) -> Result<Vec<String>> {
     (0..so.length)
         .map(|i| strings.get("sources.filename", i, so.filename[i]))
         .collect::<Result<_>>()
+}
+
+/// The embedded texts of the source files, by name.
+fn read_source_texts(so: &fx::Sources, names: &[String]) -> BTreeMap<String, String> {
+    names
+        .iter()
+        .zip(&so.content)
+        .filter_map(|(name, text)| Some((name.clone(), text.clone()?)))
+        .collect()
 }
 
 fn read_funcs(
@@ -326,7 +335,6 @@ fn read_threads(
     p: &ProcessedProfile,
     leaf_off_cpu: &[Option<OffCpuKind>],
 ) -> Result<(Vec<Process>, Vec<Thread<StackIndex>>)> {
-    let stacks = leaf_off_cpu.len();
     let meta = &p.meta;
     let interval_ms = if meta.interval > 0.0 {
         meta.interval
@@ -357,37 +365,8 @@ fn read_threads(
             });
             ProcessIndex::new(processes.len() - 1)
         });
-        let samples = &t.samples;
         let what = format!("threads[{t_index}].samples");
-        same_length(&what, samples.length, &samples.columns())?;
-        let mut rows = Vec::with_capacity(samples.length);
-        for i in 0..samples.length {
-            // A sample without a stack has nothing a call tree or export could show.
-            let Some(stack) =
-                optional_index(&format!("{what}.stack"), i, samples.stack[i], stacks)?
-            else {
-                continue;
-            };
-            let w = samples.weight.as_ref().map_or(1.0, |w| w[i]);
-            if !w.is_finite() || w < 0.0 {
-                bail!("{what}.weight[{i}] = {w} is not a weight");
-            }
-            let weight = match (samples.weight_type.as_str(), leaf_off_cpu[stack]) {
-                (fx::WEIGHT_TRACING_MS, Some(kind)) => SampleWeight::OffCpu {
-                    kind,
-                    ns: (w * 1e6).round() as u64,
-                },
-                (fx::WEIGHT_TRACING_MS, None) => {
-                    SampleWeight::OnCpu((w / interval_ms).round() as u64)
-                }
-                _ => SampleWeight::OnCpu(w.round() as u64),
-            };
-            rows.push(SampleRow {
-                time_ms: samples.time[i],
-                stack: StackIndex::new(stack),
-                weight,
-            });
-        }
+        let rows = read_samples(&what, &t.samples, leaf_off_cpu, interval_ms)?;
         let tid = i32::try_from(t.tid)
             .with_context(|| format!("threads[{t_index}].tid = {} is not a thread id", t.tid))?;
         threads.push(Thread {
@@ -406,6 +385,44 @@ fn read_threads(
     }
 
     Ok((processes, threads))
+}
+
+/// A thread's sample table (`what` names it in errors) as rows; a sample without a stack
+/// is left out. `leaf_off_cpu` says which stacks are off-CPU copies, and of which kind.
+fn read_samples(
+    what: &str,
+    samples: &fx::Samples,
+    leaf_off_cpu: &[Option<OffCpuKind>],
+    interval_ms: f64,
+) -> Result<Vec<SampleRow<StackIndex>>> {
+    let stacks = leaf_off_cpu.len();
+    same_length(what, samples.length, &samples.columns())?;
+    let mut rows = Vec::with_capacity(samples.length);
+    for i in 0..samples.length {
+        // A sample without a stack has nothing a call tree or export could show.
+        let Some(stack) = optional_index(&format!("{what}.stack"), i, samples.stack[i], stacks)?
+        else {
+            continue;
+        };
+        let w = samples.weight.as_ref().map_or(1.0, |w| w[i]);
+        if !w.is_finite() || w < 0.0 {
+            bail!("{what}.weight[{i}] = {w} is not a weight");
+        }
+        let weight = match (samples.weight_type.as_str(), leaf_off_cpu[stack]) {
+            (fx::WEIGHT_TRACING_MS, Some(kind)) => SampleWeight::OffCpu {
+                kind,
+                ns: (w * 1e6).round() as u64,
+            },
+            (fx::WEIGHT_TRACING_MS, None) => SampleWeight::OnCpu((w / interval_ms).round() as u64),
+            _ => SampleWeight::OnCpu(w.round() as u64),
+        };
+        rows.push(SampleRow {
+            time_ms: samples.time[i],
+            stack: StackIndex::new(stack),
+            weight,
+        });
+    }
+    Ok(rows)
 }
 
 fn read_symbol_gaps(meta: &fx::Meta, lib_by_name: &HashMap<&str, usize>) -> Vec<SymbolGap> {

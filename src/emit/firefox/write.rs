@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::model::{self as fx, ExtraEntry, ExtraSection, ProcessedProfile};
+use crate::profile::cpu::{self, CpuDeltaUnit};
 use crate::profile::{
     CodeKind, FrameIndex, Lib, Missing, OffCpuKind, Profile, SampleWeight, StackIndex,
 };
@@ -127,7 +128,8 @@ fn resource_table(profile: &Profile, strings: &mut Strings) -> fx::ResourceTable
 /// The functions, and the source files they name (each once, in order of first use).
 fn func_table(profile: &Profile, strings: &mut Strings) -> (fx::FuncTable, fx::Sources) {
     let mut source_index: HashMap<&str, u32> = HashMap::new();
-    let mut source_files: Vec<u32> = Vec::new();
+    // Each file's name and its index in the string table, interned as it is first met.
+    let mut source_files: Vec<(&str, u32)> = Vec::new();
     let mut func_table = fx::FuncTable::default();
     for f in &profile.funcs {
         func_table.name.push(index(strings.get(&f.name)));
@@ -136,7 +138,7 @@ fn func_table(profile: &Profile, strings: &mut Strings) -> (fx::FuncTable, fx::S
             .push(f.lib.map_or(-1, |l| l.index() as i64));
         func_table.source.push(f.file.as_deref().map(|file| {
             *source_index.entry(file).or_insert_with(|| {
-                source_files.push(index(strings.get(file)));
+                source_files.push((file, index(strings.get(file))));
                 index(source_files.len() - 1)
             })
         }));
@@ -148,19 +150,23 @@ fn func_table(profile: &Profile, strings: &mut Strings) -> (fx::FuncTable, fx::S
     func_table.column_number = vec![None; funcs];
     func_table.original_location = vec![None; funcs];
     func_table.length = funcs;
-    (func_table, sources(source_files))
+    (func_table, sources(profile, &source_files))
 }
 
-/// The source files, by their names' indexes in the string table.
-fn sources(filename: Vec<u32>) -> fx::Sources {
-    let count = filename.len();
+/// The source files by name, with their text where it was embedded (the viewer's source
+/// view shows it).
+fn sources(profile: &Profile, files: &[(&str, u32)]) -> fx::Sources {
+    let count = files.len();
     fx::Sources {
         id: vec![None; count],
-        filename,
+        filename: files.iter().map(|&(_, name)| name).collect(),
         start_line: vec![1; count],
         start_column: vec![1; count],
         source_map_url: vec![None; count],
-        content: vec![None; count],
+        content: files
+            .iter()
+            .map(|(file, _)| profile.sources.get(*file).cloned())
+            .collect(),
         length: count,
     }
 }
@@ -258,29 +264,6 @@ impl OffCpuCopies {
         }
         stacks.length = stacks.frame.len();
     }
-}
-
-/// Each row's CPU time since the row before (ns): the time between them less the
-/// previous row's time off the CPU (the first value is not read by the profiler).
-fn thread_cpu_deltas(rows: &[crate::profile::SampleRow<StackIndex>]) -> Vec<Option<u64>> {
-    let mut deltas = Vec::with_capacity(rows.len());
-    let mut previous: Option<(f64, u64)> = None;
-    for r in rows {
-        let delta = match previous {
-            None => 0,
-            Some((time_ms, off_ns)) => {
-                let gap_ns = ((r.time_ms - time_ms).max(0.0) * 1e6).round() as u64;
-                gap_ns.saturating_sub(off_ns)
-            }
-        };
-        deltas.push(Some(delta));
-        let off_ns = match r.weight {
-            SampleWeight::OnCpu(_) => 0,
-            SampleWeight::OffCpu { ns, .. } => ns,
-        };
-        previous = Some((r.time_ms, off_ns));
-    }
-    deltas
 }
 
 /// Table indexes are u32 in the model (the profile's own indexes are u32 too).
@@ -398,7 +381,8 @@ fn threads(profile: &Profile, copies: &OffCpuCopies) -> Vec<fx::Thread> {
                     } else {
                         fx::WEIGHT_SAMPLES.into()
                     },
-                    thread_cpu_delta: off_cpu.then(|| thread_cpu_deltas(&t.samples)),
+                    thread_cpu_delta: cpu::thread_cpu_deltas(&profile.meta, &t.samples)
+                        .map(|deltas| deltas.into_iter().map(Some).collect()),
                     length: t.samples.len(),
                 },
                 markers: fx::Markers::default(),
@@ -437,7 +421,10 @@ fn meta(profile: &Profile) -> fx::Meta {
         sample_units: fx::SampleUnits {
             time: "ms".into(),
             event_delay: "ms".into(),
-            thread_cpu_delta: "ns".into(),
+            thread_cpu_delta: CpuDeltaUnit::of(meta)
+                .unwrap_or(CpuDeltaUnit::Nanoseconds)
+                .firefox_name()
+                .into(),
         },
         categories: categories(meta.off_cpu),
         marker_schema: Vec::new(),
