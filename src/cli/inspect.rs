@@ -197,5 +197,5 @@ pub fn view(args: cli::ViewArgs) -> Result<()> {
     // Ctrl-C ends the serving, not sampler in the middle of it.
     crate::record::interrupt::watch(&crate::record::STOP_SIGNALS)
         .context("cannot take the signals that stop the viewer's server")?;
-    crate::view::view(&files, &options)
+    crate::cli::view::view(&files, &options)
 }

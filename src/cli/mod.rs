@@ -5,6 +5,9 @@
 pub mod inspect;
 pub mod run;
 pub mod summary;
+pub mod view;
+
+pub use view::args::{ServeArgs, ViewArgs};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -410,7 +413,7 @@ pub struct RecordArgs {
     #[arg(long = "keep-root")]
     pub keep_root: bool,
     /// Once the profile is written, open it in the Firefox Profiler as `sampler view`
-    /// does (a Firefox profile only).
+    /// does (not an SVG flame graph).
     #[arg(long = "view")]
     pub view: bool,
     #[command(flatten)]
@@ -665,75 +668,6 @@ impl UnwindArg {
             UnwindArg::Fp => UnwindMode::Fp,
             UnwindArg::Dwarf => UnwindMode::Dwarf,
         }
-    }
-}
-
-/// `--profiler-url`'s help (a doc comment would make its address a bare link).
-const PROFILER_URL_HELP: &str = "The Firefox Profiler to open [default: $SAMPLER_PROFILER_URL, \
-else https://profiler.firefox.com]";
-
-/// How `view` and `record --view` serve and show a profile.
-#[derive(clap::Args, Clone, Debug, Default)]
-pub struct ServeArgs {
-    /// Print the viewer's URL only; do not open a browser.
-    #[arg(long = "no-open")]
-    pub no_open: bool,
-    #[arg(long = "profiler-url", value_name = "URL", help = PROFILER_URL_HELP)]
-    pub profiler_url: Option<String>,
-    /// The port on 127.0.0.1 to serve the profile from [default: a free one].
-    #[arg(long = "port", value_name = "N")]
-    pub port: Option<u16>,
-    /// Stop once the viewer has fetched the profile(s), instead of at Ctrl-C (for
-    /// scripts).
-    #[arg(long = "exit-after-fetch")]
-    pub exit_after_fetch: bool,
-}
-
-impl ServeArgs {
-    /// The checked options.
-    pub fn options(&self) -> Result<crate::view::ViewOptions> {
-        Ok(crate::view::ViewOptions {
-            open: !self.no_open,
-            profiler_url: crate::view::profiler_url(self.profiler_url.as_deref())?,
-            port: self.port.unwrap_or(0),
-            exit_after_fetch: self.exit_after_fetch,
-        })
-    }
-
-    fn any_given(&self) -> bool {
-        self.no_open || self.profiler_url.is_some() || self.port.is_some() || self.exit_after_fetch
-    }
-}
-
-#[derive(clap::Args)]
-pub struct ViewArgs {
-    #[command(flatten)]
-    pub serve: ServeArgs,
-    /// A profile written by `sampler record` (.json or .json.gz).
-    pub file: PathBuf,
-    /// A second profile: the viewer compares the two.
-    pub file2: Option<PathBuf>,
-}
-
-impl RecordArgs {
-    /// `--view`'s options, checked before anything is recorded: `None` without
-    /// `--view`, whose options alone are a mistake, as is `--view` with a format the
-    /// viewer does not read.
-    pub fn view_options(&self) -> Result<Option<crate::view::ViewOptions>> {
-        if !self.view {
-            if self.serve.any_given() {
-                bail!("--no-open, --profiler-url, --port and --exit-after-fetch go with --view");
-            }
-            return Ok(None);
-        }
-        let (format, _) = output_choice(self.format, self.output.clone())?;
-        if format != emit::Format::Firefox {
-            bail!(
-                "--view opens a Firefox profile in the Firefox Profiler; the {} output cannot be viewed there (leave out -f, or write .json.gz)",
-                format.name()
-            );
-        }
-        self.serve.options().map(Some)
     }
 }
 

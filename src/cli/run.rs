@@ -94,7 +94,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     }
     .print();
     if let Some(options) = view {
-        crate::view::view(std::slice::from_ref(&plan.output), &options)?;
+        crate::cli::view::view(std::slice::from_ref(&plan.output), &options)?;
     }
     Ok(match ended {
         record::Ended::Command(exit) => exit.shell_code(),

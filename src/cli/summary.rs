@@ -166,7 +166,7 @@ impl Summary<'_> {
         if self.format == Format::Firefox {
             out.push(format!(
                 "view it: {}",
-                crate::view::view_command(self.output)
+                crate::cli::view::view_command(self.output)
             ));
         }
         out.into_iter().map(|l| format!("sampler: {l}")).collect()

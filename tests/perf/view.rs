@@ -617,8 +617,8 @@ fn view_refuses_what_it_cannot_show() {
             "go with --view".into(),
         ),
         (
-            vec!["record", "--view", "-o", "x.folded", "--", "true"],
-            "the folded output cannot be viewed".into(),
+            vec!["record", "--view", "-o", "x.svg", "--", "true"],
+            "an SVG flame graph keeps no samples to show there".into(),
         ),
     ] {
         let o = Command::new(sampler_bin())

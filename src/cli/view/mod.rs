@@ -3,10 +3,12 @@
 //! compare), the browser that is opened (as the user who ran sudo, never as root), and
 //! the run of the small server ([`server`]) that hands the profiles to the viewer's page.
 //!
-//! It is a module of its own, not a part of `emit`: emit turns a [`crate::profile::Profile`]
-//! into bytes, while this reads files that were written, serves them over a socket and
-//! starts a process; it is the last step after the pipeline, as `report` is.
+//! It is a part of `cli`, not of `emit`: emit turns a [`crate::profile::Profile`] into
+//! bytes, while this reads files that were written, serves them over a socket and starts
+//! a process as the invoking user; it is the last step after the pipeline, as `report`
+//! is.
 
+pub mod args;
 pub mod convert;
 pub mod server;
 
