@@ -755,13 +755,14 @@ fn view_with_env(env: &[(&str, &str)], meanwhile: impl FnOnce(&str)) -> String {
 fn the_browser_is_the_sudo_users_never_roots() {
     let dir = tempdir();
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    // The browser ($BROWSER): it writes who ran it and the URL it got.
+    // The browser ($BROWSER): it writes its uid, all its groups (root's are dropped) and
+    // the URL it got.
     let who = dir.join("who");
     let browser = dir.join("browser");
     std::fs::write(
         &browser,
         format!(
-            "#!/bin/sh\n{{ id -u; id -g; echo \"$1\"; }} > {}.tmp && mv {0}.tmp {0}\n",
+            "#!/bin/sh\n{{ id -u; id -G; echo \"$1\"; }} > {}.tmp && mv {0}.tmp {0}\n",
             who.display()
         ),
     )
