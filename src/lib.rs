@@ -23,7 +23,9 @@
 //! [`profile`] is the data model the later stages share. [`files`] is the perf-free base
 //! every stage stands on: what a mapped ELF file is and where it and its debug file are
 //! found, JIT dumps, the user's cache, atomic outputs and messages on stderr. [`cli`] is
-//! the top: the command line, its options and the summary after a recording.
+//! the top: the command line, its options, the summary after a recording, and
+//! [`cli::view`], which serves a written profile to the Firefox Profiler in the user's
+//! browser.
 //!
 //! Each stage owns its helpers: [`record::procmem`] reads a stopped process's memory,
 //! [`record::interrupt`] lets the signals that end a recording stop the naming after it,

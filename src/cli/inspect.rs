@@ -1,6 +1,7 @@
 //! The subcommands that read what sampler or a compiler wrote, without recording:
 //! `symbolize` (addresses of a file to names and lines), `report` (a profile in the
-//! terminal), `convert` (a profile to another format) and `demangle`.
+//! terminal), `convert` (a profile to another format), `demangle` and `view` (a profile
+//! in the Firefox Profiler).
 
 use anyhow::{Context, Result};
 
@@ -186,4 +187,15 @@ pub fn demangle(names: &[String]) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => other.context("cannot demangle standard input to standard output"),
     }
+}
+
+/// Serves one profile, or two to compare, to the Firefox Profiler until Ctrl-C (or until
+/// fetched, with `--exit-after-fetch`).
+pub fn view(args: cli::ViewArgs) -> Result<()> {
+    let options = args.serve.options()?;
+    let files: Vec<std::path::PathBuf> = std::iter::once(args.file).chain(args.file2).collect();
+    // Ctrl-C ends the serving, not sampler in the middle of it.
+    crate::record::interrupt::watch(&crate::record::STOP_SIGNALS)
+        .context("cannot take the signals that stop the viewer's server")?;
+    crate::cli::view::view(&files, &options)
 }

@@ -6,6 +6,9 @@ pub mod diff;
 pub mod inspect;
 pub mod run;
 pub mod summary;
+pub mod view;
+
+pub use view::args::{ServeArgs, ViewArgs};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -52,6 +55,10 @@ pub enum Command {
     /// BASE and NEW, the change, and whether it is beyond sampling noise; or (-f) write a
     /// differential flame graph
     Diff(DiffArgs),
+    /// Open a profile in the Firefox Profiler: serve it on 127.0.0.1 under a secret path,
+    /// print the viewer's URL and open it in the browser; with a second file, compare
+    /// the two
+    View(ViewArgs),
     /// Internal: the watchdog that puts kernel.perf_event_max_stack back for a recording
     /// session that died (see `crate::record::stack_limit`).
     #[command(name = crate::record::stack_limit::WATCHDOG_COMMAND, hide = true)]
@@ -521,6 +528,12 @@ pub struct RecordArgs {
     /// Under sudo, run the command as root too [default: as the user who ran sudo].
     #[arg(long = "keep-root")]
     pub keep_root: bool,
+    /// Once the profile is written, open it in the Firefox Profiler as `sampler view`
+    /// does (not an SVG flame graph).
+    #[arg(long = "view")]
+    pub view: bool,
+    #[command(flatten)]
+    pub serve: ServeArgs,
     /// The command to profile, with its arguments (which may start with `-`; an option
     /// of sampler's own before the command is still an option, or an error).
     #[arg(trailing_var_arg = true, value_name = "CMD")]

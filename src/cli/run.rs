@@ -23,6 +23,7 @@ const CAPTURE_ENV: &str = "SAMPLER_CAPTURE_SAMPLES";
 
 /// Records, names and writes; returns the exit code (the command's, or 0 for `-p`).
 pub fn record(args: RecordArgs) -> Result<i32> {
+    let view = args.view_options()?;
     let plan = args.plan()?;
     let root = nix::unistd::Uid::effective().is_root();
     let sudo = output::SudoUser::from_env();
@@ -92,6 +93,9 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         debuginfod: symbol_options.debuginfod.as_ref().and_then(|d| d.summary()),
     }
     .print();
+    if let Some(options) = view {
+        crate::cli::view::view(std::slice::from_ref(&plan.output), &options)?;
+    }
     Ok(match ended {
         record::Ended::Command(exit) => exit.shell_code(),
         record::Ended::Detached(_) => 0,

@@ -163,6 +163,12 @@ impl Summary<'_> {
             self.write_ms,
             how_to_open(self.format, self.output)
         ));
+        if self.format == Format::Firefox {
+            out.push(format!(
+                "view it: {}",
+                crate::cli::view::view_command(self.output)
+            ));
+        }
         out.into_iter().map(|l| format!("sampler: {l}")).collect()
     }
 
@@ -499,6 +505,10 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want}:\n{text}");
         }
+        assert!(
+            text.ends_with("\nsampler: view it: sampler view out.json"),
+            "{text}"
+        );
         assert!(!text.contains("no samples: what was recorded"), "{text}");
         let text = lines(&info(RecordingGaps::default()), &empty).join("\n");
         assert!(

@@ -6,7 +6,7 @@
 //! that naming looks at ([`stopped`]: before each library, and between the reads of a
 //! download), and the profile is written with the names found until then.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -41,6 +41,7 @@ pub fn watch(signals: &[Signal]) -> std::io::Result<()> {
         .spawn(move || loop {
             match fd.read_signal() {
                 Ok(Some(info)) => {
+                    TAKEN.fetch_add(1, Ordering::Relaxed);
                     let _ = STOPPED.compare_exchange(
                         0,
                         info.ssi_signo as i32,
@@ -53,4 +54,13 @@ pub fn watch(signals: &[Signal]) -> std::io::Result<()> {
             }
         })?;
     Ok(())
+}
+
+/// How many of the watched signals have arrived since [`watch`]; what comes after the
+/// naming (`record --view`'s server) stops at the next one.
+static TAKEN: AtomicU64 = AtomicU64::new(0);
+
+/// The number of watched signals taken so far.
+pub fn signals_taken() -> u64 {
+    TAKEN.load(Ordering::Relaxed)
 }
