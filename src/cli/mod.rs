@@ -4,24 +4,24 @@
 
 pub mod diff;
 pub mod inspect;
+mod record_args;
 pub mod run;
 pub mod summary;
 pub mod view;
 
+pub use record_args::{
+    RecordArgs, RecordPlan, UnwindArg, DEFAULT_FREQUENCY_HZ, MAX_DURATION_SECONDS, MAX_MMAP_PAGES,
+};
 pub use view::args::{ServeArgs, ViewArgs};
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 
 use crate::calltree::{self, Transform};
 use crate::emit;
-use crate::events::{Rate, SamplingEvent};
 use crate::profile::TimeView;
-use crate::record::{self, RecordOptions};
-use crate::unwind::UnwindMode;
 
 #[derive(Parser)]
 #[command(
@@ -205,7 +205,8 @@ impl TimeArg {
 }
 
 /// `--time` of `report`, `convert` and `record` (folded, speedscope, svg).
-const TIME_HELP: &str = "Profiles with off-CPU time: weigh stacks by on-CPU samples (cpu), \
+pub(crate) const TIME_HELP: &str =
+    "Profiles with off-CPU time: weigh stacks by on-CPU samples (cpu), \
 time off the CPU (off-cpu), or both (wall) [default: wall when the profile has off-CPU \
 time, else cpu]";
 
@@ -438,108 +439,6 @@ pub struct SymbolizeArgs {
     pub addresses: Vec<String>,
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum UnwindArg {
-    Hybrid,
-    Fp,
-    Dwarf,
-}
-
-#[derive(clap::Args)]
-pub struct RecordArgs {
-    /// Sampling frequency in Hz (per thread); lowered to kernel.perf_event_max_sample_rate
-    /// [default: 1000].
-    #[arg(short = 'F', long = "freq", value_parser = clap::value_parser!(u64).range(1..))]
-    pub frequency: Option<u64>,
-    /// Take a sample every PERIOD events instead (ns for cpu-clock and task-clock).
-    #[arg(short = 'c', long = "count", value_name = "PERIOD", conflicts_with = "frequency",
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub period: Option<u64>,
-    /// The event to sample, as perf names it: cycles, instructions, cache-misses,
-    /// branch-misses (these need a hardware PMU), cpu-clock, task-clock, page-faults,
-    /// major-faults, context-switches [default: cycles where the CPU counts them, else
-    /// cpu-clock].
-    #[arg(short = 'e', long = "event", value_name = "EVENT")]
-    pub event: Option<String>,
-    /// Record the whole machine: every CPU, every process and kernel thread (until -d,
-    /// Ctrl-C or SIGTERM).
-    #[arg(short = 'a', long = "all-cpus")]
-    pub all_cpus: bool,
-    /// Record on these CPUs only ("0,2-3"), with -a or a command.
-    #[arg(short = 'C', long = "cpu", value_name = "CPUS")]
-    pub cpus: Option<String>,
-    /// Output file; gzip-compressed when a Firefox profile's name ends in `.gz`
-    /// [default: profile.json.gz, or the --format's default name]
-    #[arg(short = 'o', long = "output")]
-    pub output: Option<PathBuf>,
-    /// Output format [default: what the -o name implies, else firefox]
-    #[arg(short = 'f', long = "format", value_enum)]
-    pub format: Option<FormatArg>,
-    /// folded and svg: start every stack with its process and thread.
-    #[arg(long = "thread-roots")]
-    pub thread_roots: bool,
-    /// Firefox: leave out the text of the sampled functions' source files (embedded by
-    /// default, hottest first, up to 2 MiB, read with the rights of the user who runs
-    /// sampler, or of sudo's invoking user).
-    #[arg(long = "no-sources")]
-    pub no_sources: bool,
-    #[arg(long = "time", value_enum, help = TIME_HELP)]
-    pub time: Option<TimeArg>,
-    /// Data pages per CPU ring buffer (a power of two) [default: what
-    /// kernel.perf_event_mlock_kb allows, 128 with its default of 516]
-    #[arg(short = 'm', long = "mmap-pages")]
-    pub mmap_pages: Option<usize>,
-    /// How user stacks are unwound: hybrid (CFI through a stack copy, then the frame
-    /// pointer chain), fp (frame pointers only, cheapest), dwarf (CFI only).
-    #[arg(long = "unwind", value_enum, default_value_t = UnwindArg::Hybrid)]
-    pub unwind: UnwindArg,
-    /// Bytes of user stack copied with each sample [default: fp 512, hybrid 8192, dwarf
-    /// 16384].
-    #[arg(long = "stack-size", value_name = "BYTES")]
-    pub stack_size: Option<u32>,
-    /// Attach to running processes instead of launching a command.
-    #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID")]
-    pub pids: Vec<i32>,
-    /// With -p or -a: stop recording after this many seconds (else at Ctrl-C, or when
-    /// every attached process has exited).
-    #[arg(short = 'd', long = "duration", value_name = "SECONDS")]
-    pub duration: Option<f64>,
-    #[command(flatten)]
-    pub debug: DebugArgs,
-    /// Deepest stack (frames) the kernel walks per sample. Above
-    /// kernel.perf_event_max_stack, sampler (as root) raises that setting while it
-    /// records and puts it back after; at or below it, nothing machine-wide changes.
-    #[arg(long = "max-stack", value_name = "FRAMES",
-          default_value_t = crate::record::stack_limit::DEFAULT_MAX_STACK,
-          value_parser = clap::value_parser!(u16).range(1..=i64::from(crate::record::stack_limit::MAX_FITTING_FRAMES)))]
-    pub max_stack: u16,
-    /// Also record where threads wait: every interval a thread spends off the CPU
-    /// (blocked on a lock, I/O, a sleep, a pipe; or preempted) is weighted by its
-    /// duration at the stack where it left the CPU (needs kernel access: root, or
-    /// kernel.perf_event_paranoid <= 1).
-    #[arg(long = "off-cpu")]
-    pub off_cpu: bool,
-    /// With --off-cpu: take the stack of every Nth switch out of a thread only, each
-    /// standing for the off-CPU time since the one before (every switch is still timed);
-    /// for programs that switch more than some 20,000 times a second per CPU.
-    #[arg(long = "off-cpu-every", value_name = "N", requires = "off_cpu",
-          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    pub off_cpu_every: Option<u64>,
-    /// Under sudo, run the command as root too [default: as the user who ran sudo].
-    #[arg(long = "keep-root")]
-    pub keep_root: bool,
-    /// Once the profile is written, open it in the Firefox Profiler as `sampler view`
-    /// does (not an SVG flame graph).
-    #[arg(long = "view")]
-    pub view: bool,
-    #[command(flatten)]
-    pub serve: ServeArgs,
-    /// The command to profile, with its arguments (which may start with `-`; an option
-    /// of sampler's own before the command is still an option, or an error).
-    #[arg(trailing_var_arg = true, value_name = "CMD")]
-    pub command: Vec<String>,
-}
-
 pub type MakeTransform = fn(String) -> Transform;
 
 /// The report's transforms in the order they were given on the command line, whatever
@@ -600,181 +499,6 @@ impl ReportArgs {
             min_percent: self.min_percent,
             time: self.time.map(TimeArg::view),
         })
-    }
-}
-
-/// Samples per second per running thread unless `-F` or `-c` says otherwise.
-pub const DEFAULT_FREQUENCY_HZ: u64 = 1000;
-
-/// The most ring-buffer pages per CPU `-m` accepts: 2^20 pages are 4 GiB per CPU, more
-/// than the kernel lets anyone lock; a larger value can only be a typo.
-pub const MAX_MMAP_PAGES: usize = 1 << 20;
-
-/// The longest `-d` accepted: 30 days. Longer is a typo (and `1e20` would not fit a
-/// `Duration`).
-pub const MAX_DURATION_SECONDS: f64 = 30.0 * 24.0 * 3600.0;
-
-/// Everything `sampler record` was asked, checked.
-#[derive(Clone, Debug)]
-pub struct RecordPlan {
-    pub options: RecordOptions,
-    pub mode: UnwindMode,
-    pub format: emit::Format,
-    pub output: PathBuf,
-    pub export: emit::ExportOptions,
-    pub debug: DebugArgs,
-    /// Whether the source files' text is embedded (Firefox profiles).
-    pub sources: bool,
-}
-
-impl RecordArgs {
-    /// The checked plan of the recording; the error says what to change. Nothing is
-    /// created or touched on the way.
-    pub fn plan(self) -> Result<RecordPlan> {
-        if let Some(pages) = self.mmap_pages {
-            check_ring_pages(pages, None)?;
-        }
-        let target = match (self.all_cpus, self.pids.is_empty(), self.command.is_empty()) {
-            (true, false, _) => bail!(
-                "-a records the whole machine, -p given processes: give one of them"
-            ),
-            (true, true, false) => bail!(
-                "-a records the whole machine until -d, Ctrl-C or SIGTERM; to limit it to a command's CPUs, give the command without -a"
-            ),
-            (true, true, true) => record::Target::System,
-            (false, true, true) => bail!(
-                "nothing to record: give a command (`sampler record -- CMD ARGS`), running processes (`-p PID`) or the whole machine (`-a`)"
-            ),
-            (false, false, false) => bail!(
-                "-p attaches to running processes; give either -p PID or a command, not both"
-            ),
-            (false, true, false) => record::Target::Command(self.command.clone()),
-            (false, false, true) => record::Target::Pids(record::resolve_pids(&self.pids)?),
-        };
-        let cpus = match &self.cpus {
-            None => None,
-            Some(_) if matches!(target, record::Target::Pids(_)) => bail!(
-                "-C limits -a or a command to some CPUs; an attached process (-p) is followed wherever it runs"
-            ),
-            Some(list) => {
-                Some(record::parse_cpu_list(list).map_err(|e| anyhow::anyhow!("-C {list}: {e}"))?)
-            }
-        };
-        let event = match &self.event {
-            None => None,
-            Some(name) => Some(SamplingEvent::from_name(name).ok_or_else(|| {
-                let names: Vec<&str> = SamplingEvent::ALL.iter().map(|e| e.name()).collect();
-                anyhow::anyhow!(
-                    "-e {name}: unknown event; sampler samples {}",
-                    names.join(", ")
-                )
-            })?),
-        };
-        if let (true, Some(e)) = (self.off_cpu, event) {
-            if !e.is_time() {
-                bail!(
-                    "--off-cpu weighs waiting in time, and so the samples beside it must be: use -e cpu-clock or task-clock (or no -e) with it, not -e {}",
-                    e.name()
-                );
-            }
-        }
-        let rate = match (self.period, self.frequency) {
-            (Some(p), _) => Rate::Period(p),
-            (None, hz) => Rate::Frequency(hz.unwrap_or(DEFAULT_FREQUENCY_HZ)),
-        };
-        let duration = match self.duration {
-            None => None,
-            Some(_) if matches!(target, record::Target::Command(_)) => bail!(
-                "-d/--duration is for attached processes (-p) and -a; a command is recorded until it exits"
-            ),
-            Some(d) if d.is_finite() && d > 0.0 && d <= MAX_DURATION_SECONDS => {
-                Some(Duration::from_secs_f64(d))
-            }
-            Some(d) => bail!(
-                "-d/--duration must be a number of seconds above 0 and at most {MAX_DURATION_SECONDS} (30 days) (got {d})"
-            ),
-        };
-        let mode = self.unwind.mode();
-        let stack_bytes = self
-            .stack_size
-            .unwrap_or_else(|| mode.default_stack_bytes());
-        if stack_bytes % 8 != 0 || !(8..=65_528).contains(&stack_bytes) {
-            bail!("--stack-size must be a multiple of 8 between 8 and 65528 (got {stack_bytes})");
-        }
-        if let Some(pages) = self.mmap_pages {
-            check_ring_pages(pages, Some((stack_bytes, mode)))?;
-        }
-        let (format, output) = output_choice(self.format, self.output)?;
-        if let record::Target::Command(command) = &target {
-            if let Some(program) = record::program_path(&command[0]) {
-                let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
-                    (Ok(a), Ok(b)) => a == b,
-                    _ => false,
-                };
-                if same(&program, &output) {
-                    bail!(
-                        "-o {} is the program being profiled: choose another output name",
-                        output.display()
-                    );
-                }
-            }
-        }
-        let run_as = if self.keep_root {
-            None
-        } else {
-            record::Credentials::of_sudo_user()?
-        };
-        Ok(RecordPlan {
-            options: RecordOptions {
-                stack_bytes,
-                target,
-                event,
-                rate,
-                cpus,
-                mmap_pages: self.mmap_pages,
-                duration,
-                max_stack: self.max_stack,
-                run_as,
-                off_cpu: self.off_cpu.then_some(self.off_cpu_every.unwrap_or(1)),
-            },
-            mode,
-            format,
-            output,
-            export: emit::ExportOptions {
-                thread_roots: self.thread_roots,
-                time: self.time.map(TimeArg::view),
-            },
-            debug: self.debug,
-            sources: !self.no_sources,
-        })
-    }
-}
-
-/// What is wrong with `-m PAGES`: not a power of two, more than [`MAX_MMAP_PAGES`], or
-/// (once the unwinding mode and its stack copy are known) too small for one sample.
-fn check_ring_pages(pages: usize, sample: Option<(u32, UnwindMode)>) -> Result<()> {
-    if !pages.is_power_of_two() || pages > MAX_MMAP_PAGES {
-        bail!("-m/--mmap-pages must be a power of two from 1 to {MAX_MMAP_PAGES} (got {pages})");
-    }
-    if let Some((stack_bytes, mode)) = sample {
-        let least = record::min_ring_pages(stack_bytes);
-        if pages < least {
-            bail!(
-                "-m {pages} is too small to hold one sample with a {stack_bytes}-byte stack copy ({} unwinding): give -m {least} or more, or a smaller --stack-size",
-                mode.name()
-            );
-        }
-    }
-    Ok(())
-}
-
-impl UnwindArg {
-    pub fn mode(self) -> UnwindMode {
-        match self {
-            UnwindArg::Hybrid => UnwindMode::Hybrid,
-            UnwindArg::Fp => UnwindMode::Fp,
-            UnwindArg::Dwarf => UnwindMode::Dwarf,
-        }
     }
 }
 
