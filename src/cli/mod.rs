@@ -3,6 +3,7 @@
 //! written, with one line that says what to do.
 
 pub mod inspect;
+pub mod push;
 pub mod run;
 pub mod summary;
 
@@ -73,6 +74,8 @@ pub enum FormatArg {
     Pprof,
     /// SVG flame graph
     Svg,
+    /// OTLP profiles export request (binary protobuf), as OpenTelemetry receives it
+    Otlp,
 }
 
 impl FormatArg {
@@ -83,6 +86,7 @@ impl FormatArg {
             FormatArg::Speedscope => emit::Format::Speedscope,
             FormatArg::Pprof => emit::Format::Pprof,
             FormatArg::Svg => emit::Format::Svg,
+            FormatArg::Otlp => emit::Format::Otlp,
         }
     }
 }
@@ -168,6 +172,8 @@ pub struct ConvertArgs {
     pub thread_roots: bool,
     #[arg(long = "time", value_enum, help = TIME_HELP)]
     pub time: Option<TimeArg>,
+    #[command(flatten)]
+    pub push: push::PushArgs,
 }
 
 /// Which time a report or an export weighs stacks by (profiles recorded with
@@ -409,6 +415,8 @@ pub struct RecordArgs {
     /// of sampler's own before the command is still an option, or an error).
     #[arg(trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
+    #[command(flatten)]
+    pub push: push::PushArgs,
 }
 
 pub type MakeTransform = fn(String) -> Transform;
@@ -505,6 +513,8 @@ pub struct RecordPlan {
     pub debug: DebugArgs,
     /// Whether the source files' text is embedded (Firefox profiles).
     pub sources: bool,
+    /// Where the profile is sent once written (`--otlp`, `--push`).
+    pub push: Vec<emit::push::Destination>,
 }
 
 impl RecordArgs {
@@ -626,6 +636,7 @@ impl RecordArgs {
             },
             debug: self.debug,
             sources: !self.no_sources,
+            push: self.push.destinations()?,
         })
     }
 }

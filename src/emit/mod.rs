@@ -8,7 +8,9 @@ pub mod fxformat;
 #[cfg(test)]
 mod golden;
 pub mod load;
+pub mod otlp;
 pub mod pprof;
+pub mod push;
 pub mod report;
 pub mod speedscope;
 pub mod svg;
@@ -37,6 +39,8 @@ pub enum Format {
     Pprof,
     /// A flame graph as a self-contained SVG.
     Svg,
+    /// An OTLP profiles export request (binary protobuf), see [`otlp`].
+    Otlp,
 }
 
 impl Format {
@@ -48,6 +52,7 @@ impl Format {
             Format::Speedscope => "speedscope",
             Format::Pprof => "pprof",
             Format::Svg => "svg",
+            Format::Otlp => "otlp",
         }
     }
 
@@ -59,6 +64,7 @@ impl Format {
             Format::Speedscope => "profile.speedscope.json",
             Format::Pprof => "profile.pb.gz",
             Format::Svg => "profile.svg",
+            Format::Otlp => "profile.otlp",
         }
     }
 
@@ -72,6 +78,7 @@ impl Format {
             (".pb.gz", Format::Pprof),
             (".pprof", Format::Pprof),
             (".svg", Format::Svg),
+            (".otlp", Format::Otlp),
             (".json", Format::Firefox),
             (".json.gz", Format::Firefox),
         ]
@@ -203,6 +210,10 @@ fn write_to(
         Format::Speedscope => serde_json::to_writer(&mut out, &speedscope::to_json(profile, view))?,
         Format::Pprof => out.write_all(&pprof::to_pprof(profile).to_gzipped_bytes()?)?,
         Format::Svg => out.write_all(svg::to_svg(profile, opts.thread_roots, view).as_bytes())?,
+        Format::Otlp => {
+            use prost::Message;
+            out.write_all(&otlp::to_request(profile).encode_to_vec())?
+        }
     }
     out.flush()
 }

@@ -246,6 +246,14 @@ enum Answer {
     NoCache(String),
 }
 
+/// The system's roots of trust, as curl (elfutils' client) uses: a CA that the
+/// machine's administrator added is trusted here too. For every HTTPS client of sampler's.
+pub(crate) fn system_trust() -> ureq::tls::TlsConfig {
+    ureq::tls::TlsConfig::builder()
+        .root_certs(ureq::tls::RootCerts::PlatformVerifier)
+        .build()
+}
+
 impl Client {
     pub fn new(config: Config) -> Client {
         let agent = ureq::Agent::config_builder()
@@ -256,13 +264,7 @@ impl Client {
             .timeout_per_read(config.timeout)
             .timeout_per_call(config.max_time)
             .user_agent(format!("sampler/{}", env!("CARGO_PKG_VERSION")))
-            // The system's roots of trust, as curl (elfutils' client) uses: a CA that
-            // the machine's administrator added is trusted here too.
-            .tls_config(
-                ureq::tls::TlsConfig::builder()
-                    .root_certs(ureq::tls::RootCerts::PlatformVerifier)
-                    .build(),
-            )
+            .tls_config(system_trust())
             .build()
             .new_agent();
         Client {

@@ -929,3 +929,12 @@ pub fn remove_perf_maps(p: &Value) {
         }
     }
 }
+
+/// A port on 127.0.0.1 that nobody listens on right now (the kernel's pick, released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
