@@ -3,7 +3,8 @@
  * Usage: split7030 [seconds] (default 2), or split7030 -n ROUNDS for a fixed amount of
  * work (what overhead benchmarks time). With --unlink-self first, it deletes its own
  * executable before it starts working (a profiler must then read the file through
- * /proc/PID/map_files). */
+ * /proc/PID/map_files). With --even first (after --unlink-self, if both), hot_a and
+ * hot_b get 5 units each: a 50/50 run to compare a 70/30 one with (`sampler diff`). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -17,10 +18,12 @@ __attribute__((noinline)) void hot_a(long n) { sum_to(n); }
 __attribute__((noinline)) void hot_b(long n) { sum_to(n); }
 
 static volatile long rounds;
+/* Units of work per round of hot_a and hot_b (of 10). */
+static long units_a = 7, units_b = 3;
 
 __attribute__((noinline)) void outer(long unit) {
-    hot_a(7 * unit);
-    hot_b(3 * unit);
+    hot_a(units_a * unit);
+    hot_b(units_b * unit);
     rounds++; /* keeps hot_b from being a tail call, which would hide outer */
 }
 
@@ -31,6 +34,11 @@ int main(int argc, char **argv) {
         if (len < 0) return 2;
         self[len] = 0;
         if (unlink(self) != 0) return 2;
+        argc--;
+        argv++;
+    }
+    if (argc > 1 && strcmp(argv[1], "--even") == 0) {
+        units_a = units_b = 5;
         argc--;
         argv++;
     }

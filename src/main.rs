@@ -22,6 +22,7 @@ fn main() -> ExitCode {
         }
         Command::Symbolize(args) => inspect::symbolize(args).map(|()| 0),
         Command::Convert(args) => inspect::convert(args).map(|()| 0),
+        Command::Diff(args) => cli::diff::diff(args).map(|()| 0),
         Command::Demangle { names } => inspect::demangle(&names).map(|()| 0),
         Command::RestoreMaxStack { pid, start } => {
             stack_limit::watchdog_main(pid, start).map(|()| 0)

@@ -9,7 +9,7 @@ use sampler::emit;
 use sampler::profile::TimeView;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(profile) = emit::load::from_slice(data) else {
+    let Ok(profile) = emit::firefox::from_slice(data) else {
         return;
     };
     let mut text = String::new();

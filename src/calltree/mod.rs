@@ -7,6 +7,7 @@
 //! Every transform maps each call node as a whole (all samples of a node share its path),
 //! so a tree needs only each node's self weight, never the samples themselves.
 
+pub mod diff;
 pub mod lines;
 pub mod transform;
 

@@ -113,137 +113,133 @@ impl std::fmt::Display for Transform {
 }
 
 impl Transform {
-    /// The transformed tree, or why the transform names nothing in this tree.
+    /// The transformed tree, or why the transform names nothing in this tree: the
+    /// transform decides each node's fate (a collapse may add the function it collapses
+    /// into), then one forward pass builds the new tree.
     pub fn apply(&self, tree: &CallTree) -> Result<CallTree, String> {
         if tree.inverted {
             return Err("transforms apply to the top-down tree, before inverting".into());
         }
         let mut funcs = tree.funcs.clone();
+        let keep_or = |matched: bool, fate: Fate| if matched { fate } else { Fate::Keep };
         let fates: Vec<Fate> = match self {
             Transform::MergeFunction(name) => {
                 let is_f = function_nodes(tree, name)?;
-                is_f.iter()
-                    .map(|&f| if f { Fate::Merge } else { Fate::Keep })
-                    .collect()
+                each_node(tree, |i| keep_or(is_f[i], Fate::Merge))
             }
             Transform::MergeCallNode(path) => {
                 let m = PathMatch::new(tree, path)?;
-                (0..tree.nodes.len())
-                    .map(|i| if m.exact(i) { Fate::Merge } else { Fate::Keep })
-                    .collect()
+                each_node(tree, |i| keep_or(m.exact(i), Fate::Merge))
             }
             Transform::PruneCallNode(path) => {
                 let m = PathMatch::new(tree, path)?;
-                (0..tree.nodes.len())
-                    .map(|i| if m.inside[i] { Fate::Merge } else { Fate::Keep })
-                    .collect()
+                each_node(tree, |i| keep_or(m.inside[i], Fate::Merge))
             }
             Transform::DropFunction(name) => {
                 let on_path = on_path(tree, &function_nodes(tree, name)?);
-                on_path
-                    .iter()
-                    .map(|&d| if d { Fate::Drop } else { Fate::Keep })
-                    .collect()
+                each_node(tree, |i| keep_or(on_path[i], Fate::Drop))
             }
-            Transform::FocusSubtree(path) => {
-                let m = PathMatch::new(tree, path)?;
-                (0..tree.nodes.len())
-                    .map(|i| {
-                        let parent_inside =
-                            tree.nodes[i].parent.is_some_and(|p| m.inside[p.index()]);
-                        if m.exact(i) && !parent_inside {
-                            Fate::KeepAsRoot
-                        } else if parent_inside {
-                            Fate::Keep
-                        } else if m.matched[i].is_some() {
-                            Fate::Hide
-                        } else {
-                            Fate::Drop
-                        }
-                    })
-                    .collect()
-            }
-            Transform::FocusFunction(name) => {
-                let is_f = function_nodes(tree, name)?;
-                let on_path = on_path(tree, &is_f);
-                (0..tree.nodes.len())
-                    .map(|i| {
-                        let below_f = tree.nodes[i].parent.is_some_and(|p| on_path[p.index()]);
-                        if below_f {
-                            Fate::Keep
-                        } else if is_f[i] {
-                            Fate::KeepAsRoot
-                        } else {
-                            Fate::Hide
-                        }
-                    })
-                    .collect()
-            }
-            Transform::CollapseLibrary(lib) => {
-                let in_lib: Vec<bool> = tree
-                    .nodes
-                    .iter()
-                    .map(|n| tree.funcs[n.func.index()].lib.as_deref() == Some(lib.as_str()))
-                    .collect();
-                if !in_lib
-                    .iter()
-                    .zip(&tree.nodes)
-                    .any(|(&l, n)| l && n.running_weight > 0)
-                {
-                    return Err(format!(
-                        "no sampled function is in a library named {lib}{}",
-                        suggest(tree.funcs.iter().filter_map(|f| f.lib.as_deref()), lib)
-                    ));
-                }
-                let first = tree.funcs.iter().find(|f| f.lib.as_deref() == Some(lib));
-                let collapsed = TreeFuncIndex::new(funcs.len());
-                funcs.push(TreeFunc {
-                    name: lib.clone(),
-                    lib: Some(lib.clone()),
-                    kind: first.map_or(CodeKind::User, |f| f.kind),
-                    profile_func: None,
-                });
-                (0..tree.nodes.len())
-                    .map(|i| {
-                        let parent_in_lib = tree.nodes[i].parent.is_some_and(|p| in_lib[p.index()]);
-                        match (in_lib[i], parent_in_lib) {
-                            (true, true) => Fate::Merge,
-                            (true, false) => Fate::Rename(collapsed),
-                            (false, _) => Fate::Keep,
-                        }
-                    })
-                    .collect()
-            }
+            Transform::FocusSubtree(path) => focus_subtree(tree, &PathMatch::new(tree, path)?),
+            Transform::FocusFunction(name) => focus_function(tree, &function_nodes(tree, name)?),
+            Transform::CollapseLibrary(lib) => collapse_library(tree, lib, &mut funcs)?,
             Transform::CollapseRecursion(name) => {
                 let is_f = function_nodes(tree, name)?;
-                (0..tree.nodes.len())
-                    .map(|i| {
-                        let parent_f = tree.nodes[i].parent.is_some_and(|p| is_f[p.index()]);
-                        if is_f[i] && parent_f {
-                            Fate::Merge
-                        } else {
-                            Fate::Keep
-                        }
-                    })
-                    .collect()
+                each_node(tree, |i| {
+                    keep_or(is_f[i] && parent_in(tree, i, &is_f), Fate::Merge)
+                })
             }
             Transform::CollapseIndirectRecursion(name) => {
                 let is_f = function_nodes(tree, name)?;
                 let on_path = on_path(tree, &is_f);
-                (0..tree.nodes.len())
-                    .map(|i| {
-                        let f_above = tree.nodes[i].parent.is_some_and(|p| on_path[p.index()]);
-                        if is_f[i] && f_above {
-                            Fate::Merge
-                        } else {
-                            Fate::Keep
-                        }
-                    })
-                    .collect()
+                each_node(tree, |i| {
+                    keep_or(is_f[i] && parent_in(tree, i, &on_path), Fate::Merge)
+                })
             }
         };
         Ok(remap(tree, funcs, &fates))
     }
+}
+
+/// The fate of each node of `tree`, by index.
+fn each_node(tree: &CallTree, fate: impl Fn(usize) -> Fate) -> Vec<Fate> {
+    (0..tree.nodes.len()).map(fate).collect()
+}
+
+/// Whether node `i` has a parent in `set` (a flag per node).
+fn parent_in(tree: &CallTree, i: usize, set: &[bool]) -> bool {
+    tree.nodes[i].parent.is_some_and(|p| set[p.index()])
+}
+
+/// Focus subtree: the outermost node the path names becomes a root with everything
+/// below it; the nodes on the way to it are hidden, all others dropped.
+fn focus_subtree(tree: &CallTree, m: &PathMatch) -> Vec<Fate> {
+    each_node(tree, |i| {
+        let parent_inside = parent_in(tree, i, &m.inside);
+        if m.exact(i) && !parent_inside {
+            Fate::KeepAsRoot
+        } else if parent_inside {
+            Fate::Keep
+        } else if m.matched[i].is_some() {
+            Fate::Hide
+        } else {
+            Fate::Drop
+        }
+    })
+}
+
+/// Focus function: each outermost call of F (`is_f`) becomes a root with everything
+/// below it; the rest is hidden.
+fn focus_function(tree: &CallTree, is_f: &[bool]) -> Vec<Fate> {
+    let on_path = on_path(tree, is_f);
+    each_node(tree, |i| {
+        if parent_in(tree, i, &on_path) {
+            Fate::Keep
+        } else if is_f[i] {
+            Fate::KeepAsRoot
+        } else {
+            Fate::Hide
+        }
+    })
+}
+
+/// Collapse library: the outermost of each run of the library's nodes is renamed to a
+/// new function named after the library (added to `funcs`), the rest of the run merged
+/// into it.
+fn collapse_library(
+    tree: &CallTree,
+    lib: &str,
+    funcs: &mut Vec<TreeFunc>,
+) -> Result<Vec<Fate>, String> {
+    let in_lib: Vec<bool> = tree
+        .nodes
+        .iter()
+        .map(|n| tree.funcs[n.func.index()].lib.as_deref() == Some(lib))
+        .collect();
+    if !in_lib
+        .iter()
+        .zip(&tree.nodes)
+        .any(|(&l, n)| l && n.running_weight > 0)
+    {
+        return Err(format!(
+            "no sampled function is in a library named {lib}{}",
+            suggest(tree.funcs.iter().filter_map(|f| f.lib.as_deref()), lib)
+        ));
+    }
+    let first = tree.funcs.iter().find(|f| f.lib.as_deref() == Some(lib));
+    let collapsed = TreeFuncIndex::new(funcs.len());
+    funcs.push(TreeFunc {
+        name: lib.to_string(),
+        lib: Some(lib.to_string()),
+        kind: first.map_or(CodeKind::User, |f| f.kind),
+        profile_func: None,
+    });
+    Ok(each_node(tree, |i| {
+        match (in_lib[i], parent_in(tree, i, &in_lib)) {
+            (true, true) => Fate::Merge,
+            (true, false) => Fate::Rename(collapsed),
+            (false, _) => Fate::Keep,
+        }
+    }))
 }
 
 /// Applies transforms in order.

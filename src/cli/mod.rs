@@ -2,6 +2,7 @@
 //! into checked options. A mistake is refused here, before anything is recorded or
 //! written, with one line that says what to do.
 
+pub mod diff;
 pub mod inspect;
 pub mod push;
 pub mod run;
@@ -48,6 +49,10 @@ pub enum Command {
     /// Print the call tree of a profile that sampler wrote, with transforms applied in the
     /// order given (paths are CallNodePaths: A>B>C, from the root)
     Report(ReportArgs),
+    /// Compare two profiles that sampler wrote: each function's self and total share in
+    /// BASE and NEW, the change, and whether it is beyond sampling noise; or (-f) write a
+    /// differential flame graph
+    Diff(DiffArgs),
     /// Internal: the watchdog that puts kernel.perf_event_max_stack back for a recording
     /// session that died (see `crate::record::stack_limit`).
     #[command(name = crate::record::stack_limit::WATCHDOG_COMMAND, hide = true)]
@@ -210,6 +215,25 @@ pub enum ColorArg {
     Never,
 }
 
+impl ColorArg {
+    /// Whether to colour: `tty` says whether stdout is a terminal.
+    pub fn on(self, tty: bool) -> bool {
+        match self {
+            ColorArg::Always => true,
+            ColorArg::Never => false,
+            ColorArg::Auto => tty && std::env::var_os("NO_COLOR").is_none(),
+        }
+    }
+}
+
+/// `--min-percent` of `report` and `diff`: a percentage.
+fn check_min_percent(p: f64) -> Result<()> {
+    if !(0.0..=100.0).contains(&p) {
+        bail!("--min-percent must be between 0 and 100 (got {p})");
+    }
+    Ok(())
+}
+
 #[derive(clap::Args)]
 pub struct ReportArgs {
     /// A profile written by `sampler record` (.json or .json.gz).
@@ -269,6 +293,98 @@ pub struct ReportArgs {
     /// Colour the output [default: auto, when stdout is a terminal and NO_COLOR is unset]
     #[arg(long, value_enum, default_value_t = ColorArg::Auto)]
     pub color: ColorArg,
+}
+
+#[derive(clap::Args)]
+pub struct DiffArgs {
+    /// The profile to compare against (written by `sampler record`, .json or .json.gz).
+    pub base: PathBuf,
+    /// The profile compared with BASE.
+    pub new: PathBuf,
+    /// Print the comparison as a JSON array, one object per function.
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
+    /// Write a differential flame graph to -o instead of the comparison: folded stacks
+    /// with both counts (`stack base new`), or an SVG as wide as NEW, red where the share
+    /// grew, blue where it shrank [default: what the -o name implies]
+    #[arg(short = 'f', long = "format", value_enum)]
+    pub format: Option<DiffFormatArg>,
+    /// The flame graph's file (`-` for standard output).
+    #[arg(short = 'o', long = "output", conflicts_with = "json")]
+    pub output: Option<PathBuf>,
+    #[arg(long = "time", value_enum, help = TIME_HELP)]
+    pub time: Option<TimeArg>,
+    /// Compare the user-space functions only: a sample in the kernel counts for the
+    /// user function that entered it (what interrupts for other processes' work add
+    /// differs from run to run)
+    #[arg(long, conflicts_with_all = ["format", "output"])]
+    pub user: bool,
+    /// The table leaves out functions below this percentage in both profiles whose
+    /// change is within noise (0 shows all).
+    #[arg(long = "min-percent", value_name = "P", default_value_t = 0.5)]
+    pub min_percent: f64,
+    /// Columns to fit the table in (0: no limit) [default: the terminal's width, else
+    /// $COLUMNS, else no limit]
+    #[arg(long, value_name = "N")]
+    pub width: Option<usize>,
+    /// Colour the changes beyond noise [default: auto, when stdout is a terminal and
+    /// NO_COLOR is unset]
+    #[arg(long, value_enum, default_value_t = ColorArg::Auto)]
+    pub color: ColorArg,
+}
+
+/// The differential flame graphs `sampler diff -f` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiffFormatArg {
+    /// Folded stacks with two counts, `a;b;c 42 57` (difffolded.pl's format)
+    Folded,
+    /// SVG differential flame graph
+    Svg,
+}
+
+impl DiffArgs {
+    /// The flame graph asked for and its file, if any: `-f` needs `-o`, and an `-o` name
+    /// must imply the format `-f` says (`.folded`, `.svg`), or one of them.
+    pub fn flame_graph(&self) -> Result<Option<(DiffFormatArg, PathBuf)>> {
+        let named = self
+            .output
+            .as_deref()
+            .and_then(emit::Format::from_output_name);
+        let implied = match named {
+            Some(emit::Format::Folded) => Some(DiffFormatArg::Folded),
+            Some(emit::Format::Svg) => Some(DiffFormatArg::Svg),
+            Some(other) => bail!(
+                "-o {} names a {} file: diff writes a folded or svg flame graph",
+                self.output.as_deref().unwrap_or(Path::new("")).display(),
+                other.name()
+            ),
+            None => None,
+        };
+        match (self.format, &self.output, implied) {
+            (None, None, _) => Ok(None),
+            (Some(_), None, _) => bail!("diff -f writes a flame graph: name its file with -o FILE (or -o - for standard output)"),
+            (Some(asked), Some(o), Some(named)) if asked != named => bail!(
+                "-o {} names another format than -f: change one of them",
+                o.display()
+            ),
+            (Some(asked), Some(o), _) => Ok(Some((asked, o.clone()))),
+            (None, Some(o), Some(named)) => Ok(Some((named, o.clone()))),
+            (None, Some(o), None) => bail!(
+                "-o {}: say which flame graph with -f folded or -f svg (or name the file .folded or .svg)",
+                o.display()
+            ),
+        }
+    }
+
+    /// How the table is drawn: `tty` says whether stdout is a terminal.
+    pub fn table_options(&self, tty: bool) -> Result<emit::diff::TableOptions> {
+        check_min_percent(self.min_percent)?;
+        Ok(emit::diff::TableOptions {
+            width: report_width(self.width, tty),
+            color: self.color.on(tty),
+            min_percent: self.min_percent,
+        })
+    }
 }
 
 /// Where debug information is looked for: `record` and `symbolize` share these.
@@ -471,19 +587,10 @@ pub fn report_width(arg: Option<usize>, tty: bool) -> Option<usize> {
 impl ReportArgs {
     /// How the report is drawn: `tty` says whether stdout is a terminal.
     pub fn options(&self, tty: bool) -> Result<emit::report::ReportOptions> {
-        if !(0.0..=100.0).contains(&self.min_percent) {
-            bail!(
-                "--min-percent must be between 0 and 100 (got {})",
-                self.min_percent
-            );
-        }
+        check_min_percent(self.min_percent)?;
         Ok(emit::report::ReportOptions {
             width: report_width(self.width, tty),
-            color: match self.color {
-                ColorArg::Always => true,
-                ColorArg::Never => false,
-                ColorArg::Auto => tty && std::env::var_os("NO_COLOR").is_none(),
-            },
+            color: self.color.on(tty),
             max_depth: self.depth,
             min_percent: self.min_percent,
             time: self.time.map(TimeArg::view),
@@ -770,5 +877,38 @@ mod tests {
             output_choice(None, None).unwrap().1,
             PathBuf::from("profile.json.gz")
         );
+    }
+
+    #[test]
+    fn diff_writes_a_flame_graph_only_when_asked_and_named() {
+        let graph = |args: &[&str]| {
+            let mut all = vec!["sampler", "diff", "a.json", "b.json"];
+            all.extend(args);
+            match Cli::try_parse_from(all).map_err(|e| e.to_string())?.command {
+                Command::Diff(d) => d.flame_graph().map_err(|e| e.to_string()),
+                _ => unreachable!("a diff"),
+            }
+        };
+        assert_eq!(graph(&[]).unwrap(), None);
+        assert_eq!(
+            graph(&["-o", "d.SVG"]).unwrap(),
+            Some((DiffFormatArg::Svg, PathBuf::from("d.SVG")))
+        );
+        assert_eq!(
+            graph(&["-f", "folded", "-o", "-"]).unwrap(),
+            Some((DiffFormatArg::Folded, PathBuf::from("-")))
+        );
+        assert!(graph(&["-f", "svg"]).unwrap_err().contains("-o FILE"));
+        assert!(graph(&["-f", "svg", "-o", "d.folded"])
+            .unwrap_err()
+            .contains("another format"));
+        assert!(graph(&["-o", "d.txt"])
+            .unwrap_err()
+            .contains("-f folded or -f svg"));
+        assert!(graph(&["--json", "-f", "svg", "-o", "d.svg"]).is_err());
+        assert!(graph(&["--user", "-o", "d.svg"]).is_err());
+        assert!(graph(&["-f", "svg", "-o", "a.json"])
+            .unwrap_err()
+            .contains("names a firefox file"));
     }
 }

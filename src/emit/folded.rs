@@ -30,6 +30,23 @@ pub fn thread_root(profile: &Profile, thread: usize) -> String {
 /// microseconds for time (off-CPU or wall-clock); with `thread_roots`, each stack starts
 /// with its process and thread.
 pub fn to_folded(profile: &Profile, thread_roots: bool, view: TimeView) -> String {
+    let mut out = String::new();
+    for (stack, weight) in folded_stacks(profile, thread_roots, view) {
+        out.push_str(&stack);
+        out.push(' ');
+        out.push_str(&weight.to_string());
+        out.push('\n');
+    }
+    out
+}
+
+/// The lines of [`to_folded`]: each unique stack (frames joined by `;`) and its weight
+/// (samples, or microseconds for time), sorted; stacks of no weight left out.
+pub fn folded_stacks(
+    profile: &Profile,
+    thread_roots: bool,
+    view: TimeView,
+) -> BTreeMap<String, u64> {
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
     let interval_ns = profile.meta.interval_ns();
     for (i, t) in profile.threads.iter().enumerate() {
@@ -44,21 +61,13 @@ pub fn to_folded(profile: &Profile, thread_roots: bool, view: TimeView) -> Strin
             *lines.entry(names.join(";")).or_default() += weight;
         }
     }
-    let mut out = String::new();
-    for (stack, weight) in lines {
-        let weight = match view.unit() {
-            WeightUnit::Samples => weight,
-            WeightUnit::Nanoseconds => (weight + 500) / 1000,
-        };
-        if weight == 0 {
-            continue;
+    for weight in lines.values_mut() {
+        if view.unit() == WeightUnit::Nanoseconds {
+            *weight = (*weight + 500) / 1000;
         }
-        out.push_str(&stack);
-        out.push(' ');
-        out.push_str(&weight.to_string());
-        out.push('\n');
     }
-    out
+    lines.retain(|_, weight| *weight > 0);
+    lines
 }
 
 #[cfg(test)]

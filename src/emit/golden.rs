@@ -95,7 +95,7 @@ fn golden_seed_001() {
 
 #[test]
 fn golden_rich_profile() {
-    every_export("rich", &super::load::tests::rich_profile());
+    every_export("rich", &super::firefox::fixture::rich_profile());
 }
 
 #[test]

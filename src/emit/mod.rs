@@ -1,10 +1,10 @@
 //! Outputs: every format is written from the same symbolicated [`Profile`], so all of them
-//! agree on every count. [`load`] reads sampler's own Firefox Profiler files back, so
-//! that `report` and `convert` start from the file alone.
+//! agree on every count. [`load`] reads sampler's own Firefox Profiler files back (through
+//! [`firefox`]'s reader), so that `report` and `convert` start from the file alone.
 
+pub mod diff;
 pub mod firefox;
 pub mod folded;
-pub mod fxformat;
 #[cfg(test)]
 mod golden;
 pub mod load;
@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use flate2::write::GzEncoder;
 
@@ -221,66 +221,6 @@ fn write_to(
 /// The bytes of JSON handed to the gzip encoder at a time: 64 KiB, twice its output
 /// buffer, so each write fills it.
 const GZIP_INPUT_CHUNK: usize = 64 << 10;
-
-/// The largest profile text read back: 256 MiB of JSON (about ten million samples).
-/// Parsed into the typed model it takes less than its text; the limit keeps a damaged or
-/// hostile file (a gzip bomb, `/dev/zero`) from taking more memory than that.
-pub const MAX_PROFILE_TEXT: u64 = 256 << 20;
-
-/// Bytes read before checking that a file starts like a JSON object (after whitespace).
-const JSON_START_WINDOW: u64 = 4096;
-
-/// Reads the text of a JSON file, gunzipping it when it starts with the gzip magic bytes,
-/// and refusing it once it is over [`MAX_PROFILE_TEXT`], or when it cannot be JSON at all.
-/// Errors name the file.
-pub fn read_json_text(path: &Path) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let fail = || format!("cannot read {}", path.display());
-    let file = std::fs::File::open(path).with_context(fail)?;
-    let mut head = [0u8; 2];
-    let mut reader = std::io::BufReader::new(file);
-    let n = {
-        use std::io::BufRead;
-        let buffered = reader.fill_buf().with_context(fail)?;
-        let n = buffered.len().min(2);
-        head[..n].copy_from_slice(&buffered[..n]);
-        n
-    };
-    let source: Box<dyn Read> = if n == 2 && head == [0x1f, 0x8b] {
-        Box::new(flate2::read::GzDecoder::new(reader))
-    } else {
-        Box::new(reader)
-    };
-    let damaged = || format!("cannot read {} (gzip data damaged?)", path.display());
-    let mut source = source.take(MAX_PROFILE_TEXT + 1);
-    let mut text = Vec::new();
-    // The first bytes say whether it can be a JSON object at all (not `/dev/zero`).
-    (&mut source)
-        .take(JSON_START_WINDOW)
-        .read_to_end(&mut text)
-        .with_context(damaged)?;
-    if text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        bail!(
-            "{} is not a JSON profile (it does not start with {{)",
-            path.display()
-        );
-    }
-    source.read_to_end(&mut text).with_context(damaged)?;
-    if text.len() as u64 > MAX_PROFILE_TEXT {
-        bail!(
-            "{} holds more than {} MiB of JSON: sampler reads profiles up to that size",
-            path.display(),
-            MAX_PROFILE_TEXT >> 20
-        );
-    }
-    Ok(text)
-}
-
-/// Reads a JSON file (see [`read_json_text`]).
-pub fn read_json(path: &Path) -> Result<serde_json::Value> {
-    let text = read_json_text(path)?;
-    serde_json::from_slice(&text).with_context(|| format!("{} is not valid JSON", path.display()))
-}
 
 /// Strings stored once each, numbered in the order they were first seen: the string
 /// tables of the Firefox and pprof formats.

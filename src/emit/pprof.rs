@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use prost::Message;
 
-use crate::profile::{OffCpuKind, Profile, SampleWeight, StackIndex};
+use crate::profile::{Meta, OffCpuKind, Profile, SampleWeight, StackIndex, Thread};
 
 #[derive(Clone, PartialEq, Message)]
 pub struct PprofProfile {
@@ -143,21 +143,57 @@ impl Strings {
 /// A pprof sample's stack and, for off-CPU time, its kind.
 type RowKey = (StackIndex, Option<OffCpuKind>);
 
-/// The profile as a pprof message.
+/// The profile as a pprof message, built table by table. The order of the calls is the
+/// order in which strings are first met, which numbers the string table: the sample
+/// types, the functions, the mappings, the samples' labels, the comment.
 pub fn to_pprof(profile: &Profile) -> PprofProfile {
-    let mut strings = Strings::new();
     let meta = &profile.meta;
-    let samples_type = ValueType {
-        r#type: strings.get("samples"),
-        unit: strings.get("count"),
-    };
-    // The second value: CPU time for a time event (each sample its interval), else the
-    // event's count (each sample its fixed period). When the period varied, the rows
-    // hold event counts already, and they are the only on-CPU value.
-    let time_event = meta.time_event;
-    let (value_types, period_type, period, per_count): (Vec<ValueType>, ValueType, i64, i64) =
-        match (meta.event.as_str(), meta.period) {
-            _ if time_event => {
+    let mut strings = Strings::new();
+    let values = SampleValues::of(meta, &mut strings);
+    let function = functions(profile, &mut strings);
+    let mapping = mappings(profile, &mut strings);
+    let mut locations = Locations::new(profile);
+    let sample = samples(profile, &values, &mut locations, &mut strings);
+    let comment = vec![strings.get(&comment(meta))];
+    PprofProfile {
+        sample_type: values.sample_types(),
+        sample,
+        mapping,
+        location: locations.list,
+        function,
+        string_table: strings.0.into_list(),
+        time_nanos: (meta.start_unix_ms * 1e6) as i64,
+        duration_nanos: (meta.duration_ms * 1e6) as i64,
+        period_type: Some(values.period_type),
+        period: values.period,
+        comment,
+        default_sample_type: 0,
+    }
+}
+
+/// What each sample's values are: the sample count; then CPU time for a time event
+/// (each sample its interval), else the event's count (each sample its fixed period).
+/// When the period varied, the rows hold event counts already, and they are the only
+/// on-CPU value. Off-CPU time (`--off-cpu`) comes last.
+struct SampleValues {
+    /// The on-CPU values' types.
+    on_cpu: Vec<ValueType>,
+    period_type: ValueType,
+    period: i64,
+    /// The second value of a sample counted once.
+    per_count: i64,
+    /// `go tool pprof -sample_index=off-cpu`.
+    off_cpu: Option<ValueType>,
+}
+
+impl SampleValues {
+    fn of(meta: &Meta, strings: &mut Strings) -> SampleValues {
+        let samples_type = ValueType {
+            r#type: strings.get("samples"),
+            unit: strings.get("count"),
+        };
+        let (on_cpu, period_type, period, per_count) = match (meta.event.as_str(), meta.period) {
+            _ if meta.time_event => {
                 let cpu = ValueType {
                     r#type: strings.get("cpu"),
                     unit: strings.get("nanoseconds"),
@@ -170,12 +206,8 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
                     r#type: strings.get(event),
                     unit: strings.get("count"),
                 };
-                (
-                    vec![samples_type, events.clone()],
-                    events,
-                    p as i64,
-                    p as i64,
-                )
+                let p = p as i64;
+                (vec![samples_type, events.clone()], events, p, p)
             }
             (event, None) => {
                 let events = ValueType {
@@ -185,14 +217,39 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
                 (vec![events.clone()], events, 0, 1)
             }
         };
-    // Off-CPU time (`--off-cpu`): `go tool pprof -sample_index=off-cpu`.
-    let off_cpu_type = profile.meta.off_cpu.then(|| ValueType {
-        r#type: strings.get("off-cpu"),
-        unit: strings.get("nanoseconds"),
-    });
+        let off_cpu = meta.off_cpu.then(|| ValueType {
+            r#type: strings.get("off-cpu"),
+            unit: strings.get("nanoseconds"),
+        });
+        SampleValues {
+            on_cpu,
+            period_type,
+            period,
+            per_count,
+            off_cpu,
+        }
+    }
 
-    // Functions: ids are func index + 1.
-    let function: Vec<Function> = profile
+    fn sample_types(&self) -> Vec<ValueType> {
+        self.on_cpu.iter().chain(&self.off_cpu).cloned().collect()
+    }
+
+    /// The values of a sample of `count` on-CPU samples and `off_ns` off the CPU.
+    fn values(&self, count: u64, off_ns: u64) -> Vec<i64> {
+        let mut value = vec![count as i64];
+        if self.on_cpu.len() == 2 {
+            value.push(count as i64 * self.per_count);
+        }
+        if self.off_cpu.is_some() {
+            value.push(off_ns as i64);
+        }
+        value
+    }
+}
+
+/// One function per func: ids are func index + 1.
+fn functions(profile: &Profile, strings: &mut Strings) -> Vec<Function> {
+    profile
         .funcs
         .iter()
         .enumerate()
@@ -205,17 +262,19 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
                 filename: f.file.as_deref().map_or(0, |file| strings.get(file)),
             }
         })
-        .collect();
+        .collect()
+}
 
-    // Mappings: ids are lib index + 1; addresses are library-relative, so each mapping
-    // covers the addresses its locations use, from 0.
+/// One mapping per library: ids are lib index + 1; addresses are library-relative, so
+/// each mapping covers the addresses its locations use, from 0.
+fn mappings(profile: &Profile, strings: &mut Strings) -> Vec<Mapping> {
     let mut limits = vec![0u64; profile.libs.len()];
     for f in &profile.frames {
         if let (Some(lib), Some(address)) = (f.lib, f.address) {
             limits[lib.index()] = limits[lib.index()].max(address + 1);
         }
     }
-    let mapping: Vec<Mapping> = profile
+    profile
         .libs
         .iter()
         .enumerate()
@@ -236,31 +295,64 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
                 has_inline_frames: true,
             }
         })
-        .collect();
+        .collect()
+}
 
-    // Locations: one per address, i.e. per run of frames from inline depth 0 up to the
-    // innermost inlined frame, which are consecutive stacks outer first. `location_of`
-    // gives each stack the location it completes (for the innermost frame of a run)
-    // and the stack where the run's outer frame's caller is.
-    let mut location: Vec<Location> = Vec::new();
-    let mut location_ids: HashMap<Vec<u64>, u64> = HashMap::new();
-    // For each stack: the id of the location ending there, the stack before its run.
-    let mut run_start: Vec<Option<StackIndex>> = Vec::with_capacity(profile.stacks.len());
-    for (i, s) in profile.stacks.iter().enumerate() {
-        let depth = profile.frames[s.frame.index()].inline_depth;
-        // A frame of depth > 0 continues the run of its prefix.
-        let start = match (depth, s.prefix) {
-            (d, Some(p)) if d > 0 => run_start[p.index()],
-            _ => Some(StackIndex::new(i)),
-        };
-        run_start.push(start);
+/// The locations: one per address, i.e. per run of frames from inline depth 0 up to the
+/// innermost inlined frame, which are consecutive stacks outer first. Made as samples
+/// first use them, so their ids are in order of first use.
+struct Locations<'a> {
+    profile: &'a Profile,
+    /// For each stack: the stack where its run starts (its frame at inline depth 0).
+    run_start: Vec<Option<StackIndex>>,
+    /// The location each stack completes, once asked for.
+    of_stack: HashMap<StackIndex, u64>,
+    /// Locations by their frames, innermost first.
+    by_frames: HashMap<Vec<u64>, u64>,
+    list: Vec<Location>,
+}
+
+impl<'a> Locations<'a> {
+    fn new(profile: &'a Profile) -> Locations<'a> {
+        let mut run_start: Vec<Option<StackIndex>> = Vec::with_capacity(profile.stacks.len());
+        for (i, s) in profile.stacks.iter().enumerate() {
+            let depth = profile.frames[s.frame.index()].inline_depth;
+            // A frame of depth > 0 continues the run of its prefix.
+            let start = match (depth, s.prefix) {
+                (d, Some(p)) if d > 0 => run_start[p.index()],
+                _ => Some(StackIndex::new(i)),
+            };
+            run_start.push(start);
+        }
+        Locations {
+            profile,
+            run_start,
+            of_stack: HashMap::new(),
+            by_frames: HashMap::new(),
+            list: Vec::new(),
+        }
     }
-    let mut location_cache: HashMap<StackIndex, u64> = HashMap::new();
-    let mut location_of = |leaf: StackIndex, location: &mut Vec<Location>| -> u64 {
-        if let Some(&id) = location_cache.get(&leaf) {
+
+    /// The location ids of a sample's stack, leaf first.
+    fn stack_ids(&mut self, leaf: StackIndex) -> Vec<u64> {
+        let mut ids = Vec::new();
+        let mut at = Some(leaf);
+        while let Some(s) = at {
+            ids.push(self.id_of(s));
+            at = self.run_start[s.index()]
+                .and_then(|first| self.profile.stacks[first.index()].prefix);
+        }
+        ids
+    }
+
+    /// The id of the location whose innermost frame is `leaf`'s, made when new.
+    fn id_of(&mut self, leaf: StackIndex) -> u64 {
+        if let Some(&id) = self.of_stack.get(&leaf) {
             return id;
         }
-        let first = run_start[leaf.index()].expect("every stack starts a run or continues one");
+        let profile = self.profile;
+        let first =
+            self.run_start[leaf.index()].expect("every stack starts a run or continues one");
         let mut frames = Vec::new();
         let mut at = leaf;
         loop {
@@ -274,10 +366,11 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
         }
         // frames: innermost first, as pprof wants the lines.
         let key: Vec<u64> = frames.iter().map(|f| f.0 as u64).collect();
-        let id = *location_ids.entry(key).or_insert_with(|| {
+        let list = &mut self.list;
+        let id = *self.by_frames.entry(key).or_insert_with(|| {
             let outer = &profile.frames[frames.last().expect("a run has a frame").index()];
-            let id = location.len() as u64 + 1;
-            location.push(Location {
+            let id = list.len() as u64 + 1;
+            list.push(Location {
                 id,
                 mapping_id: outer.lib.map_or(0, |l| l.index() as u64 + 1),
                 address: outer.address.unwrap_or(0),
@@ -294,59 +387,42 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
             });
             id
         });
-        location_cache.insert(leaf, id);
+        self.of_stack.insert(leaf, id);
         id
-    };
+    }
+}
 
-    // Samples: one per (thread, stack), in first-seen order.
-    let thread_key = strings.get("thread");
-    let tid_key = strings.get("tid");
-    let pid_key = strings.get("pid");
-    let process_key = strings.get("process");
-    let state_key = profile.meta.off_cpu.then(|| strings.get("off-cpu state"));
+/// The keys of the labels every sample has.
+struct LabelKeys {
+    thread: i64,
+    tid: i64,
+    process: i64,
+    pid: i64,
+    /// Off-CPU samples' kind, in profiles with off-CPU time.
+    off_cpu_state: Option<i64>,
+}
+
+/// The samples: one per (thread, stack, off-CPU kind), in first-seen order, labelled
+/// with their thread and process.
+fn samples(
+    profile: &Profile,
+    values: &SampleValues,
+    locations: &mut Locations,
+    strings: &mut Strings,
+) -> Vec<Sample> {
+    let keys = LabelKeys {
+        thread: strings.get("thread"),
+        tid: strings.get("tid"),
+        pid: strings.get("pid"),
+        process: strings.get("process"),
+        off_cpu_state: profile.meta.off_cpu.then(|| strings.get("off-cpu state")),
+    };
     let mut sample = Vec::new();
     for t in &profile.threads {
-        let process = &profile.processes[t.process.index()];
-        let labels = vec![
-            Label {
-                key: thread_key,
-                str: strings.get(&t.name),
-                num: 0,
-            },
-            Label {
-                key: tid_key,
-                str: 0,
-                num: i64::from(t.tid),
-            },
-            Label {
-                key: process_key,
-                str: strings.get(&process.name),
-                num: 0,
-            },
-            Label {
-                key: pid_key,
-                str: 0,
-                num: i64::from(process.pid),
-            },
-        ];
-        // Per (stack, off-CPU kind): on-CPU samples and off-CPU nanoseconds, in
-        // first-seen order.
-        let mut rows: Vec<(RowKey, (u64, u64))> = Vec::new();
-        let mut row_of: HashMap<RowKey, usize> = HashMap::new();
-        for s in &t.samples {
-            let key = (s.stack, s.weight.off_cpu_kind());
-            let i = *row_of.entry(key).or_insert_with(|| {
-                rows.push((key, (0, 0)));
-                rows.len() - 1
-            });
-            match s.weight {
-                SampleWeight::OnCpu(n) => rows[i].1 .0 += n,
-                SampleWeight::OffCpu { ns, .. } => rows[i].1 .1 += ns,
-            }
-        }
-        for ((leaf, kind), (count, off_ns)) in rows {
+        let labels = thread_labels(profile, t, &keys, strings);
+        for ((leaf, kind), (count, off_ns)) in thread_rows(t) {
             let mut labels = labels.clone();
-            if let (Some(kind), Some(state_key)) = (kind, state_key) {
+            if let (Some(kind), Some(state_key)) = (kind, keys.off_cpu_state) {
                 labels.push(Label {
                     key: state_key,
                     str: strings.get(match kind {
@@ -356,54 +432,82 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
                     num: 0,
                 });
             }
-            let mut ids = Vec::new();
-            let mut at = Some(leaf);
-            while let Some(s) = at {
-                ids.push(location_of(s, &mut location));
-                at = run_start[s.index()].and_then(|first| profile.stacks[first.index()].prefix);
-            }
-            let mut value = vec![count as i64];
-            if value_types.len() == 2 {
-                value.push(count as i64 * per_count);
-            }
-            if profile.meta.off_cpu {
-                value.push(off_ns as i64);
-            }
             sample.push(Sample {
-                location_id: ids,
-                value,
+                location_id: locations.stack_ids(leaf),
+                value: values.values(count, off_ns),
                 label: labels,
             });
         }
     }
+    sample
+}
 
-    let comment = vec![strings.get(&format!(
+/// The labels of every sample of `thread`: its name and tid, its process's name and pid.
+fn thread_labels(
+    profile: &Profile,
+    thread: &Thread<StackIndex>,
+    keys: &LabelKeys,
+    strings: &mut Strings,
+) -> Vec<Label> {
+    let process = &profile.processes[thread.process.index()];
+    vec![
+        Label {
+            key: keys.thread,
+            str: strings.get(&thread.name),
+            num: 0,
+        },
+        Label {
+            key: keys.tid,
+            str: 0,
+            num: i64::from(thread.tid),
+        },
+        Label {
+            key: keys.process,
+            str: strings.get(&process.name),
+            num: 0,
+        },
+        Label {
+            key: keys.pid,
+            str: 0,
+            num: i64::from(process.pid),
+        },
+    ]
+}
+
+/// A thread's samples per (stack, off-CPU kind): on-CPU samples and off-CPU
+/// nanoseconds, in first-seen order.
+fn thread_rows(thread: &Thread<StackIndex>) -> Vec<(RowKey, (u64, u64))> {
+    let mut rows: Vec<(RowKey, (u64, u64))> = Vec::new();
+    let mut row_of: HashMap<RowKey, usize> = HashMap::new();
+    for s in &thread.samples {
+        let key = (s.stack, s.weight.off_cpu_kind());
+        let i = *row_of.entry(key).or_insert_with(|| {
+            rows.push((key, (0, 0)));
+            rows.len() - 1
+        });
+        match s.weight {
+            SampleWeight::OnCpu(n) => rows[i].1 .0 += n,
+            SampleWeight::OffCpu { ns, .. } => rows[i].1 .1 += ns,
+        }
+    }
+    rows
+}
+
+/// The profile's one comment: the event, its rate and the command.
+fn comment(meta: &Meta) -> String {
+    format!(
         "sampler: {} {}{}",
-        profile.meta.event,
+        meta.event,
         match meta.frequency_hz {
             0 => meta.rate_text(),
             _ => format!("at {}", meta.rate_text()),
         },
-        if profile.meta.command.is_empty() {
+        if meta.command.is_empty() {
             String::new()
         } else {
-            format!(", {}", profile.meta.command.join(" "))
+            format!(", {}", meta.command.join(" "))
         }
-    ))];
-    PprofProfile {
-        sample_type: value_types.iter().cloned().chain(off_cpu_type).collect(),
-        sample,
-        mapping,
-        location,
-        function,
-        string_table: strings.0.into_list(),
-        time_nanos: (profile.meta.start_unix_ms * 1e6) as i64,
-        duration_nanos: (profile.meta.duration_ms * 1e6) as i64,
-        period_type: Some(period_type),
-        period,
-        comment,
-        default_sample_type: 0,
-    }
+    )
 }
 
 impl PprofProfile {

@@ -153,15 +153,71 @@ fn colour(b: &FlameBox, hues: &HashMap<&str, u64>) -> String {
     }
 }
 
-/// The flame graph of `profile` as SVG text.
+/// The flame graph of `profile` as SVG text: its boxes, coloured by library, under the
+/// command, what was sampled, and a legend of the libraries.
 pub fn to_svg(profile: &Profile, thread_roots: bool, view: TimeView) -> String {
     let boxes = layout(profile, thread_roots, view);
-    let amount = |w: u64| super::amount(view.unit(), w);
+    let (hues, legend) = library_hues(&boxes);
+    let (title, subtitle) = titles(profile, &boxes, view);
+    render(
+        &boxes,
+        &Canvas {
+            title,
+            subtitle,
+            legend,
+            unit: view.unit(),
+            colour: &|_, b| colour(b, &hues),
+            note: &|_, _| String::new(),
+        },
+    )
+}
+
+/// What a flame graph shows besides its boxes, and how it colours them.
+pub struct Canvas<'a> {
+    pub title: String,
+    pub subtitle: String,
+    /// Legend entries: a fill colour and what it stands for.
+    pub legend: Vec<(String, String)>,
+    /// What the boxes' widths count.
+    pub unit: WeightUnit,
+    /// The fill of a box (its index in the boxes, and the box).
+    pub colour: &'a dyn Fn(usize, &FlameBox) -> String,
+    /// More lines for a box's tooltip (plain text, escaped here), or nothing.
+    pub note: &'a dyn Fn(usize, &FlameBox) -> String,
+}
+
+/// The boxes of a [`layout`] as SVG text, part by part: the document's head, the
+/// titles, the legend, then one group per box (the first box is the `all` box, whose
+/// width is the whole).
+pub fn render(boxes: &[FlameBox], canvas: &Canvas) -> String {
     let total = boxes.first().map_or(0, |b| b.samples).max(1);
     let rows = boxes.iter().map(|b| b.depth + 1).max().unwrap_or(1);
     let height = HEADER + rows as f64 * ROW + MARGIN;
-    let scale = (WIDTH - 2.0 * MARGIN) / total as f64;
+    let scale = Scale {
+        total,
+        height,
+        per_sample: (WIDTH - 2.0 * MARGIN) / total as f64,
+    };
     let mut out = String::new();
+    write_head(&mut out, total, height);
+    write_titles(&mut out, &canvas.title, &canvas.subtitle);
+    write_legend(&mut out, &canvas.legend);
+    for (i, b) in boxes.iter().enumerate() {
+        write_box(&mut out, i, b, &scale, canvas);
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+/// Where boxes go: the image's height, and the width of a sample of `total`.
+struct Scale {
+    total: u64,
+    height: f64,
+    per_sample: f64,
+}
+
+/// The XML declaration, the `svg` element, the style sheet and the background.
+fn write_head(out: &mut String, total: u64, height: f64) {
     let _ = writeln!(
         out,
         r##"<?xml version="1.0" encoding="UTF-8" standalone="no"?>
@@ -175,30 +231,27 @@ g.f text {{ pointer-events: none; }}
 </style>
 <rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#fbfbf8"/>"##
     );
+}
+
+/// A profile's flame graph's title (the command) and subtitle (the amount, the event,
+/// its rate, the duration, and what a box's width means).
+fn titles(profile: &Profile, boxes: &[FlameBox], view: TimeView) -> (String, String) {
     let m = &profile.meta;
     let command = m.command.join(" ");
-    let _ = writeln!(
-        out,
-        r#"<text class="title" x="{}" y="22">{}</text>"#,
-        WIDTH / 2.0,
-        escape(if command.is_empty() {
-            "sampler flame graph"
-        } else {
-            &command
-        })
-    );
+    let title = match command.is_empty() {
+        true => "sampler flame graph".to_string(),
+        false => command,
+    };
     let samples: u64 = boxes.first().map_or(0, |b| b.samples);
-    let _ = writeln!(
-        out,
-        r#"<text class="sub" x="{}" y="40">{}{}, {} at {} Hz, {:.2} s; box width = running {}, hover for amounts</text>"#,
-        WIDTH / 2.0,
-        amount(samples),
+    let subtitle = format!(
+        "{}{}, {} at {} Hz, {:.2} s; box width = running {}, hover for amounts",
+        super::amount(view.unit(), samples),
         match view {
             TimeView::Cpu => "",
             TimeView::OffCpu => " off-CPU",
             TimeView::Wall => " on and off CPU",
         },
-        escape(&m.event),
+        m.event,
         m.frequency_hz,
         m.duration_ms / 1000.0,
         match view.unit() {
@@ -206,9 +259,30 @@ g.f text {{ pointer-events: none; }}
             WeightUnit::Nanoseconds => "time",
         }
     );
-    // Legend: the libraries with most samples at the root of their run of frames.
+    (title, subtitle)
+}
+
+/// The title and the subtitle, escaped.
+fn write_titles(out: &mut String, title: &str, subtitle: &str) {
+    let _ = writeln!(
+        out,
+        r#"<text class="title" x="{}" y="22">{}</text>"#,
+        WIDTH / 2.0,
+        escape(title)
+    );
+    let _ = writeln!(
+        out,
+        r#"<text class="sub" x="{}" y="40">{}</text>"#,
+        WIDTH / 2.0,
+        escape(subtitle)
+    );
+}
+
+/// Each library's hue, from [`PALETTE`] in the order of the samples at the root of
+/// their run of frames, and the legend of the first [`LEGEND_LIBS`] of them.
+fn library_hues(boxes: &[FlameBox]) -> (HashMap<&str, u64>, Vec<(String, String)>) {
     let mut by_lib: HashMap<&str, u64> = HashMap::new();
-    for b in &boxes {
+    for b in boxes {
         if let (CodeKind::User, Some(lib)) = (b.kind, &b.lib) {
             *by_lib.entry(lib.as_str()).or_default() += b.self_samples;
         }
@@ -220,63 +294,79 @@ g.f text {{ pointer-events: none; }}
         .zip(PALETTE)
         .map(|((lib, _), hue)| (*lib, hue))
         .collect();
+    let legend = libs
+        .iter()
+        .take(LEGEND_LIBS)
+        .map(|(lib, _)| (format!("hsl({},60%,64%)", hues[lib]), lib.to_string()))
+        .collect();
+    (hues, legend)
+}
+
+/// The legend: a square of each colour and what it stands for, in a row.
+fn write_legend(out: &mut String, legend: &[(String, String)]) {
     let mut x = MARGIN;
-    for (lib, _) in libs.iter().take(LEGEND_LIBS) {
+    for (fill, label) in legend {
         let _ = writeln!(
             out,
-            r#"<rect x="{x:.1}" y="50" width="12" height="12" fill="hsl({},60%,64%)"/><text x="{:.1}" y="60">{}</text>"#,
-            hues[lib],
+            r#"<rect x="{x:.1}" y="50" width="12" height="12" fill="{fill}"/><text x="{:.1}" y="60">{}</text>"#,
             x + 16.0,
-            escape(lib)
+            escape(label)
         );
-        x += 16.0 + lib.chars().count() as f64 * CHAR_WIDTH + 14.0;
+        x += 16.0 + label.chars().count() as f64 * CHAR_WIDTH + 14.0;
     }
-    for b in &boxes {
-        let bx = MARGIN + b.start as f64 * scale;
-        let bw = b.samples as f64 * scale;
-        let by = height - MARGIN - (b.depth + 1) as f64 * ROW;
-        let pct = 100.0 * b.samples as f64 / total as f64;
-        let self_pct = 100.0 * b.self_samples as f64 / total as f64;
-        let mut title = escape(&b.name);
-        if b.inlined {
-            title.push_str(" (inlined)");
-        }
-        if let Some(lib) = &b.lib {
-            title.push_str(" in ");
-            title.push_str(&escape(lib));
-        }
+}
+
+/// Box `i`: its tooltip, its rectangle, and its name where three characters fit.
+fn write_box(out: &mut String, i: usize, b: &FlameBox, scale: &Scale, canvas: &Canvas) {
+    let amount = |w: u64| super::amount(canvas.unit, w);
+    let total = scale.total;
+    let bx = MARGIN + b.start as f64 * scale.per_sample;
+    let bw = b.samples as f64 * scale.per_sample;
+    let by = scale.height - MARGIN - (b.depth + 1) as f64 * ROW;
+    let pct = 100.0 * b.samples as f64 / total as f64;
+    let self_pct = 100.0 * b.self_samples as f64 / total as f64;
+    let mut title = escape(&b.name);
+    if b.inlined {
+        title.push_str(" (inlined)");
+    }
+    if let Some(lib) = &b.lib {
+        title.push_str(" in ");
+        title.push_str(&escape(lib));
+    }
+    let note = (canvas.note)(i, b);
+    if !note.is_empty() {
+        title.push('\n');
+        title.push_str(&escape(&note));
+    }
+    let _ = write!(
+        out,
+        r#"<g class="f"><title>{title}
+{} ({pct:.2}%), self {} ({self_pct:.2}%)</title><rect x="{bx:.3}" y="{by:.1}" width="{bw:.3}" height="{:.1}" rx="2" fill="{}"/>"#,
+        amount(b.samples),
+        match canvas.unit {
+            WeightUnit::Samples => b.self_samples.to_string(),
+            WeightUnit::Nanoseconds => amount(b.self_samples),
+        },
+        ROW - 1.0,
+        (canvas.colour)(i, b)
+    );
+    let fits = ((bw - 6.0) / CHAR_WIDTH).floor();
+    if fits >= 3.0 {
+        let fits = fits as usize;
+        let label: String = if b.name.chars().count() <= fits {
+            b.name.clone()
+        } else {
+            b.name.chars().take(fits - 2).collect::<String>() + ".."
+        };
         let _ = write!(
             out,
-            r#"<g class="f"><title>{title}
-{} ({pct:.2}%), self {} ({self_pct:.2}%)</title><rect x="{bx:.3}" y="{by:.1}" width="{bw:.3}" height="{:.1}" rx="2" fill="{}"/>"#,
-            amount(b.samples),
-            match view.unit() {
-                WeightUnit::Samples => b.self_samples.to_string(),
-                WeightUnit::Nanoseconds => amount(b.self_samples),
-            },
-            ROW - 1.0,
-            colour(b, &hues)
+            r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
+            bx + 3.0,
+            by + ROW - 4.5,
+            escape(&label)
         );
-        let fits = ((bw - 6.0) / CHAR_WIDTH).floor();
-        if fits >= 3.0 {
-            let fits = fits as usize;
-            let label: String = if b.name.chars().count() <= fits {
-                b.name.clone()
-            } else {
-                b.name.chars().take(fits - 2).collect::<String>() + ".."
-            };
-            let _ = write!(
-                out,
-                r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
-                bx + 3.0,
-                by + ROW - 4.5,
-                escape(&label)
-            );
-        }
-        out.push_str("</g>\n");
     }
-    out.push_str("</svg>\n");
-    out
+    out.push_str("</g>\n");
 }
 
 #[cfg(test)]

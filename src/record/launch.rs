@@ -99,7 +99,7 @@ impl std::error::Error for NotRun {}
 /// Whether every file `execvp` would have tried for `program` is a directory (which it
 /// reports as EACCES, like a file without execute permission).
 fn names_only_directories(program: &str) -> bool {
-    let existing: Vec<_> = super::exec_candidates(program)
+    let existing: Vec<_> = super::program::exec_candidates(program)
         .into_iter()
         .filter(|c| c.exists())
         .collect();

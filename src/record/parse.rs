@@ -11,8 +11,8 @@ use linux_perf_event_reader::{
 };
 use perf_event_open_sys::bindings as pb;
 
+use super::attr::{PERF_REG_X86_BP, PERF_REG_X86_IP, PERF_REG_X86_SP};
 use super::sys::RingRecord;
-use super::{PERF_REG_X86_BP, PERF_REG_X86_IP, PERF_REG_X86_SP};
 use crate::events::{Event, EventKind, Mapping, Sample, UserRegs};
 use crate::files::FileId;
 

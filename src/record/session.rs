@@ -2,6 +2,7 @@
 //! the loop that drains the ring buffers and hands events on until the recording ends,
 //! and the facts gathered at its end.
 
+use std::collections::HashSet;
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -13,9 +14,18 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use perf_event_open_sys::bindings as pb;
 
-use super::*;
+use super::attr::{switch_attr, NANOS_PER_SECOND};
+use super::cpus::online_cpus;
+use super::host::{monotonic_ns, raise_open_file_limit, read_sysctl, RECORDER_NICE};
+use super::launch;
+use super::open::{may_watch_cpus, EventRequest, OpenEvents};
+use super::options::{CommandExit, DetachReason, Ended, RecordOptions, Target, STOP_SIGNALS};
+use super::program::set_id_program;
+use super::rings::default_ring_pages;
+use super::start::{start_attached, start_command, start_system, Started};
+use super::{attach, follow, parse, stack_limit, sys};
 use crate::events::{
-    Event, EventKind, OffCpuRecording, RecordingGaps, RecordingInfo, SamplingEvent,
+    Event, EventKind, OffCpuRecording, Rate, RecordingGaps, RecordingInfo, SamplingEvent, Scope,
 };
 
 /// How often the loop wakes up to drain buffers and refresh the status line even when the
@@ -27,11 +37,6 @@ const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// stamped just before a drain may still be being written. 50 ms is far more than that
 /// takes and keeps the pending events small.
 const REORDER_WINDOW_NS: u64 = 50_000_000;
-
-/// Test hook: `SAMPLER_TEST_FAULT=error|panic|kill` makes attaching fail (or sampler die
-/// of SIGKILL) right after the processes were stopped, so tests can check that they are
-/// always continued.
-const FAULT_ENV: &str = "SAMPLER_TEST_FAULT";
 
 /// Live counters for the status line and the summary.
 #[derive(Default)]
@@ -95,27 +100,8 @@ impl Session {
     /// launches the command or stops the processes, attaches the events, and lets the
     /// target run.
     pub(super) fn start(opts: &RecordOptions) -> Result<Session> {
-        let mut signals = SigSet::empty();
-        for signal in STOP_SIGNALS {
-            signals.add(signal);
-        }
-        signals.add(Signal::SIGCHLD);
-        launch::default_sigchld()?;
-        launch::block_signals(&signals)?;
-        let signal_fd =
-            SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
-
-        let max_rate = read_sysctl("perf_event_max_sample_rate").unwrap_or(u64::MAX);
-        let mut frequency_hz = match opts.rate {
-            Rate::Frequency(hz) => hz,
-            Rate::Period(_) => 0,
-        };
-        if frequency_hz > max_rate {
-            say!(
-                "sampler: warning: -F {frequency_hz} is above kernel.perf_event_max_sample_rate ({max_rate}); using {max_rate} Hz"
-            );
-            frequency_hz = max_rate;
-        }
+        let (signals, signal_fd) = take_signals()?;
+        let frequency_hz = allowed_frequency(opts.rate);
         if let Target::Pids(pids) = &opts.target {
             for &pid in pids {
                 attach::check_pid(pid)?;
@@ -174,37 +160,7 @@ impl Session {
         let start_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
-        say!(
-            "sampler: sampling {} with {} {}{}{}",
-            match &opts.target {
-                Target::Command(c) => format!("`{}`", c.join(" ")),
-                Target::Pids(pids) => {
-                    let list: Vec<String> = pids.iter().map(i32::to_string).collect();
-                    format!("pid {}", list.join(", "))
-                }
-                Target::System => "the whole machine".to_string(),
-            },
-            events.event.name(),
-            match request.rate {
-                Rate::Period(p) => format!("every {p} events"),
-                Rate::Frequency(hz) => format!("at {hz} Hz"),
-            },
-            match (opts.event, events.event, events.kernel_included) {
-                (None, SamplingEvent::CpuClock, true) if opts.off_cpu.is_none() =>
-                    " (no hardware cycles counter here: using the cpu-clock timer)",
-                (None, SamplingEvent::CpuClock, false) if opts.off_cpu.is_none() =>
-                    " (no hardware cycles counter; kernel frames not permitted)",
-                (_, _, false) => " (kernel frames not permitted)",
-                _ => "",
-            },
-            stopped_for.map_or(String::new(), |d| format!(
-                "; attached in {:.1} ms",
-                d.as_secs_f64() * 1000.0
-            )),
-        );
-        if let OffCpuRecording::Refused(why) = &events.off_cpu {
-            say!("sampler: no off-CPU time: {why}; the profile has on-CPU samples only");
-        }
+        announce(opts, &events, request.rate, stopped_for);
         let parser = parse::Parser::new(
             &events.attr,
             events.period,
@@ -435,185 +391,76 @@ impl Session {
     }
 }
 
-/// A target running with its events attached.
-struct Started {
-    events: OpenEvents,
-    target: Running,
-    description: Vec<String>,
-    stopped_for: Option<Duration>,
-    left_stopped: Vec<i32>,
-    start_ns: u64,
-    /// What attached processes already were, as events.
-    pending: Vec<Event>,
-    /// With per-CPU events for a command or attached processes: whose records to keep.
-    followed: Option<follow::Followed>,
-    /// With `-a`: sampler's own pid, whose samples are left out (see [`own_work`]).
-    own_pid: Option<i32>,
+/// Blocks the [`STOP_SIGNALS`] and SIGCHLD (with SIGCHLD's default action, so that the
+/// launched command can be waited for) and opens the descriptor the session reads them
+/// from.
+fn take_signals() -> Result<(SigSet, SignalFd)> {
+    let mut signals = SigSet::empty();
+    for signal in STOP_SIGNALS {
+        signals.add(signal);
+    }
+    signals.add(Signal::SIGCHLD);
+    launch::default_sigchld()?;
+    launch::block_signals(&signals)?;
+    let signal_fd = SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
+    Ok((signals, signal_fd))
 }
 
-/// Launches `command` behind its gate, attaches the events to it (per CPU when
-/// `per_cpu`, else to the child and what it starts), and opens the gate.
-fn start_command(
-    command: &[String],
-    signals: &SigSet,
-    run_as: Option<&Credentials>,
-    request: &EventRequest,
-    per_cpu: bool,
-) -> Result<Started> {
-    let mut child = launch::GatedChild::spawn(command, signals, run_as)
-        .with_context(|| format!("could not start `{}`", command.join(" ")))?;
-    let pid = child.pid;
-    let opened = open_followed(request, per_cpu, false, || vec![pid.as_raw()]);
-    let enabled = opened.and_then(|events| {
-        if per_cpu {
-            for fd in &events.fds {
-                sys::enable(fd).context("could not start the per-CPU events")?;
+/// The frequency of `rate` (0 for a period), lowered with a warning to
+/// `kernel.perf_event_max_sample_rate` when it is above it.
+fn allowed_frequency(rate: Rate) -> u64 {
+    let max_rate = read_sysctl("perf_event_max_sample_rate").unwrap_or(u64::MAX);
+    let mut frequency_hz = match rate {
+        Rate::Frequency(hz) => hz,
+        Rate::Period(_) => 0,
+    };
+    if frequency_hz > max_rate {
+        say!(
+            "sampler: warning: -F {frequency_hz} is above kernel.perf_event_max_sample_rate ({max_rate}); using {max_rate} Hz"
+        );
+        frequency_hz = max_rate;
+    }
+    frequency_hz
+}
+
+/// Says what is being sampled with which event at which rate, what the machine refused
+/// (cycles, kernel frames, off-CPU time), and how long attaching stopped the processes.
+fn announce(opts: &RecordOptions, events: &OpenEvents, rate: Rate, stopped_for: Option<Duration>) {
+    say!(
+        "sampler: sampling {} with {} {}{}{}",
+        match &opts.target {
+            Target::Command(c) => format!("`{}`", c.join(" ")),
+            Target::Pids(pids) => {
+                let list: Vec<String> = pids.iter().map(i32::to_string).collect();
+                format!("pid {}", list.join(", "))
             }
-        }
-        Ok(events)
-    });
-    let events = match enabled {
-        Ok(e) => e,
-        Err(e) => {
-            // Closing the gate makes the child exit without running the command.
-            drop(child);
-            let _ = waitpid(pid, None);
-            return Err(e);
-        }
-    };
-    let start_ns = monotonic_ns();
-    if let Err(error) = child.release() {
-        let _ = waitpid(pid, None);
-        return Err(NotRun {
-            program: command[0].clone(),
-            error,
-        }
-        .into());
-    }
-    Ok(Started {
-        events,
-        target: Running::Launched { pid, interrupts: 0 },
-        description: command.to_vec(),
-        stopped_for: None,
-        left_stopped: Vec::new(),
-        start_ns,
-        pending: Vec::new(),
-        followed: per_cpu.then(|| follow::Followed::from_exec(pid.as_raw())),
-        own_pid: None,
-    })
-}
-
-/// The events of a command or attached processes: per CPU when `per_cpu` (their records
-/// are then filtered), else on each of `tasks` and inherited by what they start.
-/// `started`: sampling at once, else from the command's exec (per task) or once the
-/// events are enabled (per CPU).
-fn open_followed(
-    request: &EventRequest,
-    per_cpu: bool,
-    started: bool,
-    tasks: impl FnOnce() -> Vec<i32>,
-) -> Result<OpenEvents> {
-    if per_cpu {
-        return open_events(request, Placement::Cpus { started }, Scope::FollowedOnCpus);
-    }
-    let tasks = tasks();
-    let placement = Placement::Tasks {
-        tasks: &tasks,
-        started,
-    };
-    open_events(request, placement, Scope::Tasks)
-}
-
-/// Stops the processes, attaches the events (per CPU when `per_cpu`, else to every
-/// thread), describes what they already are, and continues them (always, also when
-/// this fails half way).
-fn start_attached(
-    pids: &[i32],
-    duration: Option<Duration>,
-    request: &EventRequest,
-    per_cpu: bool,
-) -> Result<Started> {
-    let left_stopped = pids
-        .iter()
-        .copied()
-        .filter(|&p| matches!(attach::process_state(p), Some('T' | 't')))
-        .collect();
-    let stopped = attach::Stopped::stop(pids)?;
-    match std::env::var(FAULT_ENV).as_deref() {
-        Ok("error") => bail!("{FAULT_ENV}=error: failing after stopping the processes"),
-        Ok("panic") => panic!("{FAULT_ENV}=panic: panicking after stopping the processes"),
-        // As the OOM killer would: no unwinding, no Drop.
-        Ok("kill") => nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL)?,
-        _ => {}
-    }
-    let events = open_followed(request, per_cpu, true, || {
-        pids.iter().flat_map(|&p| attach::tasks(p)).collect()
-    })?;
-    // Sampling starts as the processes continue; -d counts from here.
-    let sampling_since = Instant::now();
-    let start_ns = monotonic_ns();
-    let pending = pids
-        .iter()
-        .flat_map(|&pid| attach::describe(pid, start_ns))
-        .collect();
-    let stopped_for = stopped.resume();
-    let list: Vec<String> = pids.iter().map(i32::to_string).collect();
-    Ok(Started {
-        events,
-        target: Running::Attached {
-            pids: pids.to_vec(),
-            until: duration.map(|d| sampling_since + d),
-            interrupted: false,
+            Target::System => "the whole machine".to_string(),
         },
-        description: vec!["-p".to_string(), list.join(",")],
-        stopped_for: Some(stopped_for),
-        left_stopped,
-        start_ns,
-        pending,
-        followed: per_cpu.then(|| follow::Followed::processes(pids)),
-        own_pid: None,
-    })
-}
-
-/// Opens per-CPU events for every task, then describes every process already running
-/// (their records from then on come from the events; one that starts in between is
-/// described twice, which changes nothing).
-fn start_system(
-    duration: Option<Duration>,
-    request: &EventRequest,
-    only_cpus: Option<&[i32]>,
-) -> Result<Started> {
-    // The descriptions are stamped before the events open: read from /proc while the
-    // events already sample, they must come first in time order, or the samples of the
-    // milliseconds in between find their processes without mappings (measured: 5 stacks
-    // of 40,000 at 4000 Hz, in unknown code).
-    let start_ns = monotonic_ns();
-    let events = open_events(request, Placement::Cpus { started: true }, Scope::System)?;
-    let sampling_since = Instant::now();
-    let pending = attach::describe_all(start_ns);
-    let mut description = vec!["-a".to_string()];
-    if let Some(cpus) = only_cpus {
-        description.extend(["-C".to_string(), cpu_list_text(cpus)]);
-    }
-    Ok(Started {
-        events,
-        target: Running::Attached {
-            pids: Vec::new(),
-            until: duration.map(|d| sampling_since + d),
-            interrupted: false,
+        events.event.name(),
+        match rate {
+            Rate::Period(p) => format!("every {p} events"),
+            Rate::Frequency(hz) => format!("at {hz} Hz"),
         },
-        description,
-        stopped_for: None,
-        left_stopped: Vec::new(),
-        start_ns,
-        pending,
-        followed: None,
-        own_pid: Some(std::process::id() as i32),
-    })
+        match (opts.event, events.event, events.kernel_included) {
+            (None, SamplingEvent::CpuClock, true) if opts.off_cpu.is_none() =>
+                " (no hardware cycles counter here: using the cpu-clock timer)",
+            (None, SamplingEvent::CpuClock, false) if opts.off_cpu.is_none() =>
+                " (no hardware cycles counter; kernel frames not permitted)",
+            (_, _, false) => " (kernel frames not permitted)",
+            _ => "",
+        },
+        stopped_for.map_or(String::new(), |d| format!(
+            "; attached in {:.1} ms",
+            d.as_secs_f64() * 1000.0
+        )),
+    );
+    if let OffCpuRecording::Refused(why) = &events.off_cpu {
+        say!("sampler: no off-CPU time: {why}; the profile has on-CPU samples only");
+    }
 }
 
 /// What is being recorded, while it runs.
-enum Running {
+pub(super) enum Running {
     Launched {
         pid: nix::unistd::Pid,
         interrupts: u32,

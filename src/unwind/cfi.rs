@@ -17,8 +17,9 @@ use std::ops::Range;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 
+use super::address::{callchain, CodeAddress};
 use super::code::CodeRule;
-use super::{callchain, CodeAddress, LeafFrame};
+use super::frame_pointer::LeafFrame;
 use crate::events::{Sample, UserRegs};
 use crate::files::image::SectionBytes;
 use crate::files::lazycfi::UnwindSections;

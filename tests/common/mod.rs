@@ -144,7 +144,7 @@ pub fn record_without_command(args: &[&str]) -> (Output, PathBuf) {
 /// Reads a JSON file a test wrote; a Firefox profile is first checked by the Firefox
 /// Profiler's own loader ([`ffp_check`]).
 pub fn load(path: &Path) -> Value {
-    let value = sampler::emit::read_json(path).expect("profile is readable JSON");
+    let value = sampler::emit::load::read_json(path).expect("profile is readable JSON");
     if !value["meta"]["preprocessedProfileVersion"].is_null() {
         ffp_check(path);
     }
@@ -928,6 +928,13 @@ pub fn remove_perf_maps(p: &Value) {
             let _ = std::fs::remove_file(format!("/tmp/jit-{pid}.dump"));
         }
     }
+}
+
+/// The standard output of a sampler run that must have succeeded (`what` names it in
+/// the failure, with its stderr).
+pub fn succeeded(what: &str, o: &Output) -> String {
+    assert!(o.status.success(), "{what} failed: {}", stderr(o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// A port on 127.0.0.1 that nobody listens on right now (the kernel's pick, released).

@@ -241,7 +241,7 @@ fn mutated_profiles_never_panic() {
     emit::write(&p, Format::Firefox, &Default::default(), &file, None).unwrap();
     let seed = std::fs::read(&file).unwrap();
     let accepted = campaign("profile", &seed, 20_000, true, |bytes| {
-        let Ok(profile) = emit::load::from_slice(bytes) else {
+        let Ok(profile) = emit::firefox::from_slice(bytes) else {
             return false;
         };
         use_profile(&profile);

@@ -2,7 +2,7 @@
 //! offline`): the symbolicator on programs compiled here, CFI read function by function,
 //! the unwinder on captured samples and the corpus of captures, the design's worked
 //! examples, bad input for the real `sampler` binary, seeded mutations of the readers of
-//! untrusted input, and `scripts/install`. Each module lists its tests; the end-to-end
+//! untrusted input, `scripts/install`, and the shape of the source tree. Each module lists its tests; the end-to-end
 //! tests that record with perf are in `tests/perf/`, one binary each.
 
 #[path = "../common/mod.rs"]
@@ -12,6 +12,7 @@ mod fixture;
 
 mod corpus;
 mod fuzz_mutation;
+mod house;
 mod install;
 mod lazy_cfi;
 mod robustness;
@@ -23,6 +24,7 @@ fn main() {
     let tests = [
         corpus::tests(),
         fuzz_mutation::tests(),
+        house::tests(),
         install::tests(),
         lazy_cfi::tests(),
         robustness::tests(),

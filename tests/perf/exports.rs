@@ -27,20 +27,20 @@ fn run(args: &[&str]) -> Output {
         .expect("sampler runs")
 }
 
-fn ok(what: &str, o: &Output) -> String {
-    assert!(o.status.success(), "{what} failed: {}", stderr(o));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 /// One recording of uselibs (several libraries, inlined calls, the vdso) shared by the
 /// tests of this file (each needs perf).
 fn uselibs_profile() -> &'static Path {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
+    &uselibs_recording().0
+}
+
+/// The recording of uselibs and the CPU time the command really got (ms).
+fn uselibs_recording() -> &'static (PathBuf, f64) {
+    static RECORDING: OnceLock<(PathBuf, f64)> = OnceLock::new();
+    RECORDING.get_or_init(|| {
         let (o, path) = record(&["-F", "1000"], &[&target("uselibs")]);
         assert!(o.status.success(), "recording uselibs: {}", stderr(&o));
         ffp_check(&path);
-        path
+        (path, command_cpu_ms(&o))
     })
 }
 
@@ -79,7 +79,7 @@ fn convert(profile: &Path, format: &str, out: &Path) {
         "-o",
         &out.display().to_string(),
     ]);
-    ok(&format!("convert --format {format}"), &o);
+    succeeded(&format!("convert --format {format}"), &o);
 }
 
 type SelfCounts = HashMap<String, u64>;
@@ -238,10 +238,8 @@ fn every_format_agrees_on_totals_and_self_samples() {
     let tree = CallTree::all_threads(&profile);
     let total = tree.total();
     let expected = tree.self_by_function();
-    assert!(
-        total > 1000,
-        "uselibs ran 2 s at 1000 Hz, got {total} samples"
-    );
+    // uselibs runs 2 s: the samples cover the CPU it got, however busy the machine.
+    assert_covers_cpu("uselibs", total as usize, uselibs_recording().1, 0.9);
     // uselibs spends about a fifth of its time in each of its phases' functions.
     for hot in [
         "sum_to",
@@ -296,7 +294,7 @@ fn every_format_agrees_on_totals_and_self_samples() {
         "0",
     ]);
     assert_eq!(
-        report_self(&ok("report --invert", &o)),
+        report_self(&succeeded("report --invert", &o)),
         expected,
         "report --invert"
     );
@@ -313,7 +311,7 @@ fn report_shows_the_known_call_tree_and_transforms() {
     let report = |extra: &[&str]| {
         let mut args = vec!["report", file.as_str(), "--width", "0"];
         args.extend_from_slice(extra);
-        ok("report", &run(&args))
+        succeeded("report", &run(&args))
     };
     // Each line: running, %, self, %, guides, name.
     let row = |text: &str, name: &str| -> (u64, f64, u64) {
@@ -411,7 +409,7 @@ fn report_per_thread_and_thread_selection() {
     let (o, path) = record(&["-F", "1000"], &[&target("threads"), "1"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let file = path.display().to_string();
-    let per_thread = ok(
+    let per_thread = succeeded(
         "report --per-thread",
         &run(&["report", &file, "--per-thread", "--width", "0"]),
     );
@@ -422,7 +420,7 @@ fn report_per_thread_and_thread_selection() {
         );
         assert!(per_thread.contains(func), "{per_thread}");
     }
-    let red = ok(
+    let red = succeeded(
         "report --thread worker-red",
         &run(&["report", &file, "--thread", "worker-red", "--width", "0"]),
     );

@@ -1,13 +1,88 @@
-//! The Firefox Profiler's processed format, version 70, as typed serde structs: the part
-//! of it sampler writes, spelled once, used by the writer ([`super::firefox`]) and the
-//! reader ([`super::load`]) alike. Facts in `docs/firefox-format.md` §4–5. Tables are
-//! structs of arrays with a `length`; a reader must still check that every column has
-//! that length and every index is in range, which the types alone cannot say.
+//! The Firefox Profiler's processed format, version 70, as sampler writes and reads it:
+//! the typed serde structs (their field names are the format's column names), and every
+//! name and label the format gives a meaning to — category indexes and names, weight
+//! types, the `meta.extra` sections and their labels — spelled once, for the writer
+//! ([`super::to_processed`]) and the reader ([`super::from_processed`]) alike. Facts in
+//! `docs/firefox-format.md` §4–5. Tables are structs of arrays with a `length`; a reader
+//! must still check that every column has that length and every index is in range, which
+//! the types alone cannot say ([`Table::columns`] lists what to check).
 
 use serde::{Deserialize, Serialize};
 
+use crate::profile::OffCpuKind;
+
 /// `PROCESSED_PROFILE_VERSION` of the Firefox Profiler this format is.
 pub const PROCESSED_PROFILE_VERSION: u32 = 70;
+
+/// `meta.version` is the Gecko format version; processed files ignore it, samply writes 24.
+pub const GECKO_VERSION: u32 = 24;
+
+/// Category indexes in `meta.categories`.
+pub const CATEGORY_OTHER: u32 = 0;
+pub const CATEGORY_USER: u32 = 1;
+pub const CATEGORY_KERNEL: u32 = 2;
+/// Off-CPU time (profiles recorded with `--off-cpu` only): every frame of an off-CPU
+/// stack has it, so that the profiler's category filter leaves on-CPU time alone.
+/// Its subcategories are the [`OffCpuKind`]s, at their [`OffCpuKind::index`].
+pub const CATEGORY_OFF_CPU: u32 = 3;
+
+/// The categories every profile has, as (name, color), in the order of their indexes
+/// ([`CATEGORY_OTHER`], [`CATEGORY_USER`], [`CATEGORY_KERNEL`]).
+pub const CATEGORIES: [(&str, &str); 3] =
+    [("Other", "grey"), ("User", "yellow"), ("Kernel", "orange")];
+/// The one subcategory of the categories above.
+pub const SUBCATEGORY_OTHER: &str = "Other";
+/// The name and color of the [`CATEGORY_OFF_CPU`] category.
+pub const CATEGORY_OFF_CPU_NAME: &str = "Off-CPU";
+pub const CATEGORY_OFF_CPU_COLOR: &str = "blue";
+
+/// The name of an Off-CPU subcategory.
+pub fn off_cpu_subcategory_name(kind: OffCpuKind) -> &'static str {
+    match kind {
+        OffCpuKind::Blocked => "Blocked",
+        OffCpuKind::Preempted => "Preempted",
+    }
+}
+
+/// `samples.weightType` of a profile without off-CPU time: every row weighs samples.
+pub const WEIGHT_SAMPLES: &str = "samples";
+/// `samples.weightType` of a profile with off-CPU time: every row weighs milliseconds.
+pub const WEIGHT_TRACING_MS: &str = "tracing-ms";
+
+/// Labels of the `meta.extra` sections (the profile's info panel), which sampler also
+/// reads back.
+pub const EXTRA_RECORDING: &str = "Recording";
+pub const EXTRA_SYMBOLS: &str = "Symbols";
+pub const EXTRA_LOST_BY_THREAD: &str = "Lost samples by thread";
+/// How a symbol gap entry starts, by what the library lacks.
+pub const GAP_SYMBOLS: &str = "some frames unnamed";
+pub const GAP_DEBUG_INFO: &str = "no source lines or inlined calls";
+
+/// Labels of the recording facts in the [`EXTRA_RECORDING`] section of `meta.extra`.
+pub const RECORDING_EVENT: &str = "Event";
+pub const RECORDING_FREQUENCY: &str = "Frequency (Hz)";
+/// The events per sample: a number, or [`PERIOD_VARIES`].
+pub const RECORDING_PERIOD: &str = "Period (events per sample)";
+/// The period's value when the kernel varied it: sample weights are then event counts.
+pub const PERIOD_VARIES: &str = "varied: weights are event counts";
+pub const RECORDING_LOST: &str = "Lost samples";
+pub const RECORDING_TRUNCATED: &str = "Truncated stacks";
+pub const RECORDING_RESTORED: &str = "Restored callers";
+pub const RECORDING_THROTTLED: &str = "Throttled";
+/// Whether kernel frames were recorded: [`KERNEL_YES`] or [`KERNEL_NO`].
+pub const RECORDING_KERNEL: &str = "Kernel frames";
+pub const KERNEL_YES: &str = "yes";
+pub const KERNEL_NO: &str = "no";
+
+/// A table of the format: a struct of arrays whose columns all have its `length`.
+pub trait Table {
+    /// The table's name in the file, as errors name it.
+    const NAME: &'static str;
+    /// The number of rows.
+    fn length(&self) -> usize;
+    /// Each column's name in the file and its length, in the order they are checked.
+    fn columns(&self) -> Vec<(&'static str, usize)>;
+}
 
 /// A whole processed profile.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -270,6 +345,97 @@ pub struct Markers {
     pub phase: Vec<u32>,
     pub category: Vec<u32>,
     pub length: usize,
+}
+
+impl Meta {
+    /// The entries of the `meta.extra` section labelled `label` (none when it is missing).
+    pub fn section(&self, label: &str) -> &[ExtraEntry] {
+        self.extra
+            .iter()
+            .find(|s| s.label == label)
+            .map_or(&[], |s| s.entries.as_slice())
+    }
+
+    /// The value of entry `label` of section `section_label`; null when either is missing.
+    pub fn entry(&self, section_label: &str, label: &str) -> &serde_json::Value {
+        self.section(section_label)
+            .iter()
+            .find(|e| e.label == label)
+            .map_or(&serde_json::Value::Null, |e| &e.value)
+    }
+}
+
+impl ExtraEntry {
+    /// An entry shown as a number.
+    pub fn integer(label: &str, value: u64) -> ExtraEntry {
+        ExtraEntry {
+            label: label.into(),
+            format: "integer".into(),
+            value: value.into(),
+        }
+    }
+
+    /// An entry shown as text.
+    pub fn text(label: &str, value: &str) -> ExtraEntry {
+        ExtraEntry {
+            label: label.into(),
+            format: "string".into(),
+            value: value.into(),
+        }
+    }
+}
+
+/// Implements [`Table`] for `$table`, named `$name` in the file, whose columns sampler
+/// reads are `$column` (the name in the file) in field `$field`, checked in that order.
+macro_rules! table {
+    ($table:ident, $name:literal, $($column:literal: $field:ident),+) => {
+        impl Table for $table {
+            const NAME: &'static str = $name;
+            fn length(&self) -> usize {
+                self.length
+            }
+            fn columns(&self) -> Vec<(&'static str, usize)> {
+                vec![$(($column, self.$field.len())),+]
+            }
+        }
+    };
+}
+
+table!(ResourceTable, "resourceTable", "name": name, "host": host, "type": kind);
+table!(Sources, "sources", "filename": filename);
+table!(FuncTable, "funcTable", "name": name, "resource": resource, "source": source);
+table!(
+    NativeSymbols,
+    "nativeSymbols",
+    "libIndex": lib_index,
+    "address": address,
+    "name": name,
+    "functionSize": function_size
+);
+// `subcategory` is read where present: a missing one counts as none.
+table!(
+    FrameTable,
+    "frameTable",
+    "address": address,
+    "lib": lib,
+    "inlineDepth": inline_depth,
+    "category": category,
+    "func": func,
+    "nativeSymbol": native_symbol,
+    "line": line
+);
+table!(StackTable, "stackTable", "frame": frame, "prefixOffset": prefix_offset);
+
+impl Samples {
+    /// The columns sampler reads back (a thread's table has no name of its own: errors
+    /// name it `threads[N].samples`); `weight` only where it is written.
+    pub fn columns(&self) -> Vec<(&'static str, usize)> {
+        let mut columns = vec![("stack", self.stack.len()), ("time", self.time.len())];
+        if let Some(w) = &self.weight {
+            columns.push(("weight", w.len()));
+        }
+        columns
+    }
 }
 
 /// A command line as one string that splits back into the same words with

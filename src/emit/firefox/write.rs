@@ -1,53 +1,20 @@
-//! The Firefox Profiler's processed format, version 70 (facts in
-//! `docs/firefox-format.md` §4–5): shared struct-of-arrays tables, one thread entry per
-//! thread, symbols embedded so that the viewer never asks a symbol server, and inline
-//! frames linked outer-first with their native symbol so they get the "(inlined)" badge.
+//! Writes a [`Profile`] into the processed format's model ([`super::model`]), one
+//! function per table: shared struct-of-arrays tables, one thread entry per thread,
+//! symbols embedded so that the viewer never asks a symbol server, and inline frames
+//! linked outer-first with their native symbol so they get the "(inlined)" badge.
 
 use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::fxformat::{self as fx, ExtraEntry, ExtraSection, ProcessedProfile};
+use super::model::{self as fx, ExtraEntry, ExtraSection, ProcessedProfile};
+use crate::profile::cpu::{self, CpuDeltaUnit};
 use crate::profile::{
     CodeKind, FrameIndex, Lib, Missing, OffCpuKind, Profile, SampleWeight, StackIndex,
 };
 
-pub use super::fxformat::PROCESSED_PROFILE_VERSION;
-
-/// `meta.version` is the Gecko format version; processed files ignore it, samply writes 24.
-const GECKO_VERSION: u32 = 24;
-
-/// Category indexes in `meta.categories`.
-pub const CATEGORY_OTHER: u32 = 0;
-pub const CATEGORY_USER: u32 = 1;
-pub const CATEGORY_KERNEL: u32 = 2;
-/// Off-CPU time (profiles recorded with `--off-cpu` only): every frame of an off-CPU
-/// stack has it, so that the profiler's category filter leaves on-CPU time alone.
-/// Its subcategories are the [`OffCpuKind`]s, at their [`OffCpuKind::index`].
-pub const CATEGORY_OFF_CPU: u32 = 3;
-pub const CATEGORY_OFF_CPU_NAME: &str = "Off-CPU";
-/// `samples.weightType` of a profile with off-CPU time: every row weighs milliseconds.
-pub const WEIGHT_TRACING_MS: &str = "tracing-ms";
-
-/// The name of an Off-CPU subcategory.
-fn off_cpu_subcategory_name(kind: OffCpuKind) -> &'static str {
-    match kind {
-        OffCpuKind::Blocked => "Blocked",
-        OffCpuKind::Preempted => "Preempted",
-    }
-}
-
-/// Labels of the `meta.extra` sections (the profile's info panel), which
-/// [`super::load`] reads back.
-pub const EXTRA_RECORDING: &str = "Recording";
-pub const EXTRA_SYMBOLS: &str = "Symbols";
-pub const EXTRA_LOST_BY_THREAD: &str = "Lost samples by thread";
-/// How a symbol gap entry starts, by what the library lacks.
-pub const GAP_SYMBOLS: &str = "some frames unnamed";
-pub const GAP_DEBUG_INFO: &str = "no source lines or inlined calls";
-
 /// Strings are stored once, in `shared.stringArray`.
-type Strings = super::StringTable;
+type Strings = crate::emit::StringTable;
 
 /// The Breakpad debug ID of an ELF build ID: its first 16 bytes as a GUID (the first
 /// three fields byte-swapped), followed by the age, 0.
@@ -71,14 +38,13 @@ fn symbol_gap_entries(profile: &Profile) -> Vec<ExtraEntry> {
         .iter()
         .map(|g| {
             let what = match g.missing {
-                Missing::Symbols => GAP_SYMBOLS,
-                Missing::DebugInfo => GAP_DEBUG_INFO,
+                Missing::Symbols => fx::GAP_SYMBOLS,
+                Missing::DebugInfo => fx::GAP_DEBUG_INFO,
             };
-            ExtraEntry {
-                label: profile.libs[g.lib.index()].name.clone(),
-                format: "string".into(),
-                value: format!("{what}: {}", g.why).into(),
-            }
+            ExtraEntry::text(
+                &profile.libs[g.lib.index()].name,
+                &format!("{what}: {}", g.why),
+            )
         })
         .collect()
 }
@@ -102,27 +68,11 @@ fn lib_entry(lib: &Lib) -> fx::Lib {
     }
 }
 
-fn integer(label: &str, value: u64) -> ExtraEntry {
-    ExtraEntry {
-        label: label.into(),
-        format: "integer".into(),
-        value: value.into(),
-    }
-}
-
-fn text(label: &str, value: &str) -> ExtraEntry {
-    ExtraEntry {
-        label: label.into(),
-        format: "string".into(),
-        value: value.into(),
-    }
-}
-
 fn category(kind: CodeKind) -> u32 {
     match kind {
-        CodeKind::User => CATEGORY_USER,
-        CodeKind::Kernel => CATEGORY_KERNEL,
-        CodeKind::Marker => CATEGORY_OTHER,
+        CodeKind::User => fx::CATEGORY_USER,
+        CodeKind::Kernel => fx::CATEGORY_KERNEL,
+        CodeKind::Marker => fx::CATEGORY_OTHER,
     }
 }
 
@@ -131,80 +81,14 @@ pub fn to_json(profile: &Profile) -> Value {
     serde_json::to_value(to_processed(profile)).expect("the model serializes")
 }
 
-/// Labels of the recording facts in the `Recording` section of `meta.extra`.
-pub const RECORDING_EVENT: &str = "Event";
-pub const RECORDING_FREQUENCY: &str = "Frequency (Hz)";
-/// The events per sample: a number, or [`PERIOD_VARIES`].
-pub const RECORDING_PERIOD: &str = "Period (events per sample)";
-/// The period's value when the kernel varied it: sample weights are then event counts.
-pub const PERIOD_VARIES: &str = "varied: weights are event counts";
-pub const RECORDING_LOST: &str = "Lost samples";
-pub const RECORDING_TRUNCATED: &str = "Truncated stacks";
-pub const RECORDING_RESTORED: &str = "Restored callers";
-pub const RECORDING_THROTTLED: &str = "Throttled";
-pub const RECORDING_KERNEL: &str = "Kernel frames";
-
 /// The profile in the processed format's model.
 pub fn to_processed(profile: &Profile) -> ProcessedProfile {
+    // Strings are numbered as first met: library names, then function names and their
+    // files, then native symbol names.
     let mut strings = Strings::default();
-
-    // One resource per library, in library order.
-    let resource_name: Vec<u32> = profile
-        .libs
-        .iter()
-        .map(|l| index(strings.get(&l.name)))
-        .collect();
-    let resources = profile.libs.len();
-
-    let mut source_index: HashMap<&str, u32> = HashMap::new();
-    let mut source_files: Vec<u32> = Vec::new();
-    let mut func_table = fx::FuncTable::default();
-    for f in &profile.funcs {
-        func_table.name.push(index(strings.get(&f.name)));
-        func_table
-            .resource
-            .push(f.lib.map_or(-1, |l| l.index() as i64));
-        func_table.source.push(f.file.as_deref().map(|file| {
-            *source_index.entry(file).or_insert_with(|| {
-                source_files.push(index(strings.get(file)));
-                index(source_files.len() - 1)
-            })
-        }));
-    }
-    let funcs = profile.funcs.len();
-    func_table.is_js = vec![false; funcs];
-    func_table.relevant_for_js = vec![false; funcs];
-    func_table.line_number = vec![None; funcs];
-    func_table.column_number = vec![None; funcs];
-    func_table.original_location = vec![None; funcs];
-    func_table.length = funcs;
-
-    let syms = &profile.native_symbols;
-    let native_symbols = fx::NativeSymbols {
-        lib_index: syms.iter().map(|s| index(s.lib.index())).collect(),
-        address: syms.iter().map(|s| s.address).collect(),
-        name: syms.iter().map(|s| index(strings.get(&s.name))).collect(),
-        function_size: syms.iter().map(|s| s.size).collect(),
-        length: syms.len(),
-    };
-
-    let resource_table = fx::ResourceTable {
-        name: resource_name,
-        host: vec![None; resources],
-        kind: vec![1; resources],
-        length: resources,
-    };
-    let source_count = source_files.len();
-    let sources = fx::Sources {
-        id: vec![None; source_count],
-        filename: source_files,
-        start_line: vec![1; source_count],
-        start_column: vec![1; source_count],
-        source_map_url: vec![None; source_count],
-        content: vec![None; source_count],
-        length: source_count,
-    };
-
+    let resource_table = resource_table(profile, &mut strings);
+    let (func_table, sources) = func_table(profile, &mut strings);
+    let native_symbols = native_symbols(profile, &mut strings);
     let copies = OffCpuCopies::of(profile);
     let mut stack_table = stack_table(profile);
     let mut frame_table = frame_table(profile);
@@ -223,6 +107,78 @@ pub fn to_processed(profile: &Profile) -> ProcessedProfile {
             source_location_table: fx::SourceLocationTable::default(),
         },
         threads: threads(profile, &copies),
+    }
+}
+
+/// One resource per library, in library order.
+fn resource_table(profile: &Profile, strings: &mut Strings) -> fx::ResourceTable {
+    let resources = profile.libs.len();
+    fx::ResourceTable {
+        name: profile
+            .libs
+            .iter()
+            .map(|l| index(strings.get(&l.name)))
+            .collect(),
+        host: vec![None; resources],
+        kind: vec![1; resources],
+        length: resources,
+    }
+}
+
+/// The functions, and the source files they name (each once, in order of first use).
+fn func_table(profile: &Profile, strings: &mut Strings) -> (fx::FuncTable, fx::Sources) {
+    let mut source_index: HashMap<&str, u32> = HashMap::new();
+    // Each file's name and its index in the string table, interned as it is first met.
+    let mut source_files: Vec<(&str, u32)> = Vec::new();
+    let mut func_table = fx::FuncTable::default();
+    for f in &profile.funcs {
+        func_table.name.push(index(strings.get(&f.name)));
+        func_table
+            .resource
+            .push(f.lib.map_or(-1, |l| l.index() as i64));
+        func_table.source.push(f.file.as_deref().map(|file| {
+            *source_index.entry(file).or_insert_with(|| {
+                source_files.push((file, index(strings.get(file))));
+                index(source_files.len() - 1)
+            })
+        }));
+    }
+    let funcs = profile.funcs.len();
+    func_table.is_js = vec![false; funcs];
+    func_table.relevant_for_js = vec![false; funcs];
+    func_table.line_number = vec![None; funcs];
+    func_table.column_number = vec![None; funcs];
+    func_table.original_location = vec![None; funcs];
+    func_table.length = funcs;
+    (func_table, sources(profile, &source_files))
+}
+
+/// The source files by name, with their text where it was embedded (the viewer's source
+/// view shows it).
+fn sources(profile: &Profile, files: &[(&str, u32)]) -> fx::Sources {
+    let count = files.len();
+    fx::Sources {
+        id: vec![None; count],
+        filename: files.iter().map(|&(_, name)| name).collect(),
+        start_line: vec![1; count],
+        start_column: vec![1; count],
+        source_map_url: vec![None; count],
+        content: files
+            .iter()
+            .map(|(file, _)| profile.sources.get(*file).cloned())
+            .collect(),
+        length: count,
+    }
+}
+
+fn native_symbols(profile: &Profile, strings: &mut Strings) -> fx::NativeSymbols {
+    let syms = &profile.native_symbols;
+    fx::NativeSymbols {
+        lib_index: syms.iter().map(|s| index(s.lib.index())).collect(),
+        address: syms.iter().map(|s| s.address).collect(),
+        name: syms.iter().map(|s| index(strings.get(&s.name))).collect(),
+        function_size: syms.iter().map(|s| s.size).collect(),
+        length: syms.len(),
     }
 }
 
@@ -288,7 +244,7 @@ impl OffCpuCopies {
             frames.address.push(frames.address[i]);
             frames.lib.push(frames.lib[i]);
             frames.inline_depth.push(frames.inline_depth[i]);
-            frames.category.push(Some(CATEGORY_OFF_CPU));
+            frames.category.push(Some(fx::CATEGORY_OFF_CPU));
             frames.subcategory.push(Some(kind.index() as u32));
             frames.func.push(frames.func[i]);
             frames.native_symbol.push(frames.native_symbol[i]);
@@ -308,29 +264,6 @@ impl OffCpuCopies {
         }
         stacks.length = stacks.frame.len();
     }
-}
-
-/// Each row's CPU time since the row before (ns): the time between them less the
-/// previous row's time off the CPU (the first value is not read by the profiler).
-fn thread_cpu_deltas(rows: &[crate::profile::SampleRow<StackIndex>]) -> Vec<Option<u64>> {
-    let mut deltas = Vec::with_capacity(rows.len());
-    let mut previous: Option<(f64, u64)> = None;
-    for r in rows {
-        let delta = match previous {
-            None => 0,
-            Some((time_ms, off_ns)) => {
-                let gap_ns = ((r.time_ms - time_ms).max(0.0) * 1e6).round() as u64;
-                gap_ns.saturating_sub(off_ns)
-            }
-        };
-        deltas.push(Some(delta));
-        let off_ns = match r.weight {
-            SampleWeight::OnCpu(_) => 0,
-            SampleWeight::OffCpu { ns, .. } => ns,
-        };
-        previous = Some((r.time_ms, off_ns));
-    }
-    deltas
 }
 
 /// Table indexes are u32 in the model (the profile's own indexes are u32 too).
@@ -444,11 +377,12 @@ fn threads(profile: &Profile, copies: &OffCpuCopies) -> Vec<fx::Thread> {
                             .then(|| t.samples.iter().map(|s| count(s) as f64).collect())
                     },
                     weight_type: if off_cpu {
-                        WEIGHT_TRACING_MS.into()
+                        fx::WEIGHT_TRACING_MS.into()
                     } else {
-                        "samples".into()
+                        fx::WEIGHT_SAMPLES.into()
                     },
-                    thread_cpu_delta: off_cpu.then(|| thread_cpu_deltas(&t.samples)),
+                    thread_cpu_delta: cpu::thread_cpu_deltas(&profile.meta, &t.samples)
+                        .map(|deltas| deltas.into_iter().map(Some).collect()),
                     length: t.samples.len(),
                 },
                 markers: fx::Markers::default(),
@@ -460,11 +394,6 @@ fn threads(profile: &Profile, copies: &OffCpuCopies) -> Vec<fx::Thread> {
 fn meta(profile: &Profile) -> fx::Meta {
     let meta = &profile.meta;
     let command = fx::quote_command(&meta.command);
-    let category = |name: &str, color: &str| fx::Category {
-        name: name.into(),
-        color: color.into(),
-        subcategories: vec!["Other".into()],
-    };
     fx::Meta {
         interval: meta.interval_ms,
         start_time: meta.start_unix_ms,
@@ -478,8 +407,8 @@ fn meta(profile: &Profile) -> fx::Meta {
             format!("sampler: {command}")
         },
         stackwalk: 1,
-        version: GECKO_VERSION,
-        preprocessed_profile_version: PROCESSED_PROFILE_VERSION,
+        version: fx::GECKO_VERSION,
+        preprocessed_profile_version: fx::PROCESSED_PROFILE_VERSION,
         symbolicated: true,
         platform: "Linux".into(),
         oscpu: "Linux x86_64".into(),
@@ -492,62 +421,81 @@ fn meta(profile: &Profile) -> fx::Meta {
         sample_units: fx::SampleUnits {
             time: "ms".into(),
             event_delay: "ms".into(),
-            thread_cpu_delta: "ns".into(),
+            thread_cpu_delta: CpuDeltaUnit::of(meta)
+                .unwrap_or(CpuDeltaUnit::Nanoseconds)
+                .firefox_name()
+                .into(),
         },
-        // In the order of the CATEGORY_* indexes.
-        categories: {
-            let mut categories = vec![
-                category("Other", "grey"),
-                category("User", "yellow"),
-                category("Kernel", "orange"),
-            ];
-            if meta.off_cpu {
-                categories.push(fx::Category {
-                    name: CATEGORY_OFF_CPU_NAME.into(),
-                    color: "blue".into(),
-                    subcategories: OffCpuKind::ALL
-                        .map(|k| off_cpu_subcategory_name(k).to_string())
-                        .to_vec(),
-                });
-            }
-            categories
-        },
+        categories: categories(meta.off_cpu),
         marker_schema: Vec::new(),
-        extra: vec![
-            ExtraSection {
-                label: EXTRA_RECORDING.into(),
-                entries: vec![
-                    text(RECORDING_EVENT, &meta.event),
-                    integer(RECORDING_FREQUENCY, meta.frequency_hz),
-                    match meta.period {
-                        Some(p) => integer(RECORDING_PERIOD, p),
-                        None => text(RECORDING_PERIOD, PERIOD_VARIES),
-                    },
-                    integer(RECORDING_LOST, meta.lost_samples),
-                    integer(RECORDING_TRUNCATED, meta.truncated_stacks),
-                    integer(RECORDING_RESTORED, meta.restored_callers),
-                    integer(RECORDING_THROTTLED, meta.throttled),
-                    text(
-                        RECORDING_KERNEL,
-                        if meta.kernel_included { "yes" } else { "no" },
-                    ),
-                ],
-            },
-            ExtraSection {
-                label: EXTRA_SYMBOLS.into(),
-                entries: symbol_gap_entries(profile),
-            },
-            ExtraSection {
-                label: EXTRA_LOST_BY_THREAD.into(),
-                entries: profile
-                    .threads
-                    .iter()
-                    .filter(|t| t.lost_samples > 0)
-                    .map(|t| integer(&format!("{} ({})", t.name, t.tid), t.lost_samples))
-                    .collect(),
-            },
-        ],
+        extra: extra_sections(profile),
     }
+}
+
+/// `meta.categories`, in the order of the `CATEGORY_*` indexes; the Off-CPU category
+/// only in a profile with off-CPU time.
+fn categories(off_cpu: bool) -> Vec<fx::Category> {
+    let mut categories: Vec<fx::Category> = fx::CATEGORIES
+        .iter()
+        .map(|&(name, color)| fx::Category {
+            name: name.into(),
+            color: color.into(),
+            subcategories: vec![fx::SUBCATEGORY_OTHER.into()],
+        })
+        .collect();
+    if off_cpu {
+        categories.push(fx::Category {
+            name: fx::CATEGORY_OFF_CPU_NAME.into(),
+            color: fx::CATEGORY_OFF_CPU_COLOR.into(),
+            subcategories: OffCpuKind::ALL
+                .map(|k| fx::off_cpu_subcategory_name(k).to_string())
+                .to_vec(),
+        });
+    }
+    categories
+}
+
+/// `meta.extra`: the recording facts, the symbol gaps and the lost samples per thread.
+fn extra_sections(profile: &Profile) -> Vec<ExtraSection> {
+    let meta = &profile.meta;
+    vec![
+        ExtraSection {
+            label: fx::EXTRA_RECORDING.into(),
+            entries: vec![
+                ExtraEntry::text(fx::RECORDING_EVENT, &meta.event),
+                ExtraEntry::integer(fx::RECORDING_FREQUENCY, meta.frequency_hz),
+                match meta.period {
+                    Some(p) => ExtraEntry::integer(fx::RECORDING_PERIOD, p),
+                    None => ExtraEntry::text(fx::RECORDING_PERIOD, fx::PERIOD_VARIES),
+                },
+                ExtraEntry::integer(fx::RECORDING_LOST, meta.lost_samples),
+                ExtraEntry::integer(fx::RECORDING_TRUNCATED, meta.truncated_stacks),
+                ExtraEntry::integer(fx::RECORDING_RESTORED, meta.restored_callers),
+                ExtraEntry::integer(fx::RECORDING_THROTTLED, meta.throttled),
+                ExtraEntry::text(
+                    fx::RECORDING_KERNEL,
+                    if meta.kernel_included {
+                        fx::KERNEL_YES
+                    } else {
+                        fx::KERNEL_NO
+                    },
+                ),
+            ],
+        },
+        ExtraSection {
+            label: fx::EXTRA_SYMBOLS.into(),
+            entries: symbol_gap_entries(profile),
+        },
+        ExtraSection {
+            label: fx::EXTRA_LOST_BY_THREAD.into(),
+            entries: profile
+                .threads
+                .iter()
+                .filter(|t| t.lost_samples > 0)
+                .map(|t| ExtraEntry::integer(&format!("{} ({})", t.name, t.tid), t.lost_samples))
+                .collect(),
+        },
+    ]
 }
 
 #[cfg(test)]
