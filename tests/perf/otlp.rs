@@ -316,7 +316,8 @@ for rp in r.resource_profiles:
                 names = [s[d.function_table[l.function_index].name_strindex]
                          for li in d.stack_table[x.stack_index].location_indices
                          for l in d.location_table[li].lines]
-                out['samples'].append({'sum': sum(x.values), 'count': len(x.values), 'names': names,
+                out['samples'].append({'type': s[p.sample_type.type_strindex],
+                                       'sum': sum(x.values), 'count': len(x.values), 'names': names,
                                        'attributes': dict(attr(i) for i in x.attribute_indices)})
 print(json.dumps(out))
 "#;
@@ -419,6 +420,75 @@ fn the_otlp_file_decodes_with_the_official_python_types() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
     let _ = std::fs::remove_dir_all(firefox.parent().unwrap());
+}
+
+fn off_cpu_time_is_a_second_otlp_profile() {
+    let (o, firefox) = record(&["--off-cpu"], &[&target("waiter"), "1"]);
+    assert!(o.status.success(), "record --off-cpu: {}", stderr(&o));
+    let dir = firefox.parent().unwrap();
+    let (otlp, pprof) = (dir.join("w.otlp"), dir.join("w.pb.gz"));
+    for out in [&otlp, &pprof] {
+        let c = Command::new(sampler_bin())
+            .arg("convert")
+            .arg(&firefox)
+            .arg("-o")
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(
+            c.status.success(),
+            "convert to {}: {}",
+            out.display(),
+            stderr(&c)
+        );
+    }
+    let v = decode_with_python(&otlp);
+    assert_eq!(
+        v["sample_types"],
+        serde_json::json!([["cpu", "nanoseconds"], ["off_cpu", "nanoseconds"]])
+    );
+    // The OTLP samples carry the same CPU and off-CPU nanoseconds as the pprof profile
+    // (its values: samples, cpu, off-cpu), thread by thread.
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&pprof).unwrap())
+        .read_to_end(&mut raw)
+        .unwrap();
+    let pprof = PprofProfile::decode(&raw[..]).unwrap();
+    let thread_key = pprof
+        .string_table
+        .iter()
+        .position(|s| s == "thread")
+        .unwrap() as i64;
+    let mut want: HashMap<(String, usize), i64> = HashMap::new();
+    for s in &pprof.sample {
+        let label = s.label.iter().find(|l| l.key == thread_key).unwrap();
+        let thread = pprof.string_table[label.str as usize].clone();
+        for value in [1, 2] {
+            *want.entry((thread.clone(), value)).or_default() += s.value[value];
+        }
+    }
+    let mut got: HashMap<(String, usize), i64> = HashMap::new();
+    for row in v["samples"].as_array().unwrap() {
+        let thread = row["attributes"]["thread.name"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let value = if row["type"] == "cpu" { 1 } else { 2 };
+        *got.entry((thread, value)).or_default() += row["sum"].as_i64().unwrap();
+    }
+    want.retain(|_, v| *v != 0);
+    assert_eq!(got, want);
+    let waiter_off = got[&("waiter".to_string(), 2)];
+    // Two threads are named waiter: the main thread, joining all along, and the worker.
+    eprintln!(
+        "the threads named waiter: {} ms off the CPU in OTLP and pprof alike",
+        waiter_off / 1_000_000
+    );
+    assert!(
+        waiter_off >= 300_000_000,
+        "waiter waits 50% of 1 s: {waiter_off} ns"
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// One HTTP request as a server saw it.
@@ -593,6 +663,11 @@ fn main() {
                 collector_present
             );
         the_otlp_file_decodes_with_the_official_python_types: Need::Perf,
+            Need::Consumer(
+                "python's opentelemetry-proto in target/otlp-venv (scripts/install-consumers installs it)",
+                python_otlp_present
+            );
+        off_cpu_time_is_a_second_otlp_profile: Need::Perf, Need::Root,
             Need::Consumer(
                 "python's opentelemetry-proto in target/otlp-venv (scripts/install-consumers installs it)",
                 python_otlp_present
