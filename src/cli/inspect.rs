@@ -124,7 +124,7 @@ pub fn convert(args: ConvertArgs) -> Result<()> {
     // With --otlp or --push alone, the input is the file kept: nothing else is written.
     if !push.is_empty() && args.format.is_none() && args.output.is_none() {
         let profile = emit::load::read_profile(&args.file)?;
-        return emit::push::send_all(&profile, &push, &args.file);
+        return emit::push::send_all(&profile, &push, false, &args.file);
     }
     let (format, output_path) = cli::convert_output(args.format, args.output, &args.file)?;
     let to_stdout = output_path.as_os_str() == "-";
@@ -158,6 +158,7 @@ pub fn convert(args: ConvertArgs) -> Result<()> {
     let export = emit::ExportOptions {
         thread_roots: args.thread_roots,
         time,
+        just_recorded: false,
     };
     if to_stdout {
         let mut stdout = std::io::stdout().lock();
@@ -165,7 +166,7 @@ pub fn convert(args: ConvertArgs) -> Result<()> {
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
             other => other.context("cannot write the conversion to standard output")?,
         }
-        return emit::push::send_all(&profile, &push, &args.file);
+        return emit::push::send_all(&profile, &push, false, &args.file);
     }
     emit::write(&profile, format, &export, &output_path, sudo)
         .with_context(|| format!("converting {}", args.file.display()))?;
@@ -174,7 +175,7 @@ pub fn convert(args: ConvertArgs) -> Result<()> {
         output_path.display(),
         how_to_open(format, &output_path)
     );
-    emit::push::send_all(&profile, &push, &output_path)
+    emit::push::send_all(&profile, &push, false, &output_path)
 }
 
 /// One name per argument, else per line of standard input; names that are not mangled

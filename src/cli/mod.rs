@@ -740,6 +740,7 @@ impl RecordArgs {
             export: emit::ExportOptions {
                 thread_roots: self.thread_roots,
                 time: self.time.map(TimeArg::view),
+                just_recorded: true,
             },
             debug: self.debug,
             sources: !self.no_sources,

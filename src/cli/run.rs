@@ -98,7 +98,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     };
     // Sent once the file is written, so that a back end that is down loses nothing; a
     // failed send is an error of sampler's own (exit 1) unless the command's code says more.
-    match emit::push::send_all(&profile, &plan.push, &plan.output) {
+    match emit::push::send_all(&profile, &plan.push, true, &plan.output) {
         Err(e) => {
             crate::say!("sampler: error: {e:#}");
             Ok(if code == 0 { 1 } else { code })

@@ -97,6 +97,9 @@ pub struct ExportOptions {
     /// Folded stacks, speedscope and flame graphs: which time they carry; `None`: the
     /// profile's default (see [`TimeView::default_for`]). pprof and Firefox carry both.
     pub time: Option<TimeView>,
+    /// OTLP: the profile was recorded by this run, so the containers of its processes
+    /// can be read (see [`otlp::to_request`]); not for a profile read from a file.
+    pub just_recorded: bool,
 }
 
 /// Writes `profile` in `format` at `path`, atomically (see [`output`]): a new file in the
@@ -212,7 +215,7 @@ fn write_to(
         Format::Svg => out.write_all(svg::to_svg(profile, opts.thread_roots, view).as_bytes())?,
         Format::Otlp => {
             use prost::Message;
-            out.write_all(&otlp::to_request(profile).encode_to_vec())?
+            out.write_all(&otlp::to_request(profile, opts.just_recorded).encode_to_vec())?
         }
     }
     out.flush()

@@ -133,22 +133,27 @@ fn percent_decode(text: &str) -> std::result::Result<String, String> {
     String::from_utf8(out).map_err(|_| format!("{text:?} is not UTF-8 once decoded"))
 }
 
-/// The gzipped body sent to `dest`.
-pub fn body(profile: &Profile, payload: Payload) -> std::io::Result<Vec<u8>> {
+/// The gzipped body sent to `dest` (`just_recorded`: see [`super::otlp::to_request`]).
+pub fn body(profile: &Profile, payload: Payload, just_recorded: bool) -> std::io::Result<Vec<u8>> {
     match payload {
         Payload::Pprof => super::pprof::to_pprof(profile).to_gzipped_bytes(),
         Payload::Otlp => {
             use std::io::Write;
             let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-            gz.write_all(&super::otlp::to_request(profile).encode_to_vec())?;
+            gz.write_all(&super::otlp::to_request(profile, just_recorded).encode_to_vec())?;
             gz.finish()
         }
     }
 }
 
 /// POSTs the profile to `dest`; the error is one phrase (what failed).
-pub fn send(profile: &Profile, dest: &Destination) -> std::result::Result<(), String> {
-    let body = body(profile, dest.payload).map_err(|e| format!("cannot compress it: {e}"))?;
+pub fn send(
+    profile: &Profile,
+    dest: &Destination,
+    just_recorded: bool,
+) -> std::result::Result<(), String> {
+    let body = body(profile, dest.payload, just_recorded)
+        .map_err(|e| format!("cannot compress it: {e}"))?;
     let agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(SEND_TIMEOUT))
@@ -201,11 +206,12 @@ const ERROR_TEXT_SHOWN: usize = 200;
 pub fn send_all(
     profile: &Profile,
     dests: &[Destination],
+    just_recorded: bool,
     kept: &std::path::Path,
 ) -> anyhow::Result<()> {
     let mut failures = Vec::new();
     for dest in dests {
-        match send(profile, dest) {
+        match send(profile, dest, just_recorded) {
             Ok(()) => crate::say!("sampler: sent the profile to {}", dest.url),
             Err(why) => failures.push(format!("{}: {why}", dest.url)),
         }

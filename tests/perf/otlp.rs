@@ -491,6 +491,111 @@ fn off_cpu_time_is_a_second_otlp_profile() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A cgroup hierarchy in which root can make a cgroup (v1's cpu controller, else v2's):
+/// where a test puts a recording in a cgroup named as a container runtime names its own.
+fn cgroup_hierarchy() -> Option<String> {
+    [
+        "/sys/fs/cgroup/cpu",
+        "/sys/fs/cgroup/unified",
+        "/sys/fs/cgroup",
+    ]
+    .into_iter()
+    .find(|h| {
+        let probe = Path::new(h).join(format!("sampler-probe-{}", std::process::id()));
+        let made = std::fs::create_dir(&probe).is_ok() && probe.join("cgroup.procs").exists();
+        let _ = std::fs::remove_dir(&probe);
+        made
+    })
+    .map(str::to_string)
+}
+
+/// A cgroup made for a test, removed when dropped (once the processes in it are gone).
+struct Cgroup(PathBuf);
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+fn a_recorded_command_in_a_container_has_its_container_id() {
+    // 64 hex digits, as Docker, containerd and Podman name a container's cgroup.
+    let id: String = (0..4)
+        .map(|i| {
+            format!(
+                "{:016x}",
+                (u64::from(std::process::id()) << 20) ^ (i * 0x9e37_79b9_7f4a_7c15)
+            )
+        })
+        .collect();
+    let cgroup = Cgroup(
+        Path::new(&cgroup_hierarchy().expect("a cgroup hierarchy"))
+            .join(format!("docker-{id}.scope")),
+    );
+    std::fs::create_dir(&cgroup.0).unwrap();
+    let out = tempdir().join("c.otlp");
+    // The shell moves itself into the cgroup, then becomes sampler (which the command
+    // inherits the cgroup from).
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(r#"echo $$ > "$1/cgroup.procs" && exec "$2" record -o "$3" -- "$4" 0.3"#)
+        .args(["sh", &cgroup.0.display().to_string(), sampler_bin()])
+        .arg(&out)
+        .arg(target("split7030"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "record in a cgroup: {}", stderr(&o));
+    let request = sampler::emit::otlp::proto::ExportProfilesServiceRequest::decode(
+        &std::fs::read(&out).unwrap()[..],
+    )
+    .unwrap();
+    let resource = request.resource_profiles[0].resource.as_ref().unwrap();
+    let container = resource
+        .attributes
+        .iter()
+        .find(|a| a.key == "container.id")
+        .and_then(|a| a.value.clone()?.value);
+    assert_eq!(
+        container,
+        Some(sampler::emit::otlp::proto::Value::String(id.clone())),
+        "{:?}",
+        resource.attributes
+    );
+    // Read back from the file later, the PID may be another process's: none is named.
+    let again = out.with_extension("json");
+    let c = Command::new(sampler_bin())
+        .args(["record", "-o"])
+        .arg(&again)
+        .args(["--", &target("split7030"), "0.1"])
+        .output()
+        .unwrap();
+    assert!(c.status.success(), "{}", stderr(&c));
+    let converted = out.with_file_name("again.otlp");
+    let c = Command::new(sampler_bin())
+        .arg("convert")
+        .arg(&again)
+        .arg("-o")
+        .arg(&converted)
+        .output()
+        .unwrap();
+    assert!(c.status.success(), "{}", stderr(&c));
+    let request = sampler::emit::otlp::proto::ExportProfilesServiceRequest::decode(
+        &std::fs::read(&converted).unwrap()[..],
+    )
+    .unwrap();
+    let keys: Vec<&str> = request.resource_profiles[0]
+        .resource
+        .as_ref()
+        .unwrap()
+        .attributes
+        .iter()
+        .map(|a| a.key.as_str())
+        .collect();
+    assert!(!keys.contains(&"container.id"), "{keys:?}");
+    eprintln!("container.id {id} named; a converted profile names none ({keys:?})");
+    let _ = std::fs::remove_dir_all(out.parent().unwrap());
+}
+
 /// One HTTP request as a server saw it.
 struct Request {
     head: String,
@@ -673,5 +778,7 @@ fn main() {
                 python_otlp_present
             );
         push_posts_gzipped_pprof_and_a_failed_send_keeps_the_file: Need::Perf;
+        a_recorded_command_in_a_container_has_its_container_id: Need::Perf, Need::Root,
+            Need::Located("a cgroup hierarchy where root can make a cgroup", cgroup_hierarchy);
     ]);
 }

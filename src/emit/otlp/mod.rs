@@ -18,8 +18,11 @@ use std::collections::HashMap;
 use crate::profile::{CodeKind, FrameIndex, Process, Profile, SampleWeight, StackIndex};
 use proto::{AnyValue, KeyValue, KeyValueAndUnit, Value};
 
-/// The profile as one OTLP export request.
-pub fn to_request(profile: &Profile) -> proto::ExportProfilesServiceRequest {
+/// The profile as one OTLP export request. `just_recorded`: this run recorded it, so a
+/// process's container is read from its cgroup (`/proc/PID/cgroup` while it runs; for
+/// the recorded command, gone, sampler's own, which it inherited); a profile read from
+/// a file has no `container.id` (its PIDs may be other processes' by now).
+pub fn to_request(profile: &Profile, just_recorded: bool) -> proto::ExportProfilesServiceRequest {
     let mut dict = Dictionary::new(profile);
     let host = host_name();
     let service = std::env::var("OTEL_SERVICE_NAME")
@@ -92,7 +95,14 @@ pub fn to_request(profile: &Profile) -> proto::ExportProfilesServiceRequest {
             .unwrap_or_else(|| command_name(profile, process));
         resource_profiles.push(proto::ResourceProfiles {
             resource: Some(proto::Resource {
-                attributes: resource_attributes(process, &service_name, host.as_deref()),
+                attributes: resource_attributes(
+                    process,
+                    &service_name,
+                    host.as_deref(),
+                    just_recorded
+                        .then(|| container_id(process.pid, !profile.meta.command.is_empty()))
+                        .flatten(),
+                ),
             }),
             scope_profiles: vec![proto::ScopeProfiles {
                 scope: Some(proto::InstrumentationScope {
@@ -163,7 +173,12 @@ impl ValueKinds {
 }
 
 /// The resource of one process, with the semantic conventions' names.
-fn resource_attributes(process: &Process, service: &str, host: Option<&str>) -> Vec<KeyValue> {
+fn resource_attributes(
+    process: &Process,
+    service: &str,
+    host: Option<&str>,
+    container: Option<String>,
+) -> Vec<KeyValue> {
     let kv = |key: &str, value: Value| KeyValue {
         key: key.to_string(),
         value: Some(AnyValue { value: Some(value) }),
@@ -179,7 +194,7 @@ fn resource_attributes(process: &Process, service: &str, host: Option<&str>) -> 
     if let Some(host) = host {
         attributes.push(kv("host.name", Value::String(host.to_string())));
     }
-    if let Some(id) = container_id(process.pid) {
+    if let Some(id) = container {
         attributes.push(kv("container.id", Value::String(id)));
     }
     attributes
@@ -206,11 +221,17 @@ fn host_name() -> Option<String> {
 /// The most of `/proc/PID/cgroup` read: 64 KiB, far more than a process's few lines.
 const MAX_CGROUP_TEXT: u64 = 64 << 10;
 
-/// The container a process runs in, where its cgroup names one (still running: the
-/// file goes with the process).
-fn container_id(pid: i32) -> Option<String> {
+/// The container a process of this run's recording runs in, where its cgroup names one:
+/// its own cgroup while it runs; once it has exited, for a recorded command
+/// (`command`), sampler's, which the command inherited.
+fn container_id(pid: i32, command: bool) -> Option<String> {
     use std::io::Read;
-    let file = std::fs::File::open(format!("/proc/{pid}/cgroup")).ok()?;
+    let file = std::fs::File::open(format!("/proc/{pid}/cgroup"))
+        .or_else(|e| match command {
+            true => std::fs::File::open("/proc/self/cgroup"),
+            false => Err(e),
+        })
+        .ok()?;
     let mut text = String::new();
     file.take(MAX_CGROUP_TEXT).read_to_string(&mut text).ok()?;
     container_id_in(&text)
