@@ -545,55 +545,61 @@ fn a_recorded_command_in_a_container_has_its_container_id() {
         .output()
         .unwrap();
     assert!(o.status.success(), "record in a cgroup: {}", stderr(&o));
-    let request = sampler::emit::otlp::proto::ExportProfilesServiceRequest::decode(
-        &std::fs::read(&out).unwrap()[..],
-    )
-    .unwrap();
-    let resource = request.resource_profiles[0].resource.as_ref().unwrap();
-    let container = resource
-        .attributes
-        .iter()
-        .find(|a| a.key == "container.id")
-        .and_then(|a| a.value.clone()?.value);
-    assert_eq!(
-        container,
-        Some(sampler::emit::otlp::proto::Value::String(id.clone())),
-        "{:?}",
-        resource.attributes
-    );
-    // Read back from the file later, the PID may be another process's: none is named.
-    let again = out.with_extension("json");
-    let c = Command::new(sampler_bin())
-        .args(["record", "-o"])
-        .arg(&again)
-        .args(["--", &target("split7030"), "0.1"])
-        .output()
+    assert_eq!(container_of(&out), Some(id.clone()), "the recorded command");
+    // A process attached to (-p) in the container: named from its own cgroup; the same
+    // recording converted from its file later, while it still runs there, names none.
+    let mut running = Command::new("sh")
+        .arg("-c")
+        .arg(r#"echo $$ > "$1/cgroup.procs" && exec "$2" 5"#)
+        .args(["sh", &cgroup.0.display().to_string(), &target("split7030")])
+        .spawn()
         .unwrap();
-    assert!(c.status.success(), "{}", stderr(&c));
-    let converted = out.with_file_name("again.otlp");
+    let pid = running.id().to_string();
+    wait_for_child(std::process::id(), "split7030", Duration::from_secs(10));
+    let attached = out.with_file_name("attached.otlp");
+    let firefox = out.with_file_name("attached.json");
+    for file in [&attached, &firefox] {
+        let o = Command::new(sampler_bin())
+            .args(["record", "-p", &pid, "-d", "0.3", "-o"])
+            .arg(file)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "record -p: {}", stderr(&o));
+    }
+    let converted = out.with_file_name("converted.otlp");
     let c = Command::new(sampler_bin())
         .arg("convert")
-        .arg(&again)
+        .arg(&firefox)
         .arg("-o")
         .arg(&converted)
         .output()
         .unwrap();
     assert!(c.status.success(), "{}", stderr(&c));
+    let _ = running.kill();
+    let _ = running.wait();
+    assert_eq!(container_of(&attached), Some(id.clone()), "attached");
+    assert_eq!(container_of(&converted), None, "converted");
+    eprintln!("container.id {id}: named for the command and the attached process, not by convert");
+    let _ = std::fs::remove_dir_all(out.parent().unwrap());
+}
+
+/// The `container.id` of the first resource of an `.otlp` file.
+fn container_of(file: &Path) -> Option<String> {
     let request = sampler::emit::otlp::proto::ExportProfilesServiceRequest::decode(
-        &std::fs::read(&converted).unwrap()[..],
+        &std::fs::read(file).unwrap()[..],
     )
     .unwrap();
-    let keys: Vec<&str> = request.resource_profiles[0]
-        .resource
-        .as_ref()
-        .unwrap()
+    let resource = request.resource_profiles[0].resource.clone().unwrap();
+    match resource
         .attributes
-        .iter()
-        .map(|a| a.key.as_str())
-        .collect();
-    assert!(!keys.contains(&"container.id"), "{keys:?}");
-    eprintln!("container.id {id} named; a converted profile names none ({keys:?})");
-    let _ = std::fs::remove_dir_all(out.parent().unwrap());
+        .into_iter()
+        .find(|a| a.key == "container.id")?
+        .value?
+        .value?
+    {
+        sampler::emit::otlp::proto::Value::String(id) => Some(id),
+        other => panic!("container.id is {other:?}"),
+    }
 }
 
 /// One HTTP request as a server saw it.
