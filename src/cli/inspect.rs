@@ -121,6 +121,12 @@ fn source_line(file: &str, line: u32) -> Option<String> {
 
 pub fn convert(args: ConvertArgs) -> Result<()> {
     use std::io::IsTerminal;
+    let push = args.push.destinations()?;
+    // With --otlp or --push alone, the input is the file kept: nothing else is written.
+    if !push.is_empty() && args.format.is_none() && args.output.is_none() {
+        let profile = emit::load::read_profile(&args.file)?;
+        return emit::push::send_all(&profile, &push, false, &args.file);
+    }
     let (format, output_path) = cli::convert_output(args.format, args.output, &args.file)?;
     let to_stdout = output_path.as_os_str() == "-";
     let tty = to_stdout && std::io::stdout().is_terminal();
@@ -129,6 +135,11 @@ pub fn convert(args: ConvertArgs) -> Result<()> {
     if tty && format == emit::Format::Pprof {
         anyhow::bail!(
             "pprof is a binary format: write it to a file (-o NAME.pb.gz), not to a terminal"
+        );
+    }
+    if tty && format == emit::Format::Otlp {
+        anyhow::bail!(
+            "otlp is a binary format: write it to a file (-o NAME.otlp), not to a terminal"
         );
     }
     if !to_stdout {
@@ -148,13 +159,15 @@ pub fn convert(args: ConvertArgs) -> Result<()> {
     let export = emit::ExportOptions {
         thread_roots: args.thread_roots,
         time,
+        just_recorded: false,
     };
     if to_stdout {
         let mut stdout = std::io::stdout().lock();
-        return match emit::write_stream(&profile, format, &export, &mut stdout) {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-            other => other.context("cannot write the conversion to standard output"),
-        };
+        match emit::write_stream(&profile, format, &export, &mut stdout) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            other => other.context("cannot write the conversion to standard output")?,
+        }
+        return emit::push::send_all(&profile, &push, false, &args.file);
     }
     emit::write(&profile, format, &export, &output_path, sudo)
         .with_context(|| format!("converting {}", args.file.display()))?;
@@ -163,7 +176,7 @@ pub fn convert(args: ConvertArgs) -> Result<()> {
         output_path.display(),
         how_to_open(format, &output_path)
     );
-    Ok(())
+    emit::push::send_all(&profile, &push, false, &output_path)
 }
 
 /// One name per argument, else per line of standard input; names that are not mangled

@@ -4,6 +4,7 @@
 
 pub mod diff;
 pub mod inspect;
+pub mod push;
 mod record_args;
 pub mod run;
 pub mod summary;
@@ -85,6 +86,8 @@ pub enum FormatArg {
     Pprof,
     /// SVG flame graph
     Svg,
+    /// OTLP profiles export request (binary protobuf), as OpenTelemetry receives it
+    Otlp,
 }
 
 impl FormatArg {
@@ -95,6 +98,7 @@ impl FormatArg {
             FormatArg::Speedscope => emit::Format::Speedscope,
             FormatArg::Pprof => emit::Format::Pprof,
             FormatArg::Svg => emit::Format::Svg,
+            FormatArg::Otlp => emit::Format::Otlp,
         }
     }
 }
@@ -180,6 +184,8 @@ pub struct ConvertArgs {
     pub thread_roots: bool,
     #[arg(long = "time", value_enum, help = TIME_HELP)]
     pub time: Option<TimeArg>,
+    #[command(flatten)]
+    pub push: push::PushArgs,
 }
 
 /// Which time a report or an export weighs stacks by (profiles recorded with

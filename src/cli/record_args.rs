@@ -113,6 +113,8 @@ pub struct RecordArgs {
     /// of sampler's own before the command is still an option, or an error).
     #[arg(trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
+    #[command(flatten)]
+    pub push: super::push::PushArgs,
 }
 
 /// Samples per second per running thread unless `-F` or `-c` says otherwise.
@@ -137,6 +139,8 @@ pub struct RecordPlan {
     pub debug: DebugArgs,
     /// Whether the source files' text is embedded (Firefox profiles).
     pub sources: bool,
+    /// Where the profile is sent once written (`--otlp`, `--push`).
+    pub push: Vec<emit::push::Destination>,
 }
 
 impl RecordArgs {
@@ -255,9 +259,11 @@ impl RecordArgs {
             export: emit::ExportOptions {
                 thread_roots: self.thread_roots,
                 time: self.time.map(TimeArg::view),
+                just_recorded: true,
             },
             debug: self.debug,
             sources: !self.no_sources,
+            push: self.push.destinations()?,
         })
     }
 }

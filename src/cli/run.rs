@@ -93,13 +93,28 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         debuginfod: symbol_options.debuginfod.as_ref().and_then(|d| d.summary()),
     }
     .print();
+    let code = match ended {
+        record::Ended::Command(exit) => exit.shell_code(),
+        record::Ended::Detached(_) => 0,
+    };
+    // Sent once the file is written, so that a back end that is down loses nothing; a
+    // failed send is an error of sampler's own (exit 1) unless the command's code says more.
+    let code = match emit::push::send_all(&profile, &plan.push, true, &plan.output) {
+        Err(e) => {
+            crate::say!("sampler: error: {e:#}");
+            if code == 0 {
+                1
+            } else {
+                code
+            }
+        }
+        Ok(()) => code,
+    };
+    // Last: the view serves the file until Ctrl-C.
     if let Some(options) = view {
         crate::cli::view::view(std::slice::from_ref(&plan.output), &options)?;
     }
-    Ok(match ended {
-        record::Ended::Command(exit) => exit.shell_code(),
-        record::Ended::Detached(_) => 0,
-    })
+    Ok(code)
 }
 
 /// When the profile could not be written where asked (its file system full or

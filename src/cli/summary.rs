@@ -387,6 +387,7 @@ pub fn how_to_open(format: Format, path: &Path) -> String {
         Format::Speedscope => "open it at https://www.speedscope.app".to_string(),
         Format::Pprof => format!("read it with `go tool pprof -top {p}`"),
         Format::Svg => "open it in a browser".to_string(),
+        Format::Otlp => "send it to an OTLP/HTTP endpoint with `--otlp URL`, or POST it as application/x-protobuf".to_string(),
     }
 }
 

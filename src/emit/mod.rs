@@ -8,7 +8,9 @@ pub mod folded;
 #[cfg(test)]
 mod golden;
 pub mod load;
+pub mod otlp;
 pub mod pprof;
+pub mod push;
 pub mod report;
 pub mod speedscope;
 pub mod svg;
@@ -37,6 +39,8 @@ pub enum Format {
     Pprof,
     /// A flame graph as a self-contained SVG.
     Svg,
+    /// An OTLP profiles export request (binary protobuf), see [`otlp`].
+    Otlp,
 }
 
 impl Format {
@@ -48,6 +52,7 @@ impl Format {
             Format::Speedscope => "speedscope",
             Format::Pprof => "pprof",
             Format::Svg => "svg",
+            Format::Otlp => "otlp",
         }
     }
 
@@ -59,6 +64,7 @@ impl Format {
             Format::Speedscope => "profile.speedscope.json",
             Format::Pprof => "profile.pb.gz",
             Format::Svg => "profile.svg",
+            Format::Otlp => "profile.otlp",
         }
     }
 
@@ -72,6 +78,7 @@ impl Format {
             (".pb.gz", Format::Pprof),
             (".pprof", Format::Pprof),
             (".svg", Format::Svg),
+            (".otlp", Format::Otlp),
             (".json", Format::Firefox),
             (".json.gz", Format::Firefox),
         ]
@@ -90,6 +97,9 @@ pub struct ExportOptions {
     /// Folded stacks, speedscope and flame graphs: which time they carry; `None`: the
     /// profile's default (see [`TimeView::default_for`]). pprof and Firefox carry both.
     pub time: Option<TimeView>,
+    /// OTLP: the profile was recorded by this run, so the containers of its processes
+    /// can be read (see [`otlp::to_request`]); not for a profile read from a file.
+    pub just_recorded: bool,
 }
 
 /// Writes `profile` in `format` at `path`, atomically (see [`output`]): a new file in the
@@ -203,6 +213,10 @@ fn write_to(
         Format::Speedscope => serde_json::to_writer(&mut out, &speedscope::to_json(profile, view))?,
         Format::Pprof => out.write_all(&pprof::to_pprof(profile).to_gzipped_bytes()?)?,
         Format::Svg => out.write_all(svg::to_svg(profile, opts.thread_roots, view).as_bytes())?,
+        Format::Otlp => {
+            use prost::Message;
+            out.write_all(&otlp::to_request(profile, opts.just_recorded).encode_to_vec())?
+        }
     }
     out.flush()
 }

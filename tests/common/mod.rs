@@ -936,3 +936,12 @@ pub fn succeeded(what: &str, o: &Output) -> String {
     assert!(o.status.success(), "{what} failed: {}", stderr(o));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
+
+/// A port on 127.0.0.1 that nobody listens on right now (the kernel's pick, released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

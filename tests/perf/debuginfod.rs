@@ -34,15 +34,6 @@ const DEBUGINFOD: Need = Need::Consumer(
     debuginfod_installed,
 );
 
-/// A port nobody listens on right now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// elfutils' debuginfod serving `dir`, stopped when dropped.
 struct Server {
     child: Child,

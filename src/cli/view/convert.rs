@@ -43,6 +43,10 @@ pub fn to_firefox_json(path: &Path, format: Format) -> Result<(Vec<u8>, Profile)
             "{} is an SVG flame graph, which keeps no samples: open it in a browser as it is, or view the profile it was made from",
             path.display()
         ),
+        Format::Otlp => bail!(
+            "{} is an OTLP export request, which a profiling back end reads: view the profile it was made from",
+            path.display()
+        ),
         Format::Firefox => unreachable!("a Firefox profile is served as it is"),
     };
     let profile = build(path, threads)?;

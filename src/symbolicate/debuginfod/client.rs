@@ -51,13 +51,7 @@ impl Client {
             .timeout_per_read(config.timeout)
             .timeout_per_call(config.max_time)
             .user_agent(format!("sampler/{}", env!("CARGO_PKG_VERSION")))
-            // The system's roots of trust, as curl (elfutils' client) uses: a CA that
-            // the machine's administrator added is trusted here too.
-            .tls_config(
-                ureq::tls::TlsConfig::builder()
-                    .root_certs(ureq::tls::RootCerts::PlatformVerifier)
-                    .build(),
-            )
+            .tls_config(super::system_trust())
             .build()
             .new_agent();
         Client {

@@ -50,3 +50,11 @@ pub use verify::{hex, verify};
 
 #[cfg(test)]
 mod tests;
+
+/// The system's roots of trust, as curl (elfutils' client) uses: a CA that the
+/// machine's administrator added is trusted here too. For every HTTPS client of sampler's.
+pub(crate) fn system_trust() -> ureq::tls::TlsConfig {
+    ureq::tls::TlsConfig::builder()
+        .root_certs(ureq::tls::RootCerts::PlatformVerifier)
+        .build()
+}
