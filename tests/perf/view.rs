@@ -5,7 +5,9 @@
 //! `scripts/install-consumers` installs into target/playwright/), and the profiler is the
 //! local build of the web app in `../shared/tools/ffp-web/`, served by its `serve.py`:
 //! no network is needed. The server's own rules (only the secret path, CORS only there,
-//! limits against a hostile local client) are tested with plain sockets.
+//! limits against a hostile local client) are tested with plain sockets. The source view
+//! (double-click a call tree row) is driven by our own `tests/browser/source-view.cjs`,
+//! which reads the lines and the per-line sample counts the view shows.
 //!
 //! `SAMPLER_VIEW_SHOTS=DIR` keeps the browser's screenshots there (else they go with the
 //! test's directory).
@@ -163,27 +165,34 @@ fn open_in_browser(url: &str, shot: &Path) -> Value {
         Some(dir) => Path::new(&dir).join(shot.file_name().unwrap()),
         None => shot.to_path_buf(),
     };
-    let out = Command::new("node")
-        .arg(ffp_web().join("check.cjs"))
-        .arg(url)
-        .arg(&shot)
-        .env("NODE_PATH", playwright_modules())
-        .output()
-        .expect("node runs check.cjs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let page: Value = serde_json::from_str(&text).unwrap_or_else(|e| {
-        panic!(
-            "check.cjs printed no JSON ({e}): {text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let (success, page) = run_driver(&ffp_web().join("check.cjs"), &[url.as_ref(), shot.as_ref()]);
     assert!(
-        out.status.success() && page["ok"] == true,
+        success && page["ok"] == true,
         "the profiler showed no call tree for {url}: {page:#}"
     );
     assert_eq!(page["errors"], Value::Array(vec![]), "{page:#}");
     assert!(shot.exists(), "no screenshot at {}", shot.display());
     page
+}
+
+/// Runs the browser driver `script` (node, with playwright-core) with `args`; whether it
+/// exited 0, and the JSON it printed.
+fn run_driver(script: &Path, args: &[&std::ffi::OsStr]) -> (bool, Value) {
+    let out = Command::new("node")
+        .arg(script)
+        .args(args)
+        .env("NODE_PATH", playwright_modules())
+        .output()
+        .expect("node runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let page = serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "{} printed no JSON ({e}): {text}{}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.success(), page)
 }
 
 /// The call tree's rows as (running samples, function name), from check.cjs's
@@ -801,6 +810,152 @@ fn the_browser_is_the_sudo_users_never_roots() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Where the browser's screenshots go: `$SAMPLER_VIEW_SHOTS` if set, else `dir`.
+fn shots_dir(dir: &Path) -> PathBuf {
+    std::env::var_os("SAMPLER_VIEW_SHOTS").map_or(dir.to_path_buf(), PathBuf::from)
+}
+
+/// Our own browser driver for the source view (tests/browser/source-view.cjs).
+fn source_view_driver() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/source-view.cjs")
+}
+
+/// Opens `url` in headless Chromium, double-clicks the call tree row of each of
+/// `functions` in turn and returns what the source view showed for each:
+/// `[{function, ok, file, lines: [{line, text, total, self}], unavailable, error}]`.
+/// Screenshots go to `<shot_prefix>-FUNCTION.png`.
+fn source_views(url: &str, shot_prefix: &Path, functions: &[&str]) -> Vec<Value> {
+    let mut args: Vec<&std::ffi::OsStr> = vec![url.as_ref(), shot_prefix.as_ref()];
+    args.extend(functions.iter().map(std::ffi::OsStr::new));
+    let (_, page) = run_driver(&source_view_driver(), &args);
+    assert_eq!(page["errors"], Value::Array(vec![]), "{page:#}");
+    let views = page["views"].as_array().unwrap().clone();
+    assert_eq!(views.len(), functions.len(), "{page:#}");
+    for (view, f) in views.iter().zip(functions) {
+        let shot = PathBuf::from(format!("{}-{f}.png", shot_prefix.display()));
+        assert!(shot.exists(), "no screenshot at {}", shot.display());
+        assert_eq!(view["error"], "", "{view:#}");
+    }
+    views
+}
+
+/// Records split7030 for a second into DIR/NAME with `extra` options; the file (checked
+/// by ffp-check) and the CPU time the program used.
+fn record_split7030(dir: &Path, name: &str, extra: &[&str]) -> (PathBuf, f64) {
+    let file = dir.join(name);
+    let o = Command::new(sampler_bin())
+        .arg("record")
+        .args(extra)
+        .arg("-o")
+        .arg(&file)
+        .args(["--", &target("split7030"), "1"])
+        .output()
+        .expect("sampler runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+    ffp_check(&file);
+    (file, command_cpu_ms(&o))
+}
+
+/// What the viewer's source view of `source` must show beside each line, from the
+/// profile: (total, self) samples, where total counts the samples with a frame of a
+/// function of `source` at that line anywhere on their stack (once a sample), and self
+/// those whose innermost frame it is.
+fn line_counts(p: &Value, source: &str) -> std::collections::BTreeMap<u64, (u64, u64)> {
+    let mut counts = std::collections::BTreeMap::new();
+    for (_, stacks) in thread_frames(p) {
+        for stack in stacks {
+            let at = |f: &FrameInfo| f.line.filter(|_| f.file.as_deref() == Some(source));
+            let mut lines: Vec<u64> = stack.iter().filter_map(at).collect();
+            lines.sort_unstable();
+            lines.dedup();
+            for line in lines {
+                counts.entry(line).or_insert((0, 0)).0 += 1;
+            }
+            if let Some(line) = stack.last().and_then(at) {
+                counts.entry(line).or_insert((0, 0)).1 += 1;
+            }
+        }
+    }
+    counts
+}
+
+/// The line of `view` numbered `number`.
+fn shown_line(view: &Value, number: u64) -> &Value {
+    view["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["line"] == number)
+        .unwrap_or_else(|| panic!("line {number} is not shown: {view:#}"))
+}
+
+/// Checks that `view` shows the text of `source` (a file of bench-targets/) with the
+/// profile's count beside every line; the number of the line whose text is `hot`.
+fn assert_source_shown(view: &Value, source: &str, hot: &str, p: &Value) -> u64 {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("bench-targets")
+        .join(source);
+    let path = path.canonicalize().unwrap().display().to_string();
+    assert_eq!(view["ok"], true, "{view:#}");
+    assert_eq!(view["file"], path.as_str(), "{view:#}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    // As the editor does, the text after the last newline (empty) is a line too.
+    let file_lines: Vec<&str> = text.split('\n').collect();
+    let counts = line_counts(p, &path);
+    let lines = view["lines"].as_array().unwrap();
+    assert!(!lines.is_empty(), "{view:#}");
+    for line in lines {
+        let number = line["line"].as_u64().unwrap_or_else(|| panic!("{line}"));
+        let shown = line["text"].as_str().unwrap().trim_end_matches('\n');
+        assert_eq!(shown, file_lines[number as usize - 1], "line {number}");
+        let (total, own) = counts.get(&number).copied().unwrap_or((0, 0));
+        assert_eq!(
+            (line["total"].as_u64(), line["self"].as_u64()),
+            (Some(total), Some(own)),
+            "line {number} of {source}: {line}; the profile's counts: {counts:?}"
+        );
+    }
+    let number = file_lines.iter().position(|l| *l == hot).unwrap() as u64 + 1;
+    assert_eq!(shown_line(view, number)["text"], hot, "{view:#}");
+    number
+}
+
+fn view_shows_hot_lines_in_the_source_view() {
+    let dir = tempdir();
+    let shots = shots_dir(&dir);
+    let (file, cpu_ms) = record_split7030(&dir, "split.json", &[]);
+    let p = load(&file);
+    let profiler = Profiler::start();
+    let (view, url) = start_view(&profiler, &[&file], "from-url/");
+    let views = source_views(&url, &shots.join("source-view"), &["hot_a", "sum_to"]);
+    assert_exits_0(view);
+
+    // hot_a's file, split7030.c: its line (which calls the inlined sum_to) is on the
+    // stack of hot_a's ~70% of the samples, and the innermost frame of none. sum_to's
+    // file, work.h: its loop runs in almost every sample, innermost.
+    let hot_a = "__attribute__((noinline)) void hot_a(long n) { sum_to(n); }";
+    let sum_to = "    for (long i = 0; i < n; i++) s += (double)i * 1.000001;";
+    for (view, source, hot, column, share) in [
+        (&views[0], "split7030.c", hot_a, "total", 0.45),
+        (&views[1], "work.h", sum_to, "self", 0.75),
+    ] {
+        let number = assert_source_shown(view, source, hot, &p);
+        let count = shown_line(view, number)[column].as_u64().unwrap();
+        let what = format!("{source}:{number}'s {column} count");
+        assert_covers_cpu(&what, count as usize, cpu_ms, share);
+    }
+
+    // Without the sources in the file, the viewer has no text to show for hot_a.
+    let (bare, _) = record_split7030(&dir, "bare.json", &["--no-sources"]);
+    let (view, url) = start_view(&profiler, &[&bare], "from-url/");
+    let views = source_views(&url, &shots.join("no-sources"), &["hot_a"]);
+    assert_exits_0(view);
+    assert_eq!(views[0]["ok"], false, "{:#}", views[0]);
+    let says = views[0]["unavailable"].as_str().unwrap();
+    assert!(says.starts_with("Source code not available"), "{says}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 fn main() {
     run_tests(tests![
         view_opens_the_call_tree_in_the_profiler: Need::Perf, BROWSER;
@@ -811,5 +966,6 @@ fn main() {
         view_converts_folded_stacks_into_a_firefox_profile;
         view_shows_every_format_that_keeps_samples: Need::Perf, BROWSER;
         the_browser_is_the_sudo_users_never_roots: Need::Root;
+        view_shows_hot_lines_in_the_source_view: Need::Perf, BROWSER;
     ]);
 }
