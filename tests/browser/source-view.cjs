@@ -11,30 +11,18 @@
 // Counts are those the gutters show (an empty cell is 0). Lines are matched to their gutter
 // cells by their height on the screen: CodeMirror draws a timing cell only for lines with
 // samples. Exit 0 when every function's file was shown with its text, 1 otherwise.
-const { chromium } = require('playwright-core');
+const { openPage } = require('./browser.cjs');
 
 const [url, shotPrefix, ...functions] = process.argv.slice(2);
 if (!url || !shotPrefix || !functions.length) {
   console.error('usage: node source-view.cjs URL SHOT_PREFIX FUNCTION...');
   process.exit(2);
 }
-// Generous: on a busy 2-core machine the app alone takes tens of seconds to start.
-const timeout = Number(process.env.SOURCE_VIEW_TIMEOUT_MS || 120000);
 
 async function main() {
-  const browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--disable-quic'],
-  });
   const result = { views: [], errors: [] };
+  const { browser, page } = await openPage(result.errors);
   try {
-    const page = await browser.newPage({ viewport: { width: 1600, height: 1000 } });
-    page.setDefaultTimeout(timeout);
-    // The app's service worker is left out of the local build: its registration fails.
-    page.on('pageerror', (e) => {
-      if (!/ServiceWorker/.test(String(e))) result.errors.push(String(e));
-    });
     try {
       await page.goto(url);
       await page.waitForSelector('.treeViewRowScrolledColumns');

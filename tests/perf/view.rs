@@ -7,7 +7,8 @@
 //! no network is needed. The server's own rules (only the secret path, CORS only there,
 //! limits against a hostile local client) are tested with plain sockets. The source view
 //! (double-click a call tree row) is driven by our own `tests/browser/source-view.cjs`,
-//! which reads the lines and the per-line sample counts the view shows.
+//! which reads the lines and the per-line sample counts the view shows; the flame graph (a
+//! canvas) is read by pointing at it, by `tests/browser/flame-graph.cjs`.
 //!
 //! `SAMPLER_VIEW_SHOTS=DIR` keeps the browser's screenshots there (else they go with the
 //! test's directory).
@@ -956,6 +957,64 @@ fn view_shows_hot_lines_in_the_source_view() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The number after "Overall" in a flame graph tooltip: "… Running Self Overall 659 samples …".
+fn tooltip_samples(tooltip: &Value) -> usize {
+    let text = tooltip
+        .as_str()
+        .unwrap_or_else(|| panic!("no tooltip: {tooltip}"));
+    text.split(" Overall ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.replace(',', "").parse().ok())
+        .unwrap_or_else(|| panic!("no sample count in the tooltip {text:?}"))
+}
+
+fn view_draws_hot_a_and_hot_b_70_30_in_the_flame_graph() {
+    let dir = tempdir();
+    let (file, _) = record_split7030(&dir, "split.json", &[]);
+    let paths: Vec<Vec<String>> = thread_paths(&load(&file))
+        .into_iter()
+        .flat_map(|t| t.paths)
+        .collect();
+    let profiler = Profiler::start();
+    let (view, url) = start_view(&profiler, &[&file], "from-url/");
+    let shot = shots_dir(&dir).join("view-flame-graph.png");
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/flame-graph.cjs");
+    let url = format!("{url}flame-graph/");
+    let args = [
+        url.as_ref(),
+        shot.as_ref(),
+        "hot_a".as_ref(),
+        "hot_b".as_ref(),
+    ];
+    let (found, graph) = run_driver(&driver, &args);
+    assert!(found, "{graph:#}");
+    assert_eq!(graph["errors"], Value::Array(vec![]), "{graph:#}");
+    assert!(shot.exists(), "no screenshot at {}", shot.display());
+    assert_exits_0(view);
+    let mut widths = Vec::new();
+    for f in ["hot_a", "hot_b"] {
+        // The box's tooltip has the file's count, and its width is its share of the samples
+        // (to the driver's 1/200 steps, and a pixel or two of gaps between boxes).
+        let (in_file, percent) = count_run(&paths, &["outer", f]);
+        assert_eq!(
+            tooltip_samples(&graph["tooltips"][f]),
+            in_file,
+            "{f}: {graph:#}"
+        );
+        let width = graph["widths"][f].as_f64().unwrap();
+        assert!(
+            (width - percent / 100.0).abs() <= 0.02,
+            "{f}: {percent}%: {graph:#}"
+        );
+        widths.push(width);
+    }
+    // Roughly 70/30: hot_a does 7 units of work a round, hot_b 3.
+    let share_a = widths[0] / (widths[0] + widths[1]);
+    assert!((0.62..=0.78).contains(&share_a), "{share_a}: {graph:#}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 fn main() {
     run_tests(tests![
         view_opens_the_call_tree_in_the_profiler: Need::Perf, BROWSER;
@@ -967,5 +1026,6 @@ fn main() {
         view_shows_every_format_that_keeps_samples: Need::Perf, BROWSER;
         the_browser_is_the_sudo_users_never_roots: Need::Root;
         view_shows_hot_lines_in_the_source_view: Need::Perf, BROWSER;
+        view_draws_hot_a_and_hot_b_70_30_in_the_flame_graph: Need::Perf, BROWSER;
     ]);
 }
