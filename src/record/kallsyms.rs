@@ -1,30 +1,33 @@
 //! Where the running kernel's text starts (`_text` in `/proc/kallsyms`): a fact of the
 //! recording, stamped on it when kernel frames were recorded, because kernel addresses
 //! are placed relative to it (KASLR moves the kernel at each boot). Only the address is
-//! read here; the kernel's symbols are the symbolicator's business.
+//! read here; the kernel's symbols are the symbolicator's business, which reads the
+//! file's lines with [`kallsyms_line`] too.
 
 use std::io::BufRead;
 
-/// The kernel lists its own text symbols first, in address order: `_text` is within
-/// its first lines (after the per-CPU variables, a few hundred, on kernels that list
-/// them). Past these lines the rest of the file (some 200,000 lines) is read too.
-const HEAD_LINES: usize = 4096;
-
 /// The address of `_text`, or `None` when `/proc/kallsyms` cannot be read or hides the
-/// addresses (it shows zeros to those without `CAP_SYSLOG` under `kptr_restrict`).
+/// addresses (it shows zeros to those without `CAP_SYSLOG` under `kptr_restrict`). The
+/// kernel lists its own text symbols first, so the file is read only up to `_text`
+/// (its third line here; after the per-CPU variables, a few hundred, on kernels that
+/// list them).
 pub fn kernel_text_start() -> Option<u64> {
     let file = std::fs::File::open("/proc/kallsyms").ok()?;
-    let text = |line: &str| -> Option<u64> {
-        let mut fields = line.split_ascii_whitespace();
-        let (address, kind, name) = (fields.next()?, fields.next()?, fields.next()?);
-        let text_symbol = matches!(kind, "T" | "t") && name == "_text";
-        text_symbol.then(|| u64::from_str_radix(address, 16).ok())?
-    };
-    let mut lines = std::io::BufReader::new(file).lines().map_while(Result::ok);
-    let found = lines.by_ref().take(HEAD_LINES).find_map(|l| text(&l));
-    found
-        .or_else(|| lines.find_map(|l| text(&l)))
+    std::io::BufReader::new(file)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| match kallsyms_line(&line) {
+            Some((address, "T" | "t", "_text")) => Some(address),
+            _ => None,
+        })
         .filter(|&address| address != 0)
+}
+
+/// One line of `/proc/kallsyms`: address, type letter, name (a module name may follow).
+pub fn kallsyms_line(line: &str) -> Option<(u64, &str, &str)> {
+    let mut parts = line.split_whitespace();
+    let (addr, kind, name) = (parts.next()?, parts.next()?, parts.next()?);
+    Some((u64::from_str_radix(addr, 16).ok()?, kind, name))
 }
 
 #[cfg(test)]

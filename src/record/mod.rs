@@ -39,7 +39,7 @@ use crate::events::{Event, RecordingInfo};
 pub use attach::{guardian_main, GUARDIAN_COMMAND};
 pub use attr::{fixed_period, OFF_STEP_DIVISOR};
 pub use cpus::{cpu_list_text, online_cpus, parse_cpu_list};
-pub use kallsyms::kernel_text_start;
+pub use kallsyms::{kallsyms_line, kernel_text_start};
 pub use launch::{Credentials, NotRun};
 pub use options::{CommandExit, DetachReason, Ended, RecordOptions, Target, STOP_SIGNALS};
 pub use program::{program_path, resolve_pids};

@@ -8,6 +8,7 @@ use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
 use super::symbol::without_version;
 pub use super::symbol::Symbol;
+use crate::record::kallsyms_line;
 
 /// Symbols sorted by start address, at most one per address.
 ///
@@ -331,13 +332,6 @@ impl Kallsyms {
             own,
         })
     }
-}
-
-/// One line of `/proc/kallsyms`: address, type letter, name (a module name may follow).
-pub fn kallsyms_line(line: &str) -> Option<(u64, &str, &str)> {
-    let mut parts = line.split_whitespace();
-    let (addr, kind, name) = (parts.next()?, parts.next()?, parts.next()?);
-    Some((u64::from_str_radix(addr, 16).ok()?, kind, name))
 }
 
 /// Demangles a Rust (legacy or v0, without the hash) or C++ symbol name; other names are
