@@ -34,24 +34,8 @@ const JSON_START_WINDOW: u64 = 4096;
 /// Errors name the file.
 pub fn read_json_text(path: &Path) -> Result<Vec<u8>> {
     use std::io::Read;
-    let fail = || format!("cannot read {}", path.display());
-    let file = std::fs::File::open(path).with_context(fail)?;
-    let mut head = [0u8; 2];
-    let mut reader = std::io::BufReader::new(file);
-    let n = {
-        use std::io::BufRead;
-        let buffered = reader.fill_buf().with_context(fail)?;
-        let n = buffered.len().min(2);
-        head[..n].copy_from_slice(&buffered[..n]);
-        n
-    };
-    let source: Box<dyn Read> = if n == 2 && head == [0x1f, 0x8b] {
-        Box::new(flate2::read::GzDecoder::new(reader))
-    } else {
-        Box::new(reader)
-    };
     let damaged = || format!("cannot read {} (gzip data damaged?)", path.display());
-    let mut source = source.take(MAX_PROFILE_TEXT + 1);
+    let mut source = open_plain(path)?.take(MAX_PROFILE_TEXT + 1);
     let mut text = Vec::new();
     // The first bytes say whether it can be a JSON object at all (not `/dev/zero`).
     (&mut source)
@@ -73,6 +57,23 @@ pub fn read_json_text(path: &Path) -> Result<Vec<u8>> {
         );
     }
     Ok(text)
+}
+
+/// A file's bytes as a reader, gunzipped when they start with the gzip magic bytes;
+/// unbounded (callers take what they allow). Errors name the file.
+pub fn open_plain(path: &Path) -> Result<Box<dyn std::io::Read>> {
+    use std::io::BufRead;
+    let fail = || format!("cannot read {}", path.display());
+    let file = std::fs::File::open(path).with_context(fail)?;
+    let mut reader = std::io::BufReader::new(file);
+    let gzip = reader
+        .fill_buf()
+        .with_context(fail)?
+        .starts_with(&[0x1f, 0x8b]);
+    Ok(match gzip {
+        true => Box::new(flate2::read::GzDecoder::new(reader)),
+        false => Box::new(reader),
+    })
 }
 
 /// Reads a JSON file (see [`read_json_text`]).

@@ -151,24 +151,11 @@ fn build(path: &Path, threads: Vec<Stacks>) -> Result<Profile> {
 
 /// The file's bytes, gunzipped when they are gzip, within [`emit::load::MAX_PROFILE_TEXT`].
 fn read_bounded(path: &Path) -> Result<Vec<u8>> {
-    let fail = || format!("cannot read {}", path.display());
-    let mut raw = Vec::new();
-    std::fs::File::open(path)
-        .with_context(fail)?
+    let mut bytes = Vec::new();
+    emit::load::open_plain(path)?
         .take(emit::load::MAX_PROFILE_TEXT + 1)
-        .read_to_end(&mut raw)
-        .with_context(fail)?;
-    let bytes = match raw.starts_with(&[0x1f, 0x8b]) {
-        true => {
-            let mut plain = Vec::new();
-            flate2::read::GzDecoder::new(&raw[..])
-                .take(emit::load::MAX_PROFILE_TEXT + 1)
-                .read_to_end(&mut plain)
-                .with_context(|| format!("cannot read {} (gzip data damaged?)", path.display()))?;
-            plain
-        }
-        false => raw,
-    };
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {} (gzip data damaged?)", path.display()))?;
     if bytes.len() as u64 > emit::load::MAX_PROFILE_TEXT {
         bail!(
             "{} holds more than {} MiB: sampler view reads files up to that size",
