@@ -38,6 +38,7 @@ fn record_split(args: &[&str]) -> PathBuf {
     let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
     let (o, path) = record(&["-F", "1000"], &cmd);
     assert!(o.status.success(), "recording {cmd:?}: {}", stderr(&o));
+    ffp_check(&path);
     path
 }
 

@@ -221,6 +221,7 @@ fn otlp_push_reaches_a_real_collector() {
         .output()
         .expect("sampler runs");
     assert!(o.status.success(), "record --otlp failed: {}", stderr(&o));
+    ffp_check(&profile);
     let url = format!("http://127.0.0.1:{}/v1development/profiles", collector.port);
     assert!(
         stderr(&o).contains(&format!("sampler: sent the profile to {url}")),
@@ -566,6 +567,7 @@ fn a_recorded_command_in_a_container_has_its_container_id() {
             .unwrap();
         assert!(o.status.success(), "record -p: {}", stderr(&o));
     }
+    ffp_check(&firefox);
     let converted = out.with_file_name("converted.otlp");
     let c = Command::new(sampler_bin())
         .arg("convert")

@@ -81,6 +81,7 @@ fn record_to(
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
+    ffp_check(out);
     o
 }
 
@@ -88,7 +89,6 @@ fn sources_of_the_sampled_functions_are_in_the_file_and_the_viewer_loads_it() {
     let (dir, program, source) = build_split7030(0o644);
     let out = dir.join("p.json");
     record_to(&out, &[], &program, &[]);
-    ffp_check(&out);
     let p = load(&out);
     let want = std::fs::read_to_string(&source).unwrap();
     assert_eq!(text_of(&p, &source).as_deref(), Some(want.as_str()));
