@@ -40,9 +40,7 @@ pub use crate::files::locate::DEFAULT_DEBUG_ROOT;
 use crate::profile::{Lib, LibKind, Profile, RawProfile};
 pub use cfi::{EhFrameBytes, EhFrameSource, FunctionRanges, UNNAMED_PREFIX};
 pub use dwarf::{DwarfInfo, SourceFrame};
-pub use kernel::{
-    kernel_entries, read_kallsyms, KERNEL_EXTENT_PIECE, KERNEL_PIECE_BYTES, KERNEL_PREFIX,
-};
+pub use kernel::{kernel_table, read_kallsyms, KERNEL_PREFIX};
 pub use library::{name_file, Keep, LibSymbols};
 pub use plt::{PLT_NAME, PLT_SUFFIX};
 pub use symbols::{demangle, Kallsyms, Symbol, SymbolMap};

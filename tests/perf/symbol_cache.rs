@@ -286,10 +286,10 @@ fn a_damaged_entry_is_rebuilt() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The kernel's entries (all its own functions, from the first run that needs one, in
-/// pieces of its text) answer every address of them, each in its piece, as a lookup in
-/// `/proc/kallsyms` does, and none of a module's.
-fn the_kernel_entry_answers_as_kallsyms_lookups_do() {
+/// The kernel's table (all its own functions, from the first run of a boot that needs
+/// one) answers every address of them as a lookup in `/proc/kallsyms` does, and none of
+/// a module's.
+fn the_kernel_table_answers_as_kallsyms_lookups_do() {
     let made_up = "\
 ffffffff81000000 T _stext
 ffffffff81000000 T _text
@@ -301,59 +301,45 @@ ffffffffc0001000 t mod_fn\t[kvm]
 ffffffffc0002000 t bpf_prog_6deef7357e7b4530_sd_fw_egress\t[bpf]
 ";
     let real = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    let key = Key {
+        build_id: vec![7; 20],
+        size: 1,
+        stamp: Default::default(),
+    };
     for text in [made_up, real.as_str()] {
-        let Some(kallsyms) = symbolicate::Kallsyms::parse(text, symbolicate::KERNEL_PREFIX) else {
+        let Some(kallsyms) = symbolicate::Kallsyms::parse(text, "") else {
             eprintln!("SKIPPED for /proc/kallsyms: its addresses are hidden (run as root)");
             continue;
         };
         let own = kallsyms.own.clone().expect("modules lie apart");
-        let syms = LibSymbols {
-            base: kallsyms.text_start,
-            symbols: kallsyms.map,
-            ..LibSymbols::default()
-        };
-        let key_of = |piece: u64| {
-            Some(Key {
-                build_id: vec![7; 20],
-                size: piece,
-                stamp: Default::default(),
-            })
-        };
-        let pieces: std::collections::HashMap<u64, cache::Entry> =
-            symbolicate::kernel_entries(&syms, &own, &key_of)
-                .into_iter()
-                .map(|(key, bytes)| (key.size, cache::Entry::parse(bytes, &key).unwrap()))
-                .collect();
-        assert!(
-            pieces.len() as u64 >= (own.end - own.start - 1) / symbolicate::KERNEL_PIECE_BYTES,
-            "a piece for each 64 KiB of text with functions"
-        );
-        let starts: Vec<u64> = syms.symbols.symbols().iter().map(|s| s.address).collect();
+        let base = kallsyms.text_start;
+        let bytes = symbolicate::kernel_table(text, base, &key).unwrap();
+        let table = cache::KernelTable::parse(bytes, &key).unwrap();
+        let starts: Vec<u64> = kallsyms.map.symbols().iter().map(|s| s.address).collect();
+        let last_own = starts
+            .iter()
+            .rfind(|&&s| own.contains(&s))
+            .copied()
+            .unwrap();
         let mut covered = 0;
         for (i, &start) in starts.iter().enumerate() {
             let end = starts.get(i + 1).copied().unwrap_or(start + 1);
             for probe in [start, start + (end - start) / 2, end - 1] {
-                let relative = probe.wrapping_sub(syms.base);
-                let piece = relative / symbolicate::KERNEL_PIECE_BYTES;
-                match pieces.get(&piece).and_then(|entry| entry.lookup(relative)) {
-                    Some(info) => {
+                match table.lookup(probe.wrapping_sub(base)) {
+                    cache::InTable::Function(at, name) => {
                         assert!(own.contains(&probe), "0x{probe:x} is a module's");
-                        assert_eq!(info, syms.lookup(relative), "0x{probe:x}");
+                        let expected = kallsyms.map.lookup(probe).unwrap();
+                        assert_eq!((at + base, name), (expected.address, &*expected.name));
                         covered += 1;
                     }
-                    None => assert!(
-                        !own.contains(&probe)
-                            || probe
-                                >= starts
-                                    .iter()
-                                    .rfind(|&&s| own.contains(&s))
-                                    .copied()
-                                    .unwrap(),
-                        "0x{probe:x} of the kernel's own is not in the entry"
+                    other => assert!(
+                        !own.contains(&probe) || probe >= last_own || probe < base,
+                        "0x{probe:x} of the kernel's own is not in the table: {other:?}"
                     ),
                 }
             }
         }
+        eprintln!("{covered} addresses of {} functions", table.len());
         assert!(covered > 0);
     }
 }
@@ -595,10 +581,10 @@ fn record_kernel_work(cache: &Path, out: &Path) {
 }
 
 /// The cache is its user's alone: directories 0700 and files 0600, those of an older
-/// cache (0755, 0644) made so when it is opened; and the kernel's entries, whose names
-/// were a checksum of public facts and of where the kernel's text starts (some hundreds
+/// cache (0755, 0644) made so when it is opened; and the kernel's table, whose name was
+/// once a checksum of public facts and of where the kernel's text starts (some hundreds
 /// of possible values: anyone who could list the cache found the address in seconds),
-/// are named with a secret of the cache's: two caches of one boot name them apart.
+/// is named with a secret of the cache's: two caches of one boot name it apart.
 fn the_cache_is_private_and_its_kernel_names_give_no_address_away() {
     let dir = scratch("private");
     let kernel = kernel_build_id();
@@ -606,7 +592,7 @@ fn the_cache_is_private_and_its_kernel_names_give_no_address_away() {
         std::fs::read_dir(cache.join("sampler/symbols"))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|n| n.starts_with(&kernel))
+            .filter(|n| n.starts_with(&format!("kernel-{kernel}-")))
             .collect()
     };
     // A cache as an earlier sampler left it, open to everyone.
@@ -628,15 +614,15 @@ fn the_cache_is_private_and_its_kernel_names_give_no_address_away() {
     record_kernel_work(&second, &dir.join("second.json"));
 
     let (a, b) = (kernel_entries(&first), kernel_entries(&second));
-    eprintln!("kernel entries: {} and {}", a.len(), b.len());
+    eprintln!("kernel tables: {a:?} and {b:?}");
     assert!(
-        !a.is_empty() && !b.is_empty(),
-        "the kernel was cached: {a:?} {b:?}"
+        a.len() == 1 && b.len() == 1,
+        "the kernel was cached, as one table: {a:?} {b:?}"
     );
     let shared: Vec<&String> = a.intersection(&b).collect();
     assert!(
         shared.is_empty(),
-        "{} kernel entries have the same name in two caches: their names follow from public facts and the kernel's address ({:?})",
+        "{} kernel tables have the same name in two caches: their names follow from public facts and the kernel's address ({:?})",
         shared.len(),
         shared.first()
     );
@@ -654,6 +640,111 @@ fn the_cache_is_private_and_its_kernel_names_give_no_address_away() {
             assert_eq!(mode(&path), 0o600, "{}", path.display());
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The kernel frames of the profile at `out`, each named as a lookup in kallsyms
+/// (`text`, whose kernel text starts at `base`) names its address; returns how many.
+fn kernel_frames_named_as_kallsyms_says(out: &Path, kallsyms: &symbolicate::Kallsyms) -> usize {
+    let mut checked = 0;
+    for (_, stacks) in thread_frames(&load_checked(out)) {
+        for frame in stacks.into_iter().flatten() {
+            if frame.lib.as_deref() != Some("[kernel.kallsyms]") {
+                continue;
+            }
+            let address = frame.address.expect("a kernel frame has its address");
+            let expected = kallsyms
+                .map
+                .lookup(address.wrapping_add(kallsyms.text_start))
+                .map(|s| s.name);
+            assert_eq!(Some(frame.name.clone()), expected, "0x{address:x}");
+            checked += 1;
+        }
+    }
+    checked
+}
+
+/// The first run of a boot that names kernel frames writes one table of the kernel's
+/// functions (not one entry per 64 KiB of its text: 641 files, 15 MB here), removes the
+/// tables of the boots before beyond the two used last, and the entries an older
+/// sampler kept of this kernel; a run with the table names the kernel's frames from it
+/// as kallsyms does, and a damaged table is written anew.
+fn a_boot_writes_one_kernel_table_and_the_boots_before_go() {
+    let dir = scratch("boots");
+    let cache = dir.join("cache");
+    let symbols = cache.join("sampler/symbols");
+    std::fs::create_dir_all(&symbols).unwrap();
+    for path in [cache.join("sampler"), symbols.clone()] {
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+    }
+    let kernel = kernel_build_id();
+    // Tables of three boots before, used a day, two days and three days ago, and
+    // entries of an older sampler's kind for this kernel.
+    let day = std::time::Duration::from_secs(86_400);
+    let planted: Vec<String> = (1..=3)
+        .map(|n| format!("kernel-{kernel}-{n:016x}"))
+        .chain((0..5).map(|n| format!("{kernel}-{n:x}")))
+        .collect();
+    for (i, name) in planted.iter().enumerate() {
+        let path = symbols.join(name);
+        std::fs::write(&path, vec![1u8; 20_000]).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let when = std::time::SystemTime::now() - day * (i as u32 % 3 + 1);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(when)
+            .unwrap();
+    }
+    let kallsyms = symbolicate::read_kallsyms().expect("root reads kallsyms");
+    let listed = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&symbols)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.contains(&kernel))
+            .collect();
+        names.sort();
+        names
+    };
+    let cold = dir.join("cold.json");
+    record_kernel_work(&cache, &cold);
+    let left = listed();
+    let this_boot: Vec<&String> = left.iter().filter(|n| !planted.contains(n)).collect();
+    eprintln!("the kernel's files after the first run: {left:?}");
+    assert_eq!(this_boot.len(), 1, "one table for this boot: {left:?}");
+    assert!(this_boot[0].starts_with(&format!("kernel-{kernel}-")));
+    assert_eq!(
+        left.iter()
+            .filter(|n| planted.contains(n))
+            .collect::<Vec<_>>(),
+        [&planted[0], &planted[1]],
+        "the two tables used last before are kept; the oldest and the older kind's entries go"
+    );
+    let table = symbols.join(this_boot[0]);
+    let size = std::fs::metadata(&table).unwrap().len();
+    assert!(size < 16 << 20, "{size} bytes");
+    let cold_frames = kernel_frames_named_as_kallsyms_says(&cold, &kallsyms);
+    assert!(cold_frames > 0, "dd was sampled in the kernel");
+
+    let warm = dir.join("warm.json");
+    record_kernel_work(&cache, &warm);
+    assert_eq!(
+        listed(),
+        left,
+        "a run with the table writes nothing of the kernel"
+    );
+    assert!(kernel_frames_named_as_kallsyms_says(&warm, &kallsyms) > 0);
+
+    // Damaged: cut short. Read anew from kallsyms and written whole again.
+    let whole = std::fs::read(&table).unwrap();
+    std::fs::write(&table, &whole[..whole.len() / 2]).unwrap();
+    let again = dir.join("again.json");
+    record_kernel_work(&cache, &again);
+    assert!(kernel_frames_named_as_kallsyms_says(&again, &kallsyms) > 0);
+    assert_eq!(std::fs::read(&table).unwrap().len(), whole.len());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -882,11 +973,13 @@ fn main() {
         a_warm_run_answers_without_reading_the_debug_file;
         another_debug_root_or_a_new_debug_file_makes_the_entry_stale;
         a_damaged_entry_is_rebuilt;
-        the_kernel_entry_answers_as_kallsyms_lookups_do;
+        the_kernel_table_answers_as_kallsyms_lookups_do;
         symbolize_says_the_same_through_the_cache;
         a_recording_fills_the_cache_and_the_next_names_from_it: Need::Perf;
         under_sudo_the_cache_is_the_users_and_links_are_not_followed: Need::Root;
         the_cache_is_private_and_its_kernel_names_give_no_address_away:
+            Need::Perf, Need::Root, Need::KernelFrames;
+        a_boot_writes_one_kernel_table_and_the_boots_before_go:
             Need::Perf, Need::Root, Need::KernelFrames;
         a_file_rebuilt_with_the_same_build_id_and_size_is_named_afresh;
         the_bound_counts_what_entries_take_of_the_disk;

@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 
 use super::key::MAX_BUILD_ID;
-use super::words::{checksum, u32_at, u64_at, CHECKSUM_AT};
+use super::words::{check_frame, checksum, u32_at, u64_at, CHECKSUM_AT};
 use super::{DebugSource, Identity, Key, Stamp};
 use crate::symbolicate::{AddressInfo, LibFacts, SourceFrame, Symbol};
 
@@ -100,21 +100,7 @@ pub struct Entry {
 impl Entry {
     /// Checks `bytes` as the entry of `key`.
     pub fn parse(bytes: Vec<u8>, key: &Key) -> Result<Entry, Refused> {
-        if bytes.len() < HEADER_BYTES {
-            return Err("shorter than its header");
-        }
-        if bytes[..8] != MAGIC {
-            return Err("bad magic");
-        }
-        if u32_at(&bytes, 8) != VERSION {
-            return Err("another version");
-        }
-        if u64_at(&bytes, 16) != bytes.len() as u64 {
-            return Err("length differs");
-        }
-        if u64_at(&bytes, CHECKSUM_AT) != checksum(&bytes) {
-            return Err("bad checksum");
-        }
+        check_frame(&bytes, HEADER_BYTES, &MAGIC, VERSION)?;
         let flags = u32_at(&bytes, 12);
         if flags & !HEADER_FLAGS != 0 || (flags & SOURCE_MASK) >> SOURCE_SHIFT > 2 {
             return Err("unknown flags");

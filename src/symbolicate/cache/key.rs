@@ -6,7 +6,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::words::{checksum, u32_at};
+use super::words::u32_at;
 use crate::files::binary::Binary;
 use crate::symbolicate::SymbolOptions;
 
@@ -146,20 +146,6 @@ fn siphash(key: &[u8; 16], data: &[u8]) -> u64 {
     v[0] ^ v[1] ^ v[2] ^ v[3]
 }
 
-impl Key {
-    /// The key of one piece of the kernel's symbols (see
-    /// [`crate::symbolicate::KERNEL_PIECE_BYTES`]), from the kernel's own key ([`super::SymbolCache::kernel_key`]).
-    pub fn kernel_piece(&self, piece: u64) -> Key {
-        let mut fingerprint = self.size.to_le_bytes().to_vec();
-        fingerprint.extend_from_slice(&piece.to_le_bytes());
-        Key {
-            build_id: self.build_id.clone(),
-            size: checksum(&fingerprint),
-            stamp: Stamp::default(),
-        }
-    }
-}
-
 /// The ELF note type of a build ID, as the ELF gABI's GNU extensions number it.
 const NT_GNU_BUILD_ID: u32 = 3;
 
@@ -295,11 +281,6 @@ pub(super) mod tests {
             assert_ne!(another_cache, Some(key.clone()), "keyed with the secret");
             let other = kernel_key(0xffff_ffff_8200_0000).unwrap();
             assert_ne!(other, key);
-            let piece = key.kernel_piece(3);
-            assert_eq!(key.kernel_piece(3), piece);
-            assert_ne!(key.kernel_piece(4), piece);
-            assert_ne!(other.kernel_piece(3), piece);
-            assert_eq!(piece.build_id, key.build_id);
         }
     }
 

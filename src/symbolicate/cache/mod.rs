@@ -24,8 +24,12 @@
 //!   entries (by modification time, which every use renews) evicted after each write;
 //!   a write that fails (a full disk) halves the cache, so that it never keeps its file
 //!   system full.
+//! - The kernel: one table per boot of the running kernel's own functions
+//!   ([`KernelTable`]), named `kernel-` and the kernel's key; the first run of a boot
+//!   that names a kernel address writes it, and the tables of the boots before, which
+//!   no later boot can use, are removed beyond the last few.
 //! - Privacy: the directories are the user's alone (0700, made so when found open to
-//!   others), entries 0600. The kernel's entries are named after a keyed hash of the
+//!   others), entries 0600. The kernel's tables are named after a keyed hash of the
 //!   boot and of where the kernel's text starts (see [`SymbolCache::kernel_key`]), with
 //!   a random secret kept in the cache (`sampler/secret`, 0600): from public facts
 //!   (build ID, boot ID) and an entry's name nobody can work out the kernel's address.
@@ -35,10 +39,12 @@
 //!
 //! The parts: `key` says which file an entry is for and where its debug information
 //! came from, `format` reads and checks the flat entry, `builder` makes one from what a
-//! run named, and `store` keeps entries in the directory (secret, writes, eviction).
+//! run named, `kernel_table` writes, reads and checks the kernel's table, and `store`
+//! keeps entries in the directory (secret, writes, eviction).
 
 mod builder;
 mod format;
+mod kernel_table;
 mod key;
 mod store;
 mod words;
@@ -46,6 +52,7 @@ mod words;
 pub use builder::EntryBuilder;
 pub(crate) use builder::FastMap;
 pub use format::{with_checksum, Entry, Refused};
+pub use kernel_table::{InTable, KernelTable};
 pub use key::{predict_source, DebugSource, Identity, Key, Secret, Stamp};
 pub use store::SymbolCache;
 

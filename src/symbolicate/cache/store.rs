@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
+use super::kernel_table::{self, KernelTable};
 use super::key::kernel_key_with;
 use super::{Entry, Key, Secret, MAX_ENTRY_BYTES, MAX_TOTAL_BYTES};
 use crate::files::usercache::SudoUser;
@@ -40,6 +41,9 @@ pub struct SymbolCache {
     root: PathBuf,
     owner: Option<SudoUser>,
     pending: Mutex<Vec<(String, Vec<u8>)>>,
+    /// The kernel table among `pending`, if any, and the prefix of the entries an older
+    /// sampler kept of the same kernel (see `kernel_table::evict_other_tables`).
+    kernel_table: Mutex<Option<(String, String)>>,
     /// Read or made once, when the kernel's entries are first needed.
     secret: std::sync::OnceLock<Option<Secret>>,
 }
@@ -61,14 +65,14 @@ impl SymbolCache {
             root,
             owner,
             pending: Mutex::default(),
+            kernel_table: Mutex::default(),
             secret: std::sync::OnceLock::new(),
         }
     }
 
     /// The key of the running kernel's own symbols, whose text starts at `text_start`
     /// (see `kernel_key_with`); `None` when the kernel says no build ID, or the cache
-    /// has no secret and cannot be given one. Each piece's key is made from it
-    /// ([`Key::kernel_piece`]).
+    /// has no secret and cannot be given one. Its table is [`SymbolCache::load_kernel_table`].
     pub fn kernel_key(&self, text_start: u64) -> Option<Key> {
         let secret = self
             .secret
@@ -120,8 +124,22 @@ impl SymbolCache {
     /// The entry of `key`, when there is one and it is sound; its use is recorded (its
     /// modification time), which keeps it from eviction.
     pub fn load(&self, key: &Key) -> Option<Entry> {
+        self.read(&key.file_name(), |bytes| Entry::parse(bytes, key).ok())
+    }
+
+    /// The kernel table of `key` ([`SymbolCache::kernel_key`]), when there is one and
+    /// it is sound; its use is recorded as an entry's is.
+    pub fn load_kernel_table(&self, key: &Key) -> Option<KernelTable> {
+        self.read(&kernel_table::file_name(key), |bytes| {
+            KernelTable::parse(bytes, key).ok()
+        })
+    }
+
+    /// The file `name` of the entries' directory, read whole (at most
+    /// [`MAX_ENTRY_BYTES`]) and checked by `parse`; when sound, its use is recorded.
+    fn read<T>(&self, name: &str, parse: impl FnOnce(Vec<u8>) -> Option<T>) -> Option<T> {
         let dir = usercache::open_dir(&self.root, &DIRS, self.owner, false, PRIVATE).ok()?;
-        let file = usercache::open_file(&dir, &key.file_name(), self.owner).ok()?;
+        let file = usercache::open_file(&dir, name, self.owner).ok()?;
         usercache::make_private(&file).ok()?;
         let len = file.metadata().ok()?.len();
         if len > MAX_ENTRY_BYTES {
@@ -132,9 +150,25 @@ impl SymbolCache {
             .take(MAX_ENTRY_BYTES + 1)
             .read_to_end(&mut bytes)
             .ok()?;
-        let entry = Entry::parse(bytes, key).ok()?;
+        let parsed = parse(bytes)?;
         let _ = file.set_modified(SystemTime::now());
-        Some(entry)
+        Some(parsed)
+    }
+
+    /// Keeps `bytes` (a table [`KernelTable::build`] made) to be written as the kernel
+    /// table of `key` by [`SymbolCache::save`], which then removes the tables of other
+    /// boots beyond the last few, and the entries an older sampler kept of this kernel.
+    pub fn put_kernel_table(&self, key: &Key, bytes: Vec<u8>) {
+        if bytes.len() as u64 <= MAX_ENTRY_BYTES {
+            let name = kernel_table::file_name(key);
+            let legacy = format!("{}-", crate::symbolicate::debuginfod::hex(&key.build_id));
+            *self.kernel_table.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((name.clone(), legacy));
+            self.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((name, bytes));
+        }
     }
 
     /// Keeps `bytes` (an entry [`super::EntryBuilder::finish`] made) to be written as the entry
@@ -177,6 +211,14 @@ impl SymbolCache {
                     break;
                 }
             }
+        }
+        let table = self
+            .kernel_table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some((name, legacy)) = table.filter(|(name, _)| written.contains(&name.as_str())) {
+            kernel_table::evict_other_tables(&dir, &name, &legacy);
         }
         let evicted = evict(
             &dir,
@@ -307,5 +349,65 @@ mod tests {
         plant(&["e", "f", "g", "h", "i", "j"]);
         assert_eq!(evict(&fd, None, &[], u64::MAX, true), (4, 4 * block));
         assert_eq!(left(), ["d", "h", "i", "j"]);
+    }
+
+    /// Ten boots of one kernel, each run writing its table (as large as this machine's
+    /// kernel makes it, when kallsyms shows its addresses): the cache keeps three of
+    /// them, some 12 MB of the disk, where one entry per 64 KiB of text for each boot
+    /// took 15 MB a boot (150 MB for ten, all kept below the 256 MiB bound).
+    #[test]
+    fn ten_boots_of_kernel_tables_take_under_50_mb() {
+        let real = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+        let text = match crate::symbolicate::read_kallsyms() {
+            Some(k) if k.own.is_some() => real,
+            // A kernel of this one's size: 120,000 functions in 30 MB of text.
+            _ => (0..120_000u64)
+                .map(|i| {
+                    format!(
+                        "{:x} t some_kernel_function_{i}\n",
+                        0xffff_ffff_8100_0000u64 + i * 256
+                    )
+                })
+                .collect(),
+        };
+        let base = crate::symbolicate::Kallsyms::parse(&text, "")
+            .unwrap()
+            .text_start;
+        let scratch = crate::files::testdir::TestDir::new("ten-boots");
+        let cache = SymbolCache::at(scratch.path().to_path_buf(), None);
+        let mut one = 0;
+        for boot in 0..10u64 {
+            // What the keyed hash of this boot's ID (and text start) would be.
+            let key = Key {
+                build_id: vec![0xbe; 20],
+                size: 0x1000 + boot,
+                stamp: Default::default(),
+            };
+            let bytes = crate::symbolicate::kernel_table(&text, base, &key).unwrap();
+            one = bytes.len();
+            cache.put_kernel_table(&key, bytes);
+            assert_eq!(cache.save(), Ok(1));
+            assert!(cache.load_kernel_table(&key).is_some(), "boot {boot}");
+        }
+        let files: Vec<_> = std::fs::read_dir(cache.dir())
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect();
+        let disk: u64 = files
+            .iter()
+            .map(|e| e.metadata().unwrap().blocks() * 512)
+            .sum();
+        eprintln!(
+            "one table: {one} bytes; after ten boots: {} files, {disk} bytes of the disk",
+            files.len()
+        );
+        assert_eq!(files.len(), kernel_table::KEPT);
+        assert!(disk < 50 << 20, "{disk}");
+        let last = Key {
+            build_id: vec![0xbe; 20],
+            size: 0x1000 + 9,
+            stamp: Default::default(),
+        };
+        assert!(cache.load_kernel_table(&last).is_some());
     }
 }

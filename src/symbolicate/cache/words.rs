@@ -1,8 +1,8 @@
-//! Little-endian words read out of bytes, and the hash that mixes them, which checks
-//! an entry (`format`) and fingerprints the kernel's pieces (`key`): beneath both, so
-//! that neither imports the other's.
+//! Little-endian words read out of bytes, and the hash that mixes them, which checks an
+//! entry (`format`) and the kernel's table (`kernel_table`), and whose word reader
+//! `key` uses: beneath them all, so that none imports another's.
 
-/// Where an entry's header keeps its checksum, the word [`checksum`] leaves out.
+/// Where an entry's and the kernel table's header keep their checksum, the word [`checksum`] leaves out.
 pub(super) const CHECKSUM_AT: usize = 24;
 
 /// A checksum of `bytes` but for the checksum field: words are mixed in one by one
@@ -39,4 +39,31 @@ pub(super) fn u64_at(bytes: &[u8], at: usize) -> u64 {
     bytes
         .get(at..at + 8)
         .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+}
+
+/// The checks every flat buffer of the cache starts with (an entry, the kernel's table):
+/// at least `header` bytes, `magic` first, then `version` (u32 at 8), its own length (u64
+/// at 16) and the checksum (at [`CHECKSUM_AT`]).
+pub(super) fn check_frame(
+    bytes: &[u8],
+    header: usize,
+    magic: &[u8; 8],
+    version: u32,
+) -> Result<(), &'static str> {
+    if bytes.len() < header.max(CHECKSUM_AT + 8) {
+        return Err("shorter than its header");
+    }
+    if bytes[..8] != magic[..] {
+        return Err("bad magic");
+    }
+    if u32_at(bytes, 8) != version {
+        return Err("another version");
+    }
+    if u64_at(bytes, 16) != bytes.len() as u64 {
+        return Err("length differs");
+    }
+    if u64_at(bytes, CHECKSUM_AT) != checksum(bytes) {
+        return Err("bad checksum");
+    }
+    Ok(())
 }
