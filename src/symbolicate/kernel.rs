@@ -40,8 +40,8 @@ const HIDDEN: &str = "/proc/kallsyms hides addresses (kernel.kptr_restrict; run 
 /// command ends (the kernel's formatting of 120,000 lines, some 40 ms), so the first run
 /// of a boot writes them into the cache as one table ([`cache::KernelTable`]) and later
 /// runs look them up there. The code of modules, BPF programs and trampolines, which
-/// come and go, is looked up in kallsyms anew, whose lines of the kernel's own are then
-/// skipped unread.
+/// come and go, is looked up in kallsyms anew, keeping only the symbols of the
+/// addresses that need them.
 pub(super) fn name_kernel(base: u64, addresses: &[u64], opts: &SymbolOptions) -> Named {
     if let Some(kernel) = &opts.kernel {
         let syms = LibSymbols {
@@ -72,15 +72,32 @@ pub(super) fn name_kernel(base: u64, addresses: &[u64], opts: &SymbolOptions) ->
     if outside.is_empty() {
         return Ok((LibFacts::default(), infos));
     }
-    let listing = Listing::read(table.is_none()).ok_or(HIDDEN)?;
-    if let (Some(store), Some(key), None) = (store, &key, &table) {
-        if let Some(bytes) = listing.table(key, base) {
-            store.put_kernel_table(key, bytes);
+    let probes: Vec<u64> = outside
+        .iter()
+        .map(|&i| addresses[i].wrapping_add(base))
+        .collect();
+    let found = match (store, &key, &table) {
+        // The boot's first run: every function read, for the table.
+        (Some(store), Some(key), None) => {
+            let listing = Listing::read().ok_or(HIDDEN)?;
+            if let Some(bytes) = listing.table(key, base) {
+                store.put_kernel_table(key, bytes);
+            }
+            probes
+                .iter()
+                .map(|&probe| listing.lookup(probe).map(|(a, n)| (a, n.to_string())))
+                .collect()
         }
-    }
-    for i in outside {
-        if let Some((start, name)) = listing.lookup(addresses[i].wrapping_add(base)) {
-            infos[i] = named(start.wrapping_sub(base), name);
+        // Only what the addresses need: a module's, or everything without the cache.
+        _ => {
+            let file = std::fs::File::open("/proc/kallsyms").map_err(|_| HIDDEN)?;
+            let reader = std::io::BufReader::with_capacity(KALLSYMS_READ, file);
+            symbols_at(reader, &probes).ok_or(HIDDEN)?
+        }
+    };
+    for (i, symbol) in outside.into_iter().zip(found) {
+        if let Some((start, name)) = symbol {
+            infos[i] = named(start.wrapping_sub(base), &name);
         }
     }
     Ok((LibFacts::default(), infos))
@@ -106,8 +123,7 @@ struct Listing {
     /// By address; of several at one address, the first listed.
     symbols: Vec<Listed>,
     names: String,
-    /// The addresses of the kernel's own functions, as [`Kallsyms::own`] says; `None`
-    /// when they were skipped.
+    /// The addresses of the kernel's own functions, as [`Kallsyms::own`] says.
     own: Option<Range<u64>>,
 }
 
@@ -121,46 +137,21 @@ struct Listed {
 }
 
 impl Listing {
-    /// Reads `/proc/kallsyms`, with the kernel's own functions when `own` says (else
-    /// only the others: modules', BPF programs', trampolines'); `None` when it cannot be
-    /// read or hides the addresses.
-    fn read(own: bool) -> Option<Listing> {
+    /// Reads `/proc/kallsyms`; `None` when it cannot be read or hides the addresses.
+    fn read() -> Option<Listing> {
         let file = std::fs::File::open("/proc/kallsyms").ok()?;
-        // Large reads: the kernel formats as many lines as fit each.
-        Listing::parse(std::io::BufReader::with_capacity(1 << 16, file), own)
+        Listing::parse(std::io::BufReader::with_capacity(KALLSYMS_READ, file))
     }
 
     /// [`Listing::read`] of kallsyms text from `text`.
-    fn parse(mut text: impl std::io::BufRead, own: bool) -> Option<Listing> {
+    fn parse(text: impl std::io::BufRead) -> Option<Listing> {
         let mut listing = Listing::default();
         let mut others: Vec<u64> = Vec::new();
-        let mut shown = false;
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            match text.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            // Skipped unread: the kernel's own, when not wanted (no module follows).
-            let is_own = !line.trim_ascii_end().ends_with(b"]");
-            if is_own && !own && shown {
-                continue;
-            }
-            let Some((address, kind, name, module)) = kallsyms_fields(&line) else {
-                continue;
-            };
-            shown |= address != 0;
-            if address == 0 || !matches!(kind, b'T' | b't' | b'W' | b'w') {
-                continue;
-            }
+        let shown = code_symbols(text, |address, name, module| {
             if !module {
                 let range = listing.own.get_or_insert(address..address);
                 range.start = range.start.min(address);
                 range.end = range.end.max(address);
-                if !own {
-                    continue;
-                }
             } else {
                 others.push(address);
             }
@@ -168,7 +159,7 @@ impl Listing {
                 u32::try_from(listing.names.len()),
                 u16::try_from(name.len()),
             ) else {
-                continue;
+                return;
             };
             listing.names.push_str(name);
             listing.symbols.push(Listed {
@@ -177,7 +168,7 @@ impl Listing {
                 name_len,
                 own: !module,
             });
-        }
+        });
         if !shown {
             return None;
         }
@@ -186,8 +177,7 @@ impl Listing {
         listing.symbols.dedup_by_key(|s| s.address);
         listing.own = listing
             .own
-            .filter(|own| !others.iter().any(|a| own.start <= *a && *a <= own.end))
-            .filter(|_| own);
+            .filter(|own| !others.iter().any(|a| own.start <= *a && *a <= own.end));
         Some(listing)
     }
 
@@ -220,6 +210,71 @@ impl Listing {
     }
 }
 
+/// The buffer kallsyms is read through: 64 KiB (the kernel formats a page of lines per
+/// read whatever the size; a larger buffer only saves calls into it).
+const KALLSYMS_READ: usize = 1 << 16;
+
+/// The code symbol of kallsyms text `text` that covers each of `probes` (absolute
+/// addresses, in any order), as a lookup among all its symbols gives it (the highest at
+/// or below; of several at one address, the first listed): its address and name. Only
+/// what the probes need is kept, whatever the size of the text: for each, ordered, the
+/// best symbol at or above the probe before it. `None` when the addresses are hidden.
+fn symbols_at(text: impl std::io::BufRead, probes: &[u64]) -> Option<Vec<Option<(u64, String)>>> {
+    let mut order: Vec<usize> = (0..probes.len()).collect();
+    order.sort_unstable_by_key(|&i| probes[i]);
+    let sorted: Vec<u64> = order.iter().map(|&i| probes[i]).collect();
+    // best[j]: the highest symbol in [sorted[j - 1] + 1, sorted[j]] read so far.
+    let mut best: Vec<Option<(u64, String)>> = vec![None; sorted.len()];
+    let shown = code_symbols(text, |address, name, _| {
+        let j = sorted.partition_point(|&p| p < address);
+        match best.get_mut(j) {
+            Some(Some((at, held))) if *at < address => {
+                *at = address;
+                held.clear();
+                held.push_str(name);
+            }
+            Some(slot @ None) => *slot = Some((address, name.to_string())),
+            _ => {}
+        }
+    });
+    if !shown {
+        return None;
+    }
+    // A probe's symbol is the highest among its own slot and those of the probes below.
+    let mut answers: Vec<Option<(u64, String)>> = vec![None; probes.len()];
+    let mut below: Option<(u64, String)> = None;
+    for (j, slot) in best.into_iter().enumerate() {
+        if slot.is_some() {
+            below = slot;
+        }
+        answers[order[j]] = below.clone();
+    }
+    Some(answers)
+}
+
+/// Hands each code symbol (types `T`, `t`, `W`, `w`) of kallsyms text `text` to `each`,
+/// in the order listed: its address, name, and whether a module's name follows (it is
+/// not the kernel's own). Returns whether any address was shown (not all zero).
+fn code_symbols(mut text: impl std::io::BufRead, mut each: impl FnMut(u64, &str, bool)) -> bool {
+    let mut shown = false;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match text.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let Some((address, kind, name, module)) = kallsyms_fields(&line) else {
+            continue;
+        };
+        shown |= address != 0;
+        if address != 0 && matches!(kind, b'T' | b't' | b'W' | b'w') {
+            each(address, name, module);
+        }
+    }
+    shown
+}
+
 /// One line of `/proc/kallsyms` (`ADDRESS TYPE NAME`, then `\t[MODULE]` for what is not
 /// the kernel's own): its address, type letter, name and whether a module follows. Read
 /// as bytes, for the 120,000 lines a run reads: what `record::kallsyms_line` reads as words.
@@ -246,7 +301,7 @@ fn kallsyms_fields(line: &[u8]) -> Option<(u64, u8, &str, bool)> {
 /// The kernel table ([`cache::KernelTable`]) of the kernel of `key` whose text starts at
 /// `base`, from its kallsyms text `kallsyms`, as a run that reads it writes it.
 pub fn kernel_table(kallsyms: &str, base: u64, key: &cache::Key) -> Option<Vec<u8>> {
-    Listing::parse(kallsyms.as_bytes(), true)?.table(key, base)
+    Listing::parse(kallsyms.as_bytes())?.table(key, base)
 }
 
 #[cfg(test)]
@@ -313,30 +368,31 @@ ffffffffc0002000 t bpf_prog_6deef7357e7b4530_sd_fw_egress\t[bpf]
     }
 
     #[test]
-    fn without_the_kernels_own_lines_only_the_others_are_kept() {
-        let others = Listing::parse(TEXT.as_bytes(), false).unwrap();
-        assert_eq!(others.symbols.len(), 2);
-        assert_eq!(
-            others.lookup(0xffff_ffff_c000_1234),
-            Some((0xffff_ffff_c000_1000, "mod_fn"))
-        );
-        assert_eq!(others.lookup(0xffff_ffff_8100_0010), None);
-        assert_eq!(others.own, None);
-        let all = Listing::parse(TEXT.as_bytes(), true).unwrap();
+    fn only_the_symbols_the_addresses_need_are_kept_and_they_answer_as_kallsyms_does() {
+        let kallsyms = Kallsyms::parse(TEXT, "").unwrap();
+        let mut probes: Vec<u64> = (BASE - 0x10..BASE + 0x3_0200).step_by(4).collect();
+        probes.extend([0xffff_ffff_c000_0fff, 0xffff_ffff_c000_1234, u64::MAX, 0]);
+        // In any order, repeated.
+        probes.reverse();
+        probes.push(BASE + 0x44);
+        let found = symbols_at(TEXT.as_bytes(), &probes).unwrap();
+        for (&probe, symbol) in probes.iter().zip(&found) {
+            let expected = kallsyms.map.lookup(probe).map(|s| (s.address, s.name));
+            assert_eq!(symbol, &expected, "0x{probe:x}");
+        }
+        assert_eq!(symbols_at(TEXT.as_bytes(), &[]), Some(vec![]));
+
+        let all = Listing::parse(TEXT.as_bytes()).unwrap();
         assert_eq!(all.own, Some(BASE..0xffff_ffff_8103_0100));
-        assert_eq!(all.lookup(BASE + 0x44), Some((BASE + 0x40, "weak_one")));
         assert_eq!(all.lookup(BASE + 0x104), Some((BASE + 0x40, "weak_one")));
         // Hidden addresses: nothing; a BPF program among the kernel's own: no table.
         let hidden = "0000000000000000 T _text\n0000000000000000 t first\n";
-        assert!(Listing::parse(hidden.as_bytes(), true).is_none());
-        assert!(Listing::parse(hidden.as_bytes(), false).is_none());
-        // Lines that are not kallsyms' are passed over.
-        let odd = format!("zz T x\nffffffff81000000 T\n\n{:x} TT y\n{TEXT}", BASE);
-        assert_eq!(
-            Listing::parse(odd.as_bytes(), true).unwrap().symbols.len(),
-            8
-        );
+        assert!(Listing::parse(hidden.as_bytes()).is_none());
+        assert!(symbols_at(hidden.as_bytes(), &[BASE]).is_none());
         let inside = format!("{TEXT}ffffffff81000800 t bpf_prog_1\t[bpf]\n");
         assert_eq!(kernel_table(&inside, BASE, &key()), None);
+        // Lines that are not kallsyms' are passed over.
+        let odd = format!("zz T x\nffffffff81000000 T\n\n{BASE:x} TT y\n{TEXT}");
+        assert_eq!(Listing::parse(odd.as_bytes()).unwrap().symbols.len(), 8);
     }
 }

@@ -560,10 +560,13 @@ fn kernel_build_id() -> String {
     panic!("the kernel's notes hold no build ID");
 }
 
-/// Records `dd`, which spends its time in the kernel, with the symbol cache in `cache`.
-fn record_kernel_work(cache: &Path, out: &Path) {
+/// Records `dd`, which spends its time in the kernel, with the symbol cache in `cache`
+/// (and `options`).
+fn record_kernel_work(cache: &Path, out: &Path, options: &[&str]) {
     let o = Command::new(sampler_bin())
-        .args(["record", "-o"])
+        .arg("record")
+        .args(options)
+        .arg("-o")
         .arg(out)
         .args([
             "--",
@@ -609,9 +612,9 @@ fn the_cache_is_private_and_its_kernel_names_give_no_address_away() {
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(mode))
             .unwrap();
     }
-    record_kernel_work(&first, &dir.join("first.json"));
+    record_kernel_work(&first, &dir.join("first.json"), &[]);
     let second = dir.join("second");
-    record_kernel_work(&second, &dir.join("second.json"));
+    record_kernel_work(&second, &dir.join("second.json"), &[]);
 
     let (a, b) = (kernel_entries(&first), kernel_entries(&second));
     eprintln!("kernel tables: {a:?} and {b:?}");
@@ -668,7 +671,8 @@ fn kernel_frames_named_as_kallsyms_says(out: &Path, kallsyms: &symbolicate::Kall
 /// functions (not one entry per 64 KiB of its text: 641 files, 15 MB here), removes the
 /// tables of the boots before beyond the two used last, and the entries an older
 /// sampler kept of this kernel; a run with the table names the kernel's frames from it
-/// as kallsyms does, and a damaged table is written anew.
+/// as kallsyms does, as does one without the cache, and a damaged table is written
+/// anew.
 fn a_boot_writes_one_kernel_table_and_the_boots_before_go() {
     let dir = scratch("boots");
     let cache = dir.join("cache");
@@ -710,7 +714,7 @@ fn a_boot_writes_one_kernel_table_and_the_boots_before_go() {
         names
     };
     let cold = dir.join("cold.json");
-    record_kernel_work(&cache, &cold);
+    record_kernel_work(&cache, &cold, &[]);
     let left = listed();
     let this_boot: Vec<&String> = left.iter().filter(|n| !planted.contains(n)).collect();
     eprintln!("the kernel's files after the first run: {left:?}");
@@ -730,7 +734,7 @@ fn a_boot_writes_one_kernel_table_and_the_boots_before_go() {
     assert!(cold_frames > 0, "dd was sampled in the kernel");
 
     let warm = dir.join("warm.json");
-    record_kernel_work(&cache, &warm);
+    record_kernel_work(&cache, &warm, &[]);
     assert_eq!(
         listed(),
         left,
@@ -738,11 +742,17 @@ fn a_boot_writes_one_kernel_table_and_the_boots_before_go() {
     );
     assert!(kernel_frames_named_as_kallsyms_says(&warm, &kallsyms) > 0);
 
+    // Without the cache: only what the addresses need is read from kallsyms.
+    let uncached = dir.join("uncached.json");
+    record_kernel_work(&cache, &uncached, &["--no-cache"]);
+    assert!(kernel_frames_named_as_kallsyms_says(&uncached, &kallsyms) > 0);
+    assert_eq!(listed(), left);
+
     // Damaged: cut short. Read anew from kallsyms and written whole again.
     let whole = std::fs::read(&table).unwrap();
     std::fs::write(&table, &whole[..whole.len() / 2]).unwrap();
     let again = dir.join("again.json");
-    record_kernel_work(&cache, &again);
+    record_kernel_work(&cache, &again, &[]);
     assert!(kernel_frames_named_as_kallsyms_says(&again, &kallsyms) > 0);
     assert_eq!(std::fs::read(&table).unwrap().len(), whole.len());
     let _ = std::fs::remove_dir_all(&dir);
