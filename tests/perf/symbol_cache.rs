@@ -591,7 +591,7 @@ fn record_kernel_work(cache: &Path, out: &Path, options: &[&str]) {
 fn the_cache_is_private_and_its_kernel_names_give_no_address_away() {
     let dir = scratch("private");
     let kernel = kernel_build_id();
-    let kernel_entries = |cache: &Path| -> std::collections::BTreeSet<String> {
+    let kernel_tables = |cache: &Path| -> std::collections::BTreeSet<String> {
         std::fs::read_dir(cache.join("sampler/symbols"))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -616,7 +616,7 @@ fn the_cache_is_private_and_its_kernel_names_give_no_address_away() {
     let second = dir.join("second");
     record_kernel_work(&second, &dir.join("second.json"), &[]);
 
-    let (a, b) = (kernel_entries(&first), kernel_entries(&second));
+    let (a, b) = (kernel_tables(&first), kernel_tables(&second));
     eprintln!("kernel tables: {a:?} and {b:?}");
     assert!(
         a.len() == 1 && b.len() == 1,
