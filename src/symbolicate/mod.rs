@@ -24,6 +24,7 @@ mod dwarf;
 mod gcc_names;
 mod kernel;
 mod library;
+mod memo;
 mod plt;
 mod rebuild;
 mod symbol;
@@ -42,6 +43,7 @@ pub use cfi::{EhFrameBytes, EhFrameSource, FunctionRanges, UNNAMED_PREFIX};
 pub use dwarf::{DwarfInfo, SourceFrame};
 pub use kernel::{kernel_table, read_kallsyms, KERNEL_PREFIX};
 pub use library::{name_file, Keep, LibSymbols};
+pub use memo::{NameMemo, MAX_MEMO_BYTES};
 pub use plt::{PLT_NAME, PLT_SUFFIX};
 pub use symbols::{demangle, Kallsyms, Symbol, SymbolMap};
 
