@@ -1,10 +1,10 @@
 //! The symbol cache's entry reader on any bytes, given the checksum they need (else
 //! nearly every input would stop there): checked, then every interval read back and
-//! looked up.
+//! looked up; and the kernel table's reader on the same bytes, then looked up.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sampler::symbolicate::cache::{self, Entry, Key};
+use sampler::symbolicate::cache::{self, Entry, InTable, KernelTable, Key};
 
 fuzz_target!(|data: &[u8]| {
     // The key the entry says it is for, so that the checks behind it are reached.
@@ -26,5 +26,22 @@ fuzz_target!(|data: &[u8]| {
         for (range, info) in entry.intervals() {
             assert_eq!(entry.lookup(range.start), Some(info));
         }
+    }
+    // The kernel table of the key its header says, looked up at the addresses of
+    // its words: each answer lies at or below the address, below the text end.
+    let id_len = (word(48, 4) as usize).min(64);
+    let kernel = Key {
+        build_id: data.get(56..56 + id_len).unwrap_or_default().to_vec(),
+        size: word(32, 8),
+        stamp: Default::default(),
+    };
+    if let Ok(table) = KernelTable::parse(cache::with_checksum(data.to_vec()), &kernel) {
+        for at in (0..data.len()).step_by(4) {
+            let probe = word(at, 4);
+            if let InTable::Function(start, _) = table.lookup(probe) {
+                assert!(start <= probe);
+            }
+        }
+        assert_eq!(table.lookup(u64::MAX), InTable::Outside);
     }
 });
