@@ -3,8 +3,9 @@
 //! SIGPROF interrupts it anywhere. Every sample in a handler must show the handler on
 //! top of `__restore_rt` (named, not `fn_0x…`), and below it the code the signal
 //! interrupted down to main and `_start`, or start with `[truncated]`: never a stack
-//! that skips main unmarked, as the frame-pointer chain alone does. Each test is skipped
-//! (visibly) where perf recording is not permitted.
+//! that skips main unmarked, as the frame-pointer chain alone does. And the other place
+//! where the kernel's chain goes wrong: one that loops ends at the loop, marked. Each test
+//! is skipped (visibly) where perf recording is not permitted.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -161,9 +162,55 @@ fn frame_pointers_mark_what_the_stack_copy_does_not_reach() {
     );
 }
 
+fn a_looping_frame_pointer_chain_ends_at_the_loop() {
+    // fploop's RBP points at a frame that holds itself as the saved RBP: the kernel's
+    // chain repeats its return address up to --max-stack (4,096 frames). The step that
+    // does not move the stack pointer up ends the walk: [truncated] > spin_in_loop and
+    // the loop frame's return address (also in spin_in_loop), with the cause said.
+    for mode in ["hybrid", "fp"] {
+        let what = format!("fploop --unwind {mode}");
+        let (o, path) = record(&["--unwind", mode], &[&target("fploop"), "1"]);
+        assert!(o.status.success(), "{what}: {}", stderr(&o));
+        let paths: Vec<Vec<String>> = thread_paths(&load_checked(&path))
+            .into_iter()
+            .flat_map(|t| t.paths)
+            .collect();
+        std::fs::remove_dir_all(path.parent().unwrap()).ok();
+        let in_loop: Vec<&Vec<String>> = paths
+            .iter()
+            .filter(|p| p.iter().any(|f| f == "spin_in_loop"))
+            .collect();
+        assert!(in_loop.len() * 10 >= paths.len() * 9, "{what}");
+        for p in &in_loop {
+            let user: Vec<&str> = p
+                .iter()
+                .map(String::as_str)
+                .take_while(|f| !f.starts_with("[kernel]"))
+                .collect();
+            assert_eq!(
+                user,
+                ["[truncated]", "spin_in_loop", "spin_in_loop"],
+                "{what}: {} frames: {:?}",
+                p.len(),
+                &p[..4.min(p.len())]
+            );
+        }
+        let line = format!(
+            "{} stacks start with [truncated]: a step of their unwinding did not move the stack pointer up",
+            in_loop.len()
+        );
+        assert!(stderr(&o).contains(&line), "{what}: {}", stderr(&o));
+        eprintln!(
+            "{what}: {} samples in the loop, each 2 frames deep",
+            in_loop.len()
+        );
+    }
+}
+
 fn main() {
     run_tests(tests![
         handlers_unwind_through_the_signal_frame_to_main: Need::Perf;
         frame_pointers_mark_what_the_stack_copy_does_not_reach: Need::Perf;
+        a_looping_frame_pointer_chain_ends_at_the_loop: Need::Perf;
     ]);
 }
