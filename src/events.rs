@@ -329,6 +329,39 @@ pub struct RecordingGaps {
     pub set_id_program: Option<std::path::PathBuf>,
 }
 
+impl RecordingInfo {
+    /// A recording of `app` (pid 1) with cpu-clock at 1000 Hz, for tests to vary.
+    #[doc(hidden)]
+    pub fn example() -> RecordingInfo {
+        RecordingInfo {
+            kernel_text: None,
+            event: SamplingEvent::CpuClock,
+            frequency_hz: 1000,
+            start_unix_ms: 0.0,
+            start_ns: 0,
+            end_ns: 0,
+            lost_samples: 0,
+            throttled: 0,
+            kernel_included: true,
+            max_stack: 127,
+            gaps: RecordingGaps::default(),
+            command: vec!["app".into()],
+            root_pid: 1,
+            ring_pages: 128,
+            stopped_for: None,
+            sample_bytes: 0,
+            logical_cpus: 2,
+            off_cpu: Default::default(),
+            period: Some(1_000_000),
+            scope: Scope::FollowedOnCpus,
+            cpus: Vec::new(),
+            command_cpu: None,
+            own_samples: 0,
+            lost_elsewhere: 0,
+        }
+    }
+}
+
 /// A whole recording held in memory: its description and its events in time order.
 #[derive(Clone, Debug)]
 pub struct Recording {

@@ -2,6 +2,7 @@
 //! into checked options. A mistake is refused here, before anything is recorded or
 //! written, with one line that says what to do.
 
+mod continuous;
 pub mod diff;
 pub mod inspect;
 pub mod push;
@@ -11,7 +12,8 @@ pub mod summary;
 pub mod view;
 
 pub use record_args::{
-    RecordArgs, RecordPlan, UnwindArg, DEFAULT_FREQUENCY_HZ, MAX_DURATION_SECONDS, MAX_MMAP_PAGES,
+    Continuous, RecordArgs, RecordPlan, UnwindArg, DEFAULT_FREQUENCY_HZ, MAX_DURATION_SECONDS,
+    MAX_MMAP_PAGES,
 };
 pub use view::args::{ServeArgs, ViewArgs};
 
@@ -540,6 +542,70 @@ mod tests {
         assert!(parse(&["record", "--bogus"]).is_err());
         assert!(parse(&["record", "--bogus", "--", "true"]).is_err());
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_continuous_recording_is_checked_and_samples_at_19_hz() {
+        let dir = std::env::temp_dir();
+        let out = format!("{}/", dir.display());
+        let plan = record_args(&["-a", "--every", "10", "-o", &out])
+            .plan()
+            .unwrap();
+        let c = plan.continuous.unwrap();
+        assert_eq!(c.every, std::time::Duration::from_secs(10));
+        assert_eq!(c.dir.as_deref(), Some(Path::new(&out)));
+        assert_eq!(c.spool_bytes, 256 << 20);
+        assert_eq!(plan.options.rate, crate::events::Rate::Frequency(19));
+        let plan = record_args(&[
+            "-a",
+            "--every",
+            "1",
+            "-F",
+            "99",
+            "--push",
+            "http://h/i",
+            "--spool-max",
+            "20K",
+        ])
+        .plan()
+        .unwrap();
+        assert_eq!(plan.options.rate, crate::events::Rate::Frequency(99));
+        assert_eq!(plan.continuous.unwrap().spool_bytes, 20 << 10);
+        for (args, error) in [
+            (vec!["-a", "--every", "10"], "say where the windows go"),
+            (vec!["-a", "--every", "0.5", "-o", &out], "--every must be"),
+            (
+                vec!["--every", "10", "-o", &out, "--", "true"],
+                "a command is recorded whole",
+            ),
+            (
+                vec!["-a", "--every", "10", "-o", "/tmp/x.json.gz"],
+                "end it with /",
+            ),
+            (
+                vec!["-a", "--every", "10", "-o", "/nonexistent/"],
+                "no such directory",
+            ),
+            (
+                vec!["-a", "--every", "10", "--off-cpu", "-o", &out],
+                "--off-cpu is not cut",
+            ),
+        ] {
+            let e = plan_error(&args);
+            assert!(e.contains(error), "{args:?}: {e}");
+        }
+        assert!(parse(&[
+            "record",
+            "-a",
+            "--every",
+            "1",
+            "--push",
+            "http://h",
+            "--spool-max",
+            "12X"
+        ])
+        .is_err());
+        assert!(parse(&["record", "-a", "--spool", "/tmp", "-d", "1"]).is_err());
     }
 
     #[test]

@@ -115,6 +115,42 @@ pub struct RecordArgs {
     pub command: Vec<String>,
     #[command(flatten)]
     pub push: super::push::PushArgs,
+    /// Record continuously: cut the recording into windows of SECONDS, each named,
+    /// written (-o DIR/) and sent (--otlp, --push) as it closes, until -d, Ctrl-C or
+    /// SIGTERM (which ends the last window early); at 19 Hz unless -F or -c says otherwise.
+    #[arg(long = "every", value_name = "SECONDS")]
+    pub every: Option<f64>,
+    /// With --every and --otlp or --push: where windows wait while the back end is down or
+    /// slow, sent in order when it answers [default: ~/.cache/sampler/spool, of the user
+    /// who ran sudo under sudo].
+    #[arg(long = "spool", value_name = "DIR", requires = "every")]
+    pub spool: Option<PathBuf>,
+    /// The most the spool holds (bytes, or with K, M or G); past it the oldest windows
+    /// are dropped, and counted [default: 256M].
+    #[arg(long = "spool-max", value_name = "SIZE", requires = "every", value_parser = parse_size)]
+    pub spool_max: Option<u64>,
+}
+
+/// The sampling rate of a continuous recording unless `-F` or `-c` says otherwise: 19 Hz,
+/// as the fleet profilers sample (the OpenTelemetry eBPF profiler's default is 20 Hz,
+/// Parca's agent 19 Hz; a rate that is not a divisor of common timer rates avoids
+/// sampling in step with periodic work).
+pub const CONTINUOUS_FREQUENCY_HZ: u64 = 19;
+
+/// The shortest and longest window `--every` takes: from 1 s (shorter windows are
+/// mostly naming and sending) to a day.
+pub const MIN_WINDOW_SECONDS: f64 = 1.0;
+pub const MAX_WINDOW_SECONDS: f64 = 24.0 * 3600.0;
+
+/// A continuous recording (`--every`), checked.
+#[derive(Clone, Debug)]
+pub struct Continuous {
+    pub every: Duration,
+    /// Where each window's file is written (`-o DIR/`), if anywhere.
+    pub dir: Option<PathBuf>,
+    /// Where windows wait to be sent (`--spool`); `None`: the user's cache.
+    pub spool: Option<PathBuf>,
+    pub spool_bytes: u64,
 }
 
 /// Samples per second per running thread unless `-F` or `-c` says otherwise.
@@ -141,6 +177,8 @@ pub struct RecordPlan {
     pub sources: bool,
     /// Where the profile is sent once written (`--otlp`, `--push`).
     pub push: Vec<emit::push::Destination>,
+    /// A continuous recording (`--every`).
+    pub continuous: Option<Continuous>,
 }
 
 impl RecordArgs {
@@ -194,22 +232,14 @@ impl RecordArgs {
                 );
             }
         }
+        let continuous = self.continuous(&target)?;
         let rate = match (self.period, self.frequency) {
             (Some(p), _) => Rate::Period(p),
-            (None, hz) => Rate::Frequency(hz.unwrap_or(DEFAULT_FREQUENCY_HZ)),
+            (None, Some(hz)) => Rate::Frequency(hz),
+            (None, None) if continuous.is_some() => Rate::Frequency(CONTINUOUS_FREQUENCY_HZ),
+            (None, None) => Rate::Frequency(DEFAULT_FREQUENCY_HZ),
         };
-        let duration = match self.duration {
-            None => None,
-            Some(_) if matches!(target, record::Target::Command(_)) => bail!(
-                "-d/--duration is for attached processes (-p) and -a; a command is recorded until it exits"
-            ),
-            Some(d) if d.is_finite() && d > 0.0 && d <= MAX_DURATION_SECONDS => {
-                Some(Duration::from_secs_f64(d))
-            }
-            Some(d) => bail!(
-                "-d/--duration must be a number of seconds above 0 and at most {MAX_DURATION_SECONDS} (30 days) (got {d})"
-            ),
-        };
+        let duration = self.duration(&target)?;
         let mode = self.unwind.mode();
         let stack_bytes = self
             .stack_size
@@ -220,7 +250,8 @@ impl RecordArgs {
         if let Some(pages) = self.mmap_pages {
             check_ring_pages(pages, Some((stack_bytes, mode)))?;
         }
-        let (format, output) = output_choice(self.format, self.output)?;
+        let output = self.output.clone().filter(|_| continuous.is_none());
+        let (format, output) = output_choice(self.format, output)?;
         if let record::Target::Command(command) = &target {
             if let Some(program) = record::program_path(&command[0]) {
                 let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
@@ -252,6 +283,7 @@ impl RecordArgs {
                 max_stack: self.max_stack,
                 run_as,
                 off_cpu: self.off_cpu.then_some(self.off_cpu_every.unwrap_or(1)),
+                every: continuous.as_ref().map(|c| c.every),
             },
             mode,
             format,
@@ -264,8 +296,91 @@ impl RecordArgs {
             debug: self.debug,
             sources: !self.no_sources,
             push: self.push.destinations()?,
+            continuous,
         })
     }
+
+    /// `-d`, checked.
+    fn duration(&self, target: &record::Target) -> Result<Option<Duration>> {
+        Ok(match self.duration {
+            None => None,
+            Some(_) if matches!(target, record::Target::Command(_)) => bail!(
+                "-d/--duration is for attached processes (-p) and -a; a command is recorded until it exits"
+            ),
+            Some(d) if d.is_finite() && d > 0.0 && d <= MAX_DURATION_SECONDS => {
+                Some(Duration::from_secs_f64(d))
+            }
+            Some(d) => bail!(
+                "-d/--duration must be a number of seconds above 0 and at most {MAX_DURATION_SECONDS} (30 days) (got {d})"
+            ),
+        })
+    }
+
+    /// `--every` and what goes with it, checked: a window's length, and where windows go
+    /// (files in a directory, a back end, or both).
+    fn continuous(&self, target: &record::Target) -> Result<Option<Continuous>> {
+        let Some(seconds) = self.every else {
+            return Ok(None);
+        };
+        if !(MIN_WINDOW_SECONDS..=MAX_WINDOW_SECONDS).contains(&seconds) {
+            bail!("--every must be a number of seconds from {MIN_WINDOW_SECONDS} to {MAX_WINDOW_SECONDS} (a day) (got {seconds})");
+        }
+        if matches!(target, record::Target::Command(_)) {
+            bail!("--every is for -a and -p, which are recorded until -d, Ctrl-C or SIGTERM; a command is recorded whole");
+        }
+        if self.off_cpu {
+            bail!("--off-cpu is not cut into windows: record off-CPU time without --every");
+        }
+        if self.view {
+            bail!("--view opens one profile; --every writes one per window: open them with `sampler view DIR/*.json.gz`");
+        }
+        let dir = match &self.output {
+            None => None,
+            Some(dir) if dir.is_dir() => Some(dir.clone()),
+            Some(dir) if dir.as_os_str().to_string_lossy().ends_with('/') => bail!(
+                "-o {}: no such directory (create it first)",
+                dir.display()
+            ),
+            Some(file) => bail!(
+                "-o {}: with --every, -o names the directory each window's file goes to (end it with /)",
+                file.display()
+            ),
+        };
+        if dir.is_none() && self.push.otlp.is_none() && self.push.push.is_none() {
+            bail!("--every: say where the windows go: -o DIR/, --otlp [URL] or --push URL");
+        }
+        Ok(Some(Continuous {
+            every: Duration::from_secs_f64(seconds),
+            dir,
+            spool: self.spool.clone(),
+            spool_bytes: self.spool_max.unwrap_or(emit::spool::DEFAULT_SPOOL_BYTES),
+        }))
+    }
+}
+
+/// A size in bytes, with an optional K, M or G (powers of 1024): from 1 KiB to 1 TiB.
+fn parse_size(text: &str) -> std::result::Result<u64, String> {
+    let upper = text.trim().to_ascii_uppercase();
+    let upper = upper
+        .strip_suffix("IB")
+        .or(upper.strip_suffix('B'))
+        .unwrap_or(&upper);
+    let (number, shift) = match upper.char_indices().last() {
+        Some((i, 'K')) => (&upper[..i], 10),
+        Some((i, 'M')) => (&upper[..i], 20),
+        Some((i, 'G')) => (&upper[..i], 30),
+        _ => (upper, 0),
+    };
+    let bytes = number
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| format!("{text:?} is not a size (bytes, or a number with K, M or G)"))?;
+    if !(1 << 10..=1 << 40).contains(&bytes) {
+        return Err(format!("{text}: give a size from 1K to 1024G"));
+    }
+    Ok(bytes)
 }
 
 /// What is wrong with `-m PAGES`: not a power of two, more than [`MAX_MMAP_PAGES`], or

@@ -25,6 +25,9 @@ const CAPTURE_ENV: &str = "SAMPLER_CAPTURE_SAMPLES";
 pub fn record(args: RecordArgs) -> Result<i32> {
     let view = args.view_options()?;
     let plan = args.plan()?;
+    if let Some(continuous) = plan.continuous.clone() {
+        return crate::cli::continuous::record(plan, continuous);
+    }
     let root = nix::unistd::Uid::effective().is_root();
     let sudo = output::SudoUser::from_env();
     // Checked now, created only once the profile is complete: a failed run touches nothing.
@@ -40,7 +43,9 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     if let Some(period) = plan.options.off_cpu {
         builder.record_off_cpu(period);
     }
-    let (info, ended) = record::record(&plan.options, &mut |events| builder.add_events(events))?;
+    let (info, ended) = record::record(&plan.options, &mut |events: &[crate::events::Event]| {
+        builder.add_events(events)
+    })?;
     let exited = Instant::now();
     // Naming can take long (a slow debuginfod server): a signal now stops it, and the
     // profile is written with the names found until then.

@@ -400,34 +400,12 @@ pub fn how_to_open(format: Format, path: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::{RecordingGaps, SamplingEvent};
+    use crate::events::RecordingGaps;
 
     fn info(gaps: RecordingGaps) -> RecordingInfo {
         RecordingInfo {
-            kernel_text: None,
-            event: SamplingEvent::CpuClock,
-            frequency_hz: 1000,
-            start_unix_ms: 0.0,
-            start_ns: 0,
-            end_ns: 0,
-            lost_samples: 0,
-            throttled: 0,
-            kernel_included: true,
-            max_stack: 127,
             gaps,
-            command: vec!["app".into()],
-            root_pid: 1,
-            ring_pages: 128,
-            stopped_for: None,
-            sample_bytes: 0,
-            logical_cpus: 2,
-            off_cpu: Default::default(),
-            period: Some(1_000_000),
-            scope: Scope::FollowedOnCpus,
-            cpus: Vec::new(),
-            command_cpu: None,
-            own_samples: 0,
-            lost_elsewhere: 0,
+            ..RecordingInfo::example()
         }
     }
 

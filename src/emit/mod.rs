@@ -13,6 +13,7 @@ pub mod pprof;
 pub mod push;
 pub mod report;
 pub mod speedscope;
+pub mod spool;
 pub mod svg;
 
 use std::collections::HashMap;

@@ -20,12 +20,22 @@ pub struct Destination {
     pub headers: Vec<(String, String)>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Payload {
     /// An OTLP `ExportProfilesServiceRequest`.
     Otlp,
     /// A pprof `profile.proto`.
     Pprof,
+}
+
+impl Payload {
+    /// What it is called in file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Payload::Otlp => "otlp",
+            Payload::Pprof => "pprof",
+        }
+    }
 }
 
 /// The path of the profiles signal that OTLP/HTTP SDKs append to
@@ -154,6 +164,22 @@ pub fn send(
 ) -> std::result::Result<(), String> {
     let body = body(profile, dest.payload, just_recorded)
         .map_err(|e| format!("cannot compress it: {e}"))?;
+    post(dest, &body).map_err(|e| e.why)
+}
+
+/// Why a send failed, and whether sending the same again later may succeed.
+#[derive(Debug)]
+pub struct SendError {
+    /// One phrase: what failed.
+    pub why: String,
+    /// The back end could not be reached, did not answer in time, or answered that it
+    /// is busy or failing (408, 429, 5xx): the same body may be taken later. Otherwise it
+    /// refused this body (another 4xx), and would again.
+    pub retry: bool,
+}
+
+/// POSTs `body` (gzipped, as [`body`] makes it) to `dest`.
+pub fn post(dest: &Destination, body: &[u8]) -> std::result::Result<(), SendError> {
     let agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(SEND_TIMEOUT))
@@ -168,9 +194,12 @@ pub fn send(
     for (key, value) in &dest.headers {
         request = request.header(key, value);
     }
-    let response = request.send(&body[..]).map_err(|e| match e {
-        ureq::Error::Timeout(_) => format!("no answer within {} s", SEND_TIMEOUT.as_secs()),
-        other => other.to_string(),
+    let response = request.send(body).map_err(|e| SendError {
+        why: match e {
+            ureq::Error::Timeout(_) => format!("no answer within {} s", SEND_TIMEOUT.as_secs()),
+            other => other.to_string(),
+        },
+        retry: true,
     })?;
     let status = response.status();
     if !status.is_success() {
@@ -186,13 +215,17 @@ pub fn send(
             .filter(|c| !c.is_control())
             .take(ERROR_TEXT_SHOWN)
             .collect();
-        return Err(format!(
-            "it answered {status}{}",
-            match text.trim() {
-                "" => String::new(),
-                t => format!(": {t}"),
-            }
-        ));
+        let code = status.as_u16();
+        return Err(SendError {
+            why: format!(
+                "it answered {status}{}",
+                match text.trim() {
+                    "" => String::new(),
+                    t => format!(": {t}"),
+                }
+            ),
+            retry: !(400..500).contains(&code) || code == 408 || code == 429,
+        });
     }
     Ok(())
 }

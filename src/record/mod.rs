@@ -46,16 +46,33 @@ pub use program::{program_path, resolve_pids};
 pub use rings::min_ring_pages;
 pub use sys::tune_allocator;
 
+/// Where a recording's events go as they are read.
+pub trait Sink {
+    /// Events that come after every event handed on before, in time order.
+    fn events(&mut self, events: &[Event]);
+
+    /// A window of a continuous recording ([`RecordOptions::every`]) closed at
+    /// `info.end_ns`: every event up to then has been handed on, none after it.
+    fn window(&mut self, info: RecordingInfo) {
+        let _ = info;
+    }
+}
+
+/// A closure takes the events of a recording without windows.
+impl<F: FnMut(&[Event])> Sink for F {
+    fn events(&mut self, events: &[Event]) {
+        self(events)
+    }
+}
+
 /// Records `opts.target` and hands the events to `sink` in time order, in batches, while
 /// it runs. A launched command is recorded until it exits: Ctrl-C, SIGTERM and the other
 /// [`STOP_SIGNALS`] are forwarded to it (unless the terminal sent them to it already)
 /// and a second one kills it. Attached processes are recorded until `opts.duration`, one
 /// of [`STOP_SIGNALS`] (which stop the recording, not the processes), or until they have
-/// all exited.
-pub fn record(
-    opts: &RecordOptions,
-    sink: &mut dyn FnMut(&[Event]),
-) -> Result<(RecordingInfo, Ended)> {
+/// all exited. With [`RecordOptions::every`], `sink` is also told of each window as it
+/// closes; the info returned is then the last window's.
+pub fn record(opts: &RecordOptions, sink: &mut dyn Sink) -> Result<(RecordingInfo, Ended)> {
     let mut session = session::Session::start(opts)?;
     let ended = session.run(sink)?;
     Ok((session.finish(opts, ended, sink), ended))

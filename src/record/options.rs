@@ -47,6 +47,9 @@ pub struct RecordOptions {
     /// Record off-CPU time (`--off-cpu`): every context switch of the followed threads,
     /// and the stack of every `n`th switch out (`Some(n)`).
     pub off_cpu: Option<u64>,
+    /// A continuous recording: cut into windows of this length, each handed on as it
+    /// closes (see [`super::Sink::window`]).
+    pub every: Option<Duration>,
 }
 
 /// Why the launched command ended.

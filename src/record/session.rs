@@ -23,7 +23,7 @@ use super::options::{CommandExit, DetachReason, Ended, RecordOptions, Target, ST
 use super::program::set_id_program;
 use super::rings::default_ring_pages;
 use super::start::{start_attached, start_command, start_system, Started};
-use super::{attach, follow, parse, stack_limit, sys};
+use super::{attach, follow, parse, stack_limit, sys, Sink};
 use crate::events::{
     Event, EventKind, OffCpuRecording, Rate, RecordingGaps, RecordingInfo, SamplingEvent, Scope,
 };
@@ -41,6 +41,17 @@ const REORDER_WINDOW_NS: u64 = 50_000_000;
 /// Live counters for the status line and the summary.
 #[derive(Default)]
 struct Progress {
+    counts: Counts,
+    /// The threads sampled (in a continuous recording, in the current window).
+    tids: HashSet<i32>,
+    /// Processes started while recording that have not exited (pid == tid forks).
+    processes: HashSet<i32>,
+}
+
+/// What the recording counts as it goes; a continuous recording's window reports what
+/// was counted while it lasted (the difference of two of these).
+#[derive(Clone, Copy, Default)]
+pub(super) struct Counts {
     /// Samples handed on (of the followed processes).
     samples: u64,
     /// Samples read from the rings (with per-CPU events, of every task on the CPUs).
@@ -49,19 +60,47 @@ struct Progress {
     sample_bytes: u64,
     lost: u64,
     throttled: u64,
-    tids: HashSet<i32>,
     /// Sample records the parser could not read (counted as lost).
     unparsed_samples: u64,
     /// Ring data that could not be parsed, and in how many stretches.
     unreadable_bytes: u64,
     unreadable_stretches: u64,
-    /// Processes started while recording that have not exited (pid == tid forks).
-    processes: HashSet<i32>,
     /// Samples of sampler's own process, left out of a whole-machine profile.
     own_samples: u64,
     /// Samples lost while a process that is not followed ran (see
     /// [`RecordingInfo::lost_elsewhere`]).
     lost_elsewhere: u64,
+}
+
+impl Counts {
+    /// What was counted since `before`.
+    fn since(&self, before: &Counts) -> Counts {
+        Counts {
+            samples: self.samples - before.samples,
+            ring_samples: self.ring_samples - before.ring_samples,
+            sample_bytes: self.sample_bytes - before.sample_bytes,
+            lost: self.lost - before.lost,
+            throttled: self.throttled - before.throttled,
+            unparsed_samples: self.unparsed_samples - before.unparsed_samples,
+            unreadable_bytes: self.unreadable_bytes - before.unreadable_bytes,
+            unreadable_stretches: self.unreadable_stretches - before.unreadable_stretches,
+            own_samples: self.own_samples - before.own_samples,
+            lost_elsewhere: self.lost_elsewhere - before.lost_elsewhere,
+        }
+    }
+
+    /// Samples in unreadable ring data: as many as the bytes would hold at the size the
+    /// readable samples had (at least one per corrupt stretch).
+    fn unreadable_samples(&self) -> u64 {
+        if self.unreadable_bytes == 0 {
+            return 0;
+        }
+        let per_sample = self
+            .sample_bytes
+            .checked_div(self.ring_samples)
+            .unwrap_or(64);
+        (self.unreadable_bytes / per_sample.max(8)).max(self.unreadable_stretches)
+    }
 }
 
 /// A recording under way: the machine prepared, the target running with its events
@@ -93,6 +132,19 @@ pub(super) struct Session {
     /// With `-a`: sampler's own pid, whose samples are left out (see [`own_work`]).
     own_pid: Option<i32>,
     progress: Progress,
+    /// Where the kernel's text starts, when kernel frames are recorded.
+    kernel_text: Option<u64>,
+    /// In a continuous recording, the window under way.
+    window: Option<Window>,
+}
+
+/// A continuous recording's current window (see [`RecordOptions::every`]).
+struct Window {
+    every_ns: u64,
+    /// When it started (the end of the one before, or the recording's start).
+    start_ns: u64,
+    /// What had been counted when it started.
+    counted: Counts,
 }
 
 impl Session {
@@ -161,6 +213,10 @@ impl Session {
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
         announce(opts, &events, request.rate, stopped_for);
+        let kernel_text = match events.kernel_included {
+            true => super::kernel_text_start(),
+            false => None,
+        };
         let parser = parse::Parser::new(
             &events.attr,
             events.period,
@@ -185,13 +241,19 @@ impl Session {
             followed,
             own_pid,
             progress: Progress::default(),
+            kernel_text,
+            window: opts.every.map(|every| Window {
+                every_ns: every.as_nanos().min(u128::from(u64::MAX)) as u64,
+                start_ns,
+                counted: Counts::default(),
+            }),
         })
     }
 
     /// Drains the ring buffers and hands events on until the recording ends: the command
     /// exited, or (attached) the duration passed, a stop signal came, or every process
     /// exited.
-    pub(super) fn run(&mut self, sink: &mut dyn FnMut(&[Event])) -> Result<Ended> {
+    pub(super) fn run(&mut self, sink: &mut dyn Sink) -> Result<Ended> {
         let status_line = std::io::stderr().is_terminal();
         let mut last_status = Instant::now();
         loop {
@@ -212,7 +274,9 @@ impl Session {
             }
             let drained_at = monotonic_ns();
             self.drain();
-            self.hand_on(sink, drained_at.saturating_sub(REORDER_WINDOW_NS));
+            let ready_ns = drained_at.saturating_sub(REORDER_WINDOW_NS);
+            self.close_windows(sink, ready_ns);
+            self.hand_on(sink, ready_ns);
             while let Ok(Some(info)) = self.signal_fd.read_signal() {
                 let signo = info.ssi_signo as i32;
                 if signo != libc::SIGCHLD {
@@ -229,11 +293,32 @@ impl Session {
             if status_line && last_status.elapsed() >= Duration::from_millis(250) {
                 say_partial!(
                     "\rsampler: {} samples, {} threads, {} lost   ",
-                    self.progress.samples,
+                    self.progress.counts.samples,
                     self.progress.tids.len(),
-                    self.progress.lost
+                    self.progress.counts.lost
                 );
                 last_status = Instant::now();
+            }
+        }
+    }
+
+    /// In a continuous recording, closes each window that ended by `ready_ns` (the time up
+    /// to which every event has been read): its events are handed on, then the window
+    /// itself.
+    fn close_windows(&mut self, sink: &mut dyn Sink, ready_ns: u64) {
+        while let Some(end_ns) = self
+            .window
+            .as_ref()
+            .map(|w| w.start_ns.saturating_add(w.every_ns))
+            .filter(|&end| end <= ready_ns)
+        {
+            self.hand_on(sink, end_ns);
+            sink.window(self.info(end_ns));
+            self.progress.tids.clear();
+            let counted = self.progress.counts;
+            if let Some(w) = &mut self.window {
+                w.start_ns = end_ns;
+                w.counted = counted;
             }
         }
     }
@@ -242,7 +327,7 @@ impl Session {
     /// order, and keeps the rest (each CPU's buffer is in time order, but the buffers
     /// interleave). With per-CPU events for a command or attached processes, only the
     /// followed processes' events are handed on.
-    fn hand_on(&mut self, sink: &mut dyn FnMut(&[Event]), up_to_ns: u64) {
+    fn hand_on(&mut self, sink: &mut dyn Sink, up_to_ns: u64) {
         self.pending.sort_by_key(|e| e.time_ns);
         let mut ready = self.pending.partition_point(|e| e.time_ns <= up_to_ns);
         // Moves the kept events to the front, in their order: with per-CPU events for a
@@ -256,13 +341,13 @@ impl Session {
                     (Some(followed), _) => {
                         let keep = followed.keep(event);
                         if let (false, EventKind::Lost { count, .. }) = (keep, &event.kind) {
-                            self.progress.lost_elsewhere += count;
+                            self.progress.counts.lost_elsewhere += count;
                         }
                         keep
                     }
                     (None, Some(own)) => match own_work(&event.kind, own) {
                         Some(is_sample) => {
-                            self.progress.own_samples += u64::from(is_sample);
+                            self.progress.counts.own_samples += u64::from(is_sample);
                             false
                         }
                         None => true,
@@ -278,7 +363,7 @@ impl Session {
             ready = kept;
         }
         count_handed_on(&self.pending[..ready], &mut self.progress);
-        sink(&self.pending[..ready]);
+        sink.events(&self.pending[..ready]);
         self.pending.drain(..ready);
     }
 
@@ -292,13 +377,13 @@ impl Session {
     }
 
     /// Stops the events, reads what is left, hands everything on, and says what the
-    /// recording was. The frame limit is put back as the session is dropped, after its
-    /// events are closed.
+    /// recording was (in a continuous recording, its last window). The frame limit is put
+    /// back as the session is dropped, after its events are closed.
     pub(super) fn finish(
         mut self,
         opts: &RecordOptions,
         ended: Ended,
-        sink: &mut dyn FnMut(&[Event]),
+        sink: &mut dyn Sink,
     ) -> RecordingInfo {
         for fd in &self.events.fds {
             let _ = sys::disable(fd);
@@ -306,9 +391,9 @@ impl Session {
         self.drain();
         let end_ns = monotonic_ns();
         self.hand_on(sink, u64::MAX);
-        let progress = &self.progress;
         let outliving = match &self.target {
-            Running::Launched { pid, .. } => progress
+            Running::Launched { pid, .. } => self
+                .progress
                 .processes
                 .iter()
                 .copied()
@@ -321,17 +406,33 @@ impl Session {
                 .collect(),
             Running::Attached { .. } => Vec::new(),
         };
-        // Samples in unreadable ring data: as many as the bytes would hold at the size the
-        // readable samples had (at least one per corrupt stretch).
-        let unreadable_samples = if progress.unreadable_bytes == 0 {
-            0
-        } else {
-            let per_sample = progress
-                .sample_bytes
-                .checked_div(progress.ring_samples)
-                .unwrap_or(64);
-            (progress.unreadable_bytes / per_sample.max(8)).max(progress.unreadable_stretches)
+        let mut info = self.info(end_ns);
+        info.gaps.stack_limit = self.deeper.outcome;
+        info.gaps.left_stopped = std::mem::take(&mut self.left_stopped);
+        info.gaps.outliving = outliving;
+        // Per-CPU events are not the program's own: the kernel does not end them when it
+        // gains privileges.
+        info.gaps.set_id_program = match &opts.target {
+            Target::Command(command) if self.events.scope == Scope::Tasks => {
+                set_id_program(&command[0])
+            }
+            Target::Command(_) | Target::Pids(_) | Target::System => None,
         };
+        info.command_cpu = match (&self.target, ended) {
+            (Running::Launched { .. }, Ended::Command(_)) => children_cpu_time(),
+            _ => None,
+        };
+        info
+    }
+
+    /// What the recording (in a continuous recording, the current window) was from its
+    /// start to `end_ns`: its settings, and what was counted meanwhile.
+    fn info(&self, end_ns: u64) -> RecordingInfo {
+        let (start_ns, counts) = match &self.window {
+            Some(w) => (w.start_ns, self.progress.counts.since(&w.counted)),
+            None => (self.start_ns, self.progress.counts),
+        };
+        let unreadable_samples = counts.unreadable_samples();
         RecordingInfo {
             event: self.events.event,
             frequency_hz: match (self.events.period, self.rate) {
@@ -344,49 +445,32 @@ impl Session {
             period: self.events.period,
             scope: self.events.scope,
             cpus: self.only_cpus.clone().unwrap_or_default(),
-            start_unix_ms: self.start_unix_ms,
-            start_ns: self.start_ns,
+            start_unix_ms: self.start_unix_ms + start_ns.saturating_sub(self.start_ns) as f64 / 1e6,
+            start_ns,
             end_ns,
-            lost_samples: progress.lost + progress.unparsed_samples + unreadable_samples,
-            throttled: progress.throttled,
+            lost_samples: counts.lost + counts.unparsed_samples + unreadable_samples,
+            throttled: counts.throttled,
             kernel_included: self.events.kernel_included,
-            kernel_text: match self.events.kernel_included {
-                true => super::kernel_text_start(),
-                false => None,
-            },
+            kernel_text: self.kernel_text,
             max_stack: self.max_stack,
             gaps: RecordingGaps {
-                stack_limit: self.deeper.outcome,
-                unreadable_bytes: progress.unreadable_bytes,
+                unreadable_bytes: counts.unreadable_bytes,
                 unreadable_samples,
-                left_stopped: std::mem::take(&mut self.left_stopped),
-                outliving,
-                // Per-CPU events are not the program's own: the kernel does not end
-                // them when it gains privileges.
-                set_id_program: match &opts.target {
-                    Target::Command(command) if self.events.scope == Scope::Tasks => {
-                        set_id_program(&command[0])
-                    }
-                    Target::Command(_) => None,
-                    Target::Pids(_) | Target::System => None,
-                },
+                ..RecordingGaps::default()
             },
-            command: std::mem::take(&mut self.description),
+            command: self.description.clone(),
             root_pid: self.target.root_pid(),
             ring_pages: self.events.ring_pages,
             stopped_for: self.stopped_for,
             // The followed processes' share of the bytes (with per-CPU events, the rings
             // also carried every other task's samples).
-            sample_bytes: (progress.sample_bytes as u128 * u128::from(progress.samples)
-                / u128::from(progress.ring_samples.max(1))) as u64,
+            sample_bytes: (counts.sample_bytes as u128 * u128::from(counts.samples)
+                / u128::from(counts.ring_samples.max(1))) as u64,
             logical_cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
             off_cpu: self.events.off_cpu.clone(),
-            command_cpu: match (&self.target, ended) {
-                (Running::Launched { .. }, Ended::Command(_)) => children_cpu_time(),
-                _ => None,
-            },
-            own_samples: progress.own_samples,
-            lost_elsewhere: progress.lost_elsewhere,
+            command_cpu: None,
+            own_samples: counts.own_samples,
+            lost_elsewhere: counts.lost_elsewhere,
         }
     }
 }
@@ -571,10 +655,10 @@ fn count_handed_on(events: &[Event], progress: &mut Progress) {
     for event in events {
         match &event.kind {
             EventKind::Sample(s) => {
-                progress.samples += 1;
+                progress.counts.samples += 1;
                 progress.tids.insert(s.tid);
             }
-            EventKind::Lost { count, .. } => progress.lost += count,
+            EventKind::Lost { count, .. } => progress.counts.lost += count,
             EventKind::Fork { pid, tid, .. } if pid == tid => {
                 progress.processes.insert(*pid);
             }
@@ -598,22 +682,22 @@ fn drain_all(
             let bytes = 8 + record.body.0.len() + record.body.1.len();
             let is_sample = record.kind == pb::PERF_RECORD_SAMPLE;
             let Some(event) = parser.parse(record) else {
-                progress.unparsed_samples += u64::from(is_sample);
+                progress.counts.unparsed_samples += u64::from(is_sample);
                 return;
             };
             match &event.kind {
                 EventKind::Sample(_) => {
-                    progress.ring_samples += 1;
-                    progress.sample_bytes += bytes as u64;
+                    progress.counts.ring_samples += 1;
+                    progress.counts.sample_bytes += bytes as u64;
                 }
-                EventKind::Throttle => progress.throttled += 1,
+                EventKind::Throttle => progress.counts.throttled += 1,
                 _ => {}
             }
             log.push(event);
         });
         if drained.unreadable_bytes > 0 {
-            progress.unreadable_bytes += drained.unreadable_bytes as u64;
-            progress.unreadable_stretches += 1;
+            progress.counts.unreadable_bytes += drained.unreadable_bytes as u64;
+            progress.counts.unreadable_stretches += 1;
         }
     }
 }

@@ -16,6 +16,7 @@ mod modules;
 pub mod offcpu;
 mod stacks;
 mod threads;
+mod window;
 
 use capture::CaptureWriter;
 use modules::Module;
@@ -326,50 +327,17 @@ impl ProfileBuilder {
                 say!("sampler: could not write the sample capture: {e}");
             }
         }
-        let ms = |ns: u64| ns.saturating_sub(info.start_ns) as f64 / 1e6;
+        let no_unwind_info_in = self.take_no_unwind_info_in();
+        let meta = self.meta(info);
         let (processes, threads) = self.threads.into_tables(info);
         let profile = RawProfile {
-            meta: Meta {
-                start_unix_ms: info.start_unix_ms,
-                // What a sample stands for in time: its period for a time event, else
-                // the frequency's interval (1 ms for a fixed period of a counting event,
-                // which stands for no time at all).
-                interval_ms: match (info.event.is_time(), info.period, info.frequency_hz) {
-                    (true, Some(ns), _) => ns as f64 / 1e6,
-                    (_, _, 0) => 1.0,
-                    (_, _, hz) => 1000.0 / hz as f64,
-                },
-                duration_ms: ms(info.end_ns),
-                event: info.event.name().to_string(),
-                time_event: info.event.is_time(),
-                frequency_hz: info.frequency_hz,
-                period: info.period,
-                command: info.command.clone(),
-                lost_samples: info.lost_samples,
-                throttled: info.throttled,
-                kernel_included: info.kernel_included,
-                truncated_stacks: self.truncated.total(),
-                restored_callers: self.restored_callers,
-                logical_cpus: info.logical_cpus,
-                off_cpu: self.off_cpu.is_some() && info.off_cpu.recorded(),
-            },
+            meta,
             libs: self.libs.items,
             address_frames: self.stacks.frames.items,
             stacks: self.stacks.stacks.items,
             processes,
             threads,
         };
-        let mut no_unwind_info_in: Vec<(String, u64)> = self
-            .no_unwind_info_in
-            .into_iter()
-            .map(|(lib, n)| {
-                let name = lib.map_or("unknown code".to_string(), |l| {
-                    profile.libs[l.index()].name.clone()
-                });
-                (name, n)
-            })
-            .collect();
-        no_unwind_info_in.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         Built {
             profile,
             lib_binaries: self.lib_binaries,
@@ -379,6 +347,50 @@ impl ProfileBuilder {
             no_unwind_info_in,
             kernel_frames,
         }
+    }
+
+    /// What the profile says of itself; its times relative to `info.start_ns`.
+    fn meta(&self, info: &RecordingInfo) -> Meta {
+        Meta {
+            start_unix_ms: info.start_unix_ms,
+            // What a sample stands for in time: its period for a time event, else the
+            // frequency's interval (1 ms for a fixed period of a counting event, which
+            // stands for no time at all).
+            interval_ms: match (info.event.is_time(), info.period, info.frequency_hz) {
+                (true, Some(ns), _) => ns as f64 / 1e6,
+                (_, _, 0) => 1.0,
+                (_, _, hz) => 1000.0 / hz as f64,
+            },
+            duration_ms: info.end_ns.saturating_sub(info.start_ns) as f64 / 1e6,
+            event: info.event.name().to_string(),
+            time_event: info.event.is_time(),
+            frequency_hz: info.frequency_hz,
+            period: info.period,
+            command: info.command.clone(),
+            lost_samples: info.lost_samples,
+            throttled: info.throttled,
+            kernel_included: info.kernel_included,
+            truncated_stacks: self.truncated.total(),
+            restored_callers: self.restored_callers,
+            logical_cpus: info.logical_cpus,
+            off_cpu: self.off_cpu.is_some() && info.off_cpu.recorded(),
+        }
+    }
+
+    /// The libraries of the outermost frames of stacks cut by code without unwind rules,
+    /// with their counts, most first; counting starts anew.
+    fn take_no_unwind_info_in(&mut self) -> Vec<(String, u64)> {
+        let mut named: Vec<(String, u64)> = std::mem::take(&mut self.no_unwind_info_in)
+            .into_iter()
+            .map(|(lib, n)| {
+                let name = lib.map_or("unknown code".to_string(), |l| {
+                    self.libs.items[l.index()].name.clone()
+                });
+                (name, n)
+            })
+            .collect();
+        named.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        named
     }
 
     /// Ends the off-CPU intervals still open at `end_ns` (the end of the recording) and

@@ -27,7 +27,7 @@ const GONE_TID: i32 = -1;
 /// process that exits are killed together, and their last samples come within
 /// milliseconds; a process whose other threads go on running (its main thread called
 /// `pthread_exit`) keeps its state for as long as they are sampled.
-const EXITED_GRACE_NS: u64 = 500_000_000;
+pub(super) const EXITED_GRACE_NS: u64 = 500_000_000;
 
 /// An interval off the CPU as a row of its thread: start, the stack it was left at, why,
 /// and how long (ns).
@@ -281,7 +281,16 @@ impl Threads {
     /// 18,700 in 2 s), which made a profile the Firefox Profiler ran out of memory on.
     /// A recorded process keeps its main thread's track even without a row.
     pub(super) fn into_tables(
-        self,
+        mut self,
+        info: &RecordingInfo,
+    ) -> (Vec<Process>, Vec<Thread<RawStackIndex>>) {
+        self.take_tables(info)
+    }
+
+    /// The tables of [`Threads::into_tables`], taking the threads' rows: the threads stay,
+    /// with none, for what comes next (the next window of a continuous recording).
+    pub(super) fn take_tables(
+        &mut self,
         info: &RecordingInfo,
     ) -> (Vec<Process>, Vec<Thread<RawStackIndex>>) {
         let ms = |ns: u64| ns.saturating_sub(info.start_ns) as f64 / 1e6;
@@ -306,32 +315,76 @@ impl Threads {
                 });
             }
         }
-        let threads = self
-            .threads
-            .into_iter()
-            .filter(|t| shown(t))
-            .map(|t| {
-                let process = new_index[t.process.index()].expect("numbered above");
-                let kernel = self.processes[t.process.index()].kernel;
-                Thread {
-                    tid: t.tid,
-                    process,
-                    is_main: processes[process.index()].pid == t.tid,
-                    name: shown_name(kernel, &t.name),
-                    start_ms: ms(t.start_ns),
-                    end_ms: t.end_ns.map(ms),
-                    lost_samples: t.lost_samples,
-                    samples: rows_in_time_order(t.samples, t.off_cpu, info.period.is_none())
-                        .map(|(time, stack, weight)| SampleRow {
-                            time_ms: ms(time),
-                            stack,
-                            weight,
-                        })
-                        .collect(),
-                }
-            })
-            .collect();
+        let mut threads = Vec::new();
+        for t in self.threads.iter_mut() {
+            let Some(process) = new_index[t.process.index()].filter(|_| shown(t)) else {
+                continue;
+            };
+            let kernel = self.processes[t.process.index()].kernel;
+            let rows = rows_in_time_order(
+                std::mem::take(&mut t.samples),
+                std::mem::take(&mut t.off_cpu),
+                info.period.is_none(),
+            );
+            threads.push(Thread {
+                tid: t.tid,
+                process,
+                is_main: processes[process.index()].pid == t.tid,
+                name: shown_name(kernel, &t.name),
+                start_ms: ms(t.start_ns),
+                end_ms: t.end_ns.map(ms),
+                lost_samples: std::mem::take(&mut t.lost_samples),
+                samples: rows
+                    .map(|(time, stack, weight)| SampleRow {
+                        time_ms: ms(time),
+                        stack,
+                        weight,
+                    })
+                    .collect(),
+            });
+        }
         (processes, threads)
+    }
+
+    /// Forgets the threads that ended before `before_ns` (and the processes left without
+    /// one): a whole machine recorded for hours sees millions of short-lived tasks, of
+    /// which only those alive matter to what comes next. Called between windows, when no
+    /// thread holds rows.
+    pub(super) fn forget_ended(&mut self, before_ns: u64) {
+        let ended = |end: Option<u64>| end.is_some_and(|t| t < before_ns);
+        let old_threads = std::mem::take(&mut self.threads);
+        let mut live_process = vec![false; self.processes.len()];
+        for t in &old_threads {
+            if !ended(t.end_ns) {
+                live_process[t.process.index()] = true;
+            }
+        }
+        let mut new_index: Vec<Option<ProcessIndex>> = vec![None; self.processes.len()];
+        let old_processes = std::mem::take(&mut self.processes);
+        for (i, p) in old_processes.into_iter().enumerate() {
+            if live_process[i] || !ended(p.end_ns) {
+                new_index[i] = Some(ProcessIndex::new(self.processes.len()));
+                self.processes.push(p);
+            }
+        }
+        for mut t in old_threads {
+            if let (false, Some(p)) = (ended(t.end_ns), new_index[t.process.index()]) {
+                t.process = p;
+                self.threads.push(t);
+            }
+        }
+        self.process_by_pid = self
+            .processes
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.pid, ProcessIndex::new(i)))
+            .collect();
+        self.thread_by_tid = self
+            .threads
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.tid, i))
+            .collect();
     }
 }
 

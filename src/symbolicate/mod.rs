@@ -24,6 +24,7 @@ mod dwarf;
 mod gcc_names;
 mod kernel;
 mod library;
+mod memo;
 mod plt;
 mod rebuild;
 mod symbol;
@@ -44,6 +45,7 @@ pub use kernel::{
     kernel_entries, read_kallsyms, KERNEL_EXTENT_PIECE, KERNEL_PIECE_BYTES, KERNEL_PREFIX,
 };
 pub use library::{name_file, Keep, LibSymbols};
+pub use memo::{NameMemo, MAX_MEMO_ADDRESSES};
 pub use plt::{PLT_NAME, PLT_SUFFIX};
 pub use symbols::{demangle, Kallsyms, Symbol, SymbolMap};
 

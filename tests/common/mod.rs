@@ -945,3 +945,45 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// One HTTP request as a test's server saw it.
+pub struct Request {
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+/// Reads one HTTP request (with a Content-Length) from `stream` and answers `status`,
+/// closing the connection.
+pub fn answer_request(stream: std::net::TcpStream, status: &str) -> Request {
+    use std::io::{BufRead, Read, Write};
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let mut reader = std::io::BufReader::new(stream);
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+        head.push_str(&line);
+    }
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().unwrap())
+        })
+        .expect("a Content-Length");
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    let mut stream = reader.into_inner();
+    write!(
+        stream,
+        "HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    Request { head, body }
+}

@@ -2,9 +2,7 @@
 //! seed 003 (stack interning and func grouping) from a synthetic recording.
 
 use sampler::calltree::CallTree;
-use sampler::events::{
-    Event, EventKind, Mapping, Recording, RecordingInfo, Sample, SamplingEvent, Scope,
-};
+use sampler::events::{Event, EventKind, Mapping, Recording, RecordingInfo, Sample};
 use sampler::profile::{self, CodeKind};
 use sampler::symbolicate::{self, LibSymbols, Symbol, SymbolMap};
 
@@ -42,30 +40,10 @@ fn mapping(path: &str, file_offset: u64) -> Event {
 
 fn recording(events: Vec<Event>) -> Recording {
     let info = RecordingInfo {
-        kernel_text: None,
-        event: SamplingEvent::CpuClock,
-        frequency_hz: 1000,
-        start_unix_ms: 0.0,
-        start_ns: 0,
         end_ns: events.last().map_or(0, |e| e.time_ns + 1_000_000),
-        lost_samples: 0,
-        throttled: 0,
         kernel_included: false,
-        max_stack: 127,
-        command: vec!["app".into()],
         root_pid: 10,
-        ring_pages: 128,
-        stopped_for: None,
-        sample_bytes: 0,
-        logical_cpus: 2,
-        off_cpu: Default::default(),
-        gaps: Default::default(),
-        period: Some(1_000_000),
-        scope: Scope::FollowedOnCpus,
-        cpus: Vec::new(),
-        command_cpu: None,
-        own_samples: 0,
-        lost_elsewhere: 0,
+        ..RecordingInfo::example()
     };
     Recording { info, events }
 }

@@ -13,7 +13,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -604,46 +604,11 @@ fn container_of(file: &Path) -> Option<String> {
     }
 }
 
-/// One HTTP request as a server saw it.
-struct Request {
-    head: String,
-    body: Vec<u8>,
-}
-
 /// Serves one request on `listener` (answering `status`) in a thread.
 fn serve_one(listener: TcpListener, status: &'static str) -> std::thread::JoinHandle<Request> {
     std::thread::spawn(move || {
         let (stream, _) = listener.accept().unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
-        let mut reader = BufReader::new(stream);
-        let mut head = String::new();
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            if line == "\r\n" || line.is_empty() {
-                break;
-            }
-            head.push_str(&line);
-        }
-        let length: usize = head
-            .lines()
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case("content-length")
-                    .then(|| v.trim().parse().unwrap())
-            })
-            .expect("a Content-Length");
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).unwrap();
-        let mut stream = reader.into_inner();
-        write!(
-            stream,
-            "HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        Request { head, body }
+        answer_request(stream, status)
     })
 }
 
