@@ -21,7 +21,7 @@ use super::address::{callchain, CodeAddress};
 use super::chain;
 use super::code::CodeRule;
 use super::frame_pointer::LeafFrame;
-use super::signal;
+use super::signal::{self, Interrupted};
 use crate::events::{Sample, UserRegs};
 use crate::files::image::SectionBytes;
 use crate::files::lazycfi::UnwindSections;
@@ -111,6 +111,23 @@ pub fn leaf_frame(
     } else {
         LeafFrame::Framed
     })
+}
+
+/// Whether the rule of the code at `at.ip` (a sampled or interrupted instruction) reads
+/// the return address at RBP + 8, whatever the stack holds there: an RBP frame, whose
+/// caller the kernel's frame-pointer chain has. Framehop's frame-pointer rule, where it
+/// has no CFI for the code, counts as one.
+pub fn returns_through_rbp(modules: &Modules, cache: &mut CacheX86_64, at: Interrupted) -> bool {
+    /// Any stack word: only where the rule reads is asked.
+    const ANY_WORD: u64 = 1;
+    let mut regs = UnwindRegsX86_64::new(at.ip, at.sp, at.bp);
+    let step = modules.unwind_frame(
+        FrameAddress::from_instruction_pointer(at.ip),
+        &mut regs,
+        cache,
+        &mut |_| Ok(ANY_WORD),
+    );
+    matches!(step, Ok(Some(_))) && Some(regs.sp()) == at.bp.checked_add(16)
 }
 
 /// What the unwinder knows of the code at a frame's address.

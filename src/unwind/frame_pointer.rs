@@ -37,6 +37,11 @@ pub trait CodeLookup {
     fn is_sigreturn(&mut self, _address: u64) -> bool {
         false
     }
+    /// Whether the code a signal interrupted has an RBP frame there: its rule reads its
+    /// return address at RBP + 8.
+    fn returns_through_rbp(&mut self, _at: Interrupted) -> bool {
+        false
+    }
     /// The frames of the code a signal interrupted, leaf first, as far as CFI leads
     /// through the stack copy `stack` (its address and bytes), and how that walk ended.
     fn interrupted_frames(&mut self, at: Interrupted, _stack: (u64, &[u8])) -> Walk {
@@ -139,6 +144,12 @@ fn through_signal_frame(
     let ended = walk.ended;
     let rest = match ended {
         Ended::Root | Ended::StackNotUp => None,
+        // The copy ends before the interrupted function's frame. Where its rule reads
+        // its return address at RBP + 8, the kernel's chain went on from that same RBP:
+        // its entries after the trampoline are the function's callers.
+        Ended::StackCopy if walk.frames.len() == 1 && code.returns_through_rbp(at) => {
+            beyond.get(1..).map(<[u64]>::to_vec)
+        }
         _ => splice(&walk.frames, beyond),
     };
     user.extend(walk.frames);

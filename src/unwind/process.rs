@@ -388,6 +388,15 @@ impl<T: Clone> CodeLookup for ProcessCode<'_, T> {
             .is_some_and(|region| is_sigreturn(region, &mut process.derived.sigreturns, frame))
     }
 
+    fn returns_through_rbp(&mut self, at: Interrupted) -> bool {
+        let (modules, code, derived) = self.process.parts();
+        let frame = CodeAddress::InstructionPointer(at.ip);
+        if let Some(region) = code.lookup(at.ip) {
+            add_function_cfi(modules, derived, region, frame);
+        }
+        cfi::returns_through_rbp(modules, self.cache, at)
+    }
+
     fn interrupted_frames(&mut self, at: Interrupted, stack: (u64, &[u8])) -> cfi::Walk {
         let (modules, code, derived) = self.process.parts();
         let (memory, pid) = (&mut *self.memory, self.pid);

@@ -138,9 +138,13 @@ fn with_libc(mode: UnwindMode) -> Unwinder<&'static str> {
 
 /// A handler (sampled at 0x1010, its RBP frame at 0x7010) that the signal trampoline
 /// called: its return address is the trampoline, and the `ucontext` just above holds
-/// the interrupted code's registers: RIP 0x2222, RSP 0x7300, RBP 0x7400. That code's
-/// frame returns to 0x3005, whose frame to 0x3505, whose RBP is 0.
+/// the interrupted code's registers: RIP `rip` (0x2222 but where said), RSP 0x7300, RBP
+/// 0x7400. That code's frame returns to 0x3005, whose frame to 0x3505, whose RBP is 0.
 fn signal_stack(len: usize) -> Vec<u8> {
+    signal_stack_at(len, 0x2222)
+}
+
+fn signal_stack_at(len: usize, rip: u64) -> Vec<u8> {
     let uc = 0x7020;
     stack(
         len,
@@ -149,7 +153,7 @@ fn signal_stack(len: usize) -> Vec<u8> {
             (0x7018, TRAMPOLINE),
             (uc + 120, 0x7400),
             (uc + 160, 0x7300),
-            (uc + 168, 0x2222),
+            (uc + 168, rip),
             (0x7400, 0x7500),
             (0x7408, 0x3005),
             (0x7500, 0),
@@ -184,11 +188,24 @@ fn a_signal_frame_leads_to_the_interrupted_code_in_every_mode() {
 }
 
 #[test]
-fn frame_pointers_without_the_interrupted_stack_end_marked_at_the_signal() {
+fn frame_pointers_without_the_interrupted_stack_take_the_chain_only_from_a_frame() {
     // The copy reaches the ucontext (0x7020 + 176) but not the interrupted code's stack.
+    // That code (no CFI: framehop's frame-pointer rule) reads its return address at
+    // RBP + 8, as the kernel did: the chain's entries beyond the trampoline are its
+    // callers.
     let s = sample(&SIGNAL_CHAIN, 0x7010, signal_stack(0xd0), false);
     let st = with_libc(UnwindMode::Fp).unwind(&s);
-    assert_eq!(raw(&st.user), [0x1010, TRAMPOLINE, 0x2222]);
+    assert_eq!(raw(&st.user), [0x1010, TRAMPOLINE, 0x2222, 0x3005, 0x3505]);
+    assert_eq!(st.truncated, None);
+    // Interrupted in JIT code whose CFI puts its return address at RSP + 16: the chain
+    // skips its caller, and the stack ends there, marked.
+    let jit = 0x7f00_0000_1000u64;
+    let s = sample(&SIGNAL_CHAIN, 0x7010, signal_stack_at(0xd0, jit + 6), false);
+    let mut u = with_libc(UnwindMode::Fp);
+    let (frame, hdr) = super::tests::PY_TRAMPOLINE_CFI.split_at(48);
+    assert!(u.add_jit_cfi(1, jit..jit + 11, frame, hdr));
+    let st = u.unwind(&s);
+    assert_eq!(raw(&st.user), [0x1010, TRAMPOLINE, jit + 6]);
     assert_eq!(st.truncated, Some(Truncation::StackCopy));
     // Not even the ucontext: the trampoline ends the stack.
     let s = sample(&SIGNAL_CHAIN, 0x7010, signal_stack(0x40), false);

@@ -134,22 +134,21 @@ fn handlers_unwind_through_the_signal_frame_to_main() {
 
 fn frame_pointers_mark_what_the_stack_copy_does_not_reach() {
     // fp's default copy (512 bytes) reaches the signal frame's saved registers but not
-    // the interrupted code's stack: its handler samples are marked, never wrong.
+    // the interrupted code's stack: a handler's sample is complete only where the
+    // interrupted function has an RBP frame (main's own code), else marked at the
+    // interrupted frame; never wrong (judge_all checks every one).
     let what = "sigloop --unwind fp";
     let paths = sigloop_paths(what, "sigloop", &["--unwind", "fp"]);
     let (complete, marked, by_handler) = judge_all(what, &paths);
     assert_eq!(complete + marked, by_handler[0] + by_handler[1]);
-    assert!(
-        marked * 100 >= (complete + marked) * 99,
-        "{what}: {complete} complete, {marked} marked"
-    );
     let usr1 = 100.0 * by_handler[0] as f64 / paths.len() as f64;
     assert!(
         (35.0..65.0).contains(&usr1),
         "{what}: {usr1:.1}% in on_usr1"
     );
-    // The interrupted instruction is named under the trampoline: libc's
-    // __pthread_kill_implementation for raise's signal.
+    // raise's signal interrupts libc's __pthread_kill_implementation, which keeps no RBP
+    // frame: those samples end there, marked, the interrupted instruction named under
+    // the trampoline.
     let raised = paths
         .iter()
         .filter(|p| has_run(p, &["__restore_rt", "on_usr1"]))
