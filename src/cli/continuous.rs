@@ -242,6 +242,8 @@ fn work(mut job: Job, windows: mpsc::Receiver<Window>) -> Tally {
             }
         }
         tally.windows += 1;
+        drop(profile);
+        record::release_free_memory();
         crate::say!(
             "sampler: window {number}: {:.1} s, {samples} samples, {} lost; {} new addresses named in {:.0} ms; {}",
             (info.end_ns - info.start_ns) as f64 / 1e9,

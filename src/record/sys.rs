@@ -37,6 +37,21 @@ pub fn tune_allocator() {
 #[cfg(not(target_env = "gnu"))]
 pub fn tune_allocator() {}
 
+/// Gives the pages that freed memory left anywhere in the heap back to the system, not
+/// only at its top: for a long-running process between phases (a continuous recording's
+/// windows), whose naming of a large library leaves freed holes that would otherwise stay
+/// resident until reused.
+#[cfg(target_env = "gnu")]
+pub fn release_free_memory() {
+    // SAFETY: malloc_trim only returns free pages of the allocator's own heap to the
+    // system (madvise), under the allocator's lock; no memory in use is touched.
+    unsafe { libc::malloc_trim(0) };
+}
+
+/// Other C libraries keep their own policy.
+#[cfg(not(target_env = "gnu"))]
+pub fn release_free_memory() {}
+
 /// Opens one perf event for `pid` on `cpu`. The attribute is copied, so the caller's
 /// value stays as it was (the kernel may write the size it expects into it).
 pub fn perf_event_open(

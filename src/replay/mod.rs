@@ -317,11 +317,7 @@ impl ProfileBuilder {
         self.relocate_kernel_frames(info.kernel_text.unwrap_or(KERNEL_SPACE_START));
         // Unwinding is over: what it read of each file's CFI goes (the files stay, for
         // naming).
-        for binary in self.lib_binaries.iter().flatten() {
-            if let Some(lazy) = &binary.unwind.lazy {
-                lazy.forget_pieces();
-            }
-        }
+        self.forget_cfi_pieces();
         if let Some(capture) = self.capture.take() {
             if let Err(e) = capture.write() {
                 say!("sampler: could not write the sample capture: {e}");
@@ -346,6 +342,15 @@ impl ProfileBuilder {
             jit_users: self.jit_users,
             no_unwind_info_in,
             kernel_frames,
+        }
+    }
+
+    /// Drops what unwinding read of each file's CFI (read again where needed).
+    fn forget_cfi_pieces(&self) {
+        for binary in self.lib_binaries.iter().flatten() {
+            if let Some(lazy) = &binary.unwind.lazy {
+                lazy.forget_pieces();
+            }
         }
     }
 

@@ -42,6 +42,9 @@ impl ProfileBuilder {
             };
             frame.lib = Some(new);
         }
+        // What unwinding read of each file's CFI goes with the window: what the next one
+        // needs is read again (a few pieces each), and a machine's libraries do not pile up.
+        self.forget_cfi_pieces();
         let no_unwind_info_in = self.take_no_unwind_info_in();
         let mut meta = self.meta(info);
         meta.off_cpu = false;

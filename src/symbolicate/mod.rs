@@ -45,7 +45,7 @@ pub use kernel::{
     kernel_entries, read_kallsyms, KERNEL_EXTENT_PIECE, KERNEL_PIECE_BYTES, KERNEL_PREFIX,
 };
 pub use library::{name_file, Keep, LibSymbols};
-pub use memo::{NameMemo, MAX_MEMO_ADDRESSES};
+pub use memo::{NameMemo, MAX_MEMO_BYTES};
 pub use plt::{PLT_NAME, PLT_SUFFIX};
 pub use symbols::{demangle, Kallsyms, Symbol, SymbolMap};
 

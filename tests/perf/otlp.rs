@@ -286,6 +286,62 @@ fn otlp_push_reaches_a_real_collector() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+fn continuous_windows_reach_a_real_collector_one_export_each() {
+    let dir = tempdir();
+    let mut collector = Collector::start(&dir);
+    let target = Running::start("split7030", &["10"]);
+    let url = format!("http://127.0.0.1:{}/v1development/profiles", collector.port);
+    let cpu_before = process_cpu_ms(&target.pid());
+    let o = Command::new(sampler_bin())
+        .args(["record", "-p", &target.pid(), "--every", "1", "-d", "3.5"])
+        .args(["-F", "1000", "--otlp", &url, "--spool"])
+        .arg(dir.join("spool"))
+        .output()
+        .expect("sampler runs");
+    let cpu_ms = process_cpu_ms(&target.pid()) - cpu_before;
+    assert!(o.status.success(), "record --every --otlp: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("sampler: 4 windows: 0 written, 4 sent, 0 waiting"),
+        "{}",
+        stderr(&o)
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while collector
+        .text()
+        .matches("\"otelcol.signal\": \"profiles\"}")
+        .count()
+        < 4
+    {
+        assert!(
+            Instant::now() < deadline,
+            "not every window's export arrived"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = collector.wait_for("\"otelcol.signal\": \"profiles\"}", Duration::from_secs(1));
+    // One export per window, each with split7030's functions; together they hold the
+    // CPU time the target got.
+    let exports: Vec<&str> = log.split("\tinfo\tProfiles\t").skip(1).collect();
+    assert_eq!(exports.len(), 4, "{log}");
+    let mut total = 0;
+    for export in &exports {
+        let e = parse_debug_export(export);
+        for name in SPLIT_FUNCTIONS {
+            assert!(
+                e.functions.iter().any(|f| f == name),
+                "no {name} in {:?}",
+                e.functions
+            );
+        }
+        assert_eq!(e.resource["process.executable.name"], "Str(split7030)");
+        total += e.values.len();
+    }
+    eprintln!("the Collector exported 4 windows of {total} samples in all");
+    assert_covers_cpu("split7030's windows via the Collector", total, cpu_ms, 0.75);
+    drop(collector);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Decodes an `.otlp` file with the official Python types and prints, per sample, its
 /// value sum and the function names of its stack (leaf first), then the resource and
 /// sample attributes, and the build IDs of the mappings, as JSON.
@@ -751,6 +807,11 @@ fn main() {
                 python_otlp_present
             );
         push_posts_gzipped_pprof_and_a_failed_send_keeps_the_file: Need::Perf;
+        continuous_windows_reach_a_real_collector_one_export_each: Need::Perf,
+            Need::Consumer(
+                "the OpenTelemetry Collector at target/otelcol (scripts/install-consumers builds it)",
+                collector_present
+            );
         a_recorded_command_in_a_container_has_its_container_id: Need::Perf, Need::Root,
             Need::Located("a cgroup hierarchy where root can make a cgroup", cgroup_hierarchy);
     ]);
