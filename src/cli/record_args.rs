@@ -68,7 +68,7 @@ pub struct RecordArgs {
     /// pointer chain), fp (frame pointers only, cheapest), dwarf (CFI only).
     #[arg(long = "unwind", value_enum, default_value_t = UnwindArg::Hybrid)]
     pub unwind: UnwindArg,
-    /// Bytes of user stack copied with each sample [default: fp 512, hybrid 8192, dwarf
+    /// Bytes of user stack copied with each sample [default: fp 512, hybrid 16384, dwarf
     /// 16384].
     #[arg(long = "stack-size", value_name = "BYTES")]
     pub stack_size: Option<u32>,

@@ -207,6 +207,12 @@ impl Summary<'_> {
                 t.memory_gone
             ));
         }
+        if t.stack_not_up > 0 {
+            out.push(format!(
+                "{} stacks start with [truncated]: a step of their unwinding did not move the stack pointer up (a frame-pointer chain that loops, or wrong unwind information), so their walk stopped there",
+                t.stack_not_up
+            ));
+        }
         if t.frame_limit > 0 && self.info.gaps.stack_limit != StackLimit::Refused {
             out.push(format!(
                 "{} stacks were deeper than --max-stack {} frames and start with [truncated]",
@@ -439,6 +445,7 @@ mod tests {
             stack_copy: 5,
             no_unwind_info: 7,
             memory_gone: 2,
+            stack_not_up: 4,
         };
         let places = [("perf-12.map".to_string(), 6), ("libjit.so".to_string(), 1)];
         let out = lines_truncated(&info, &profile, truncated, &places);
@@ -457,6 +464,7 @@ mod tests {
         );
         assert!(no_info.contains("a larger --stack-size does not help"));
         assert!(line("2 stacks start").contains("as it exited, after its memory was released"));
+        assert!(line("4 stacks start").contains("did not move the stack pointer up"));
         assert!(line("3 stacks were deeper").contains("--max-stack 127"));
         let none = lines(&info, &profile);
         assert!(!none.iter().any(|l| l.contains("[truncated]")), "{none:#?}");

@@ -197,6 +197,12 @@ impl Binary {
         object::ReadCache::new(At::new(self.image.clone()))
     }
 
+    /// A reader of the file's bytes at any offset, without read-ahead: for the few bytes
+    /// of code unwinding looks at (the signal trampoline, see [`crate::unwind`]).
+    pub fn file_reader(&self) -> At {
+        At::new(self.image.clone())
+    }
+
     /// The file parsed through `reader` (from [`Binary::reader`]), its headers checked
     /// anew against what it holds now (see [`Elf::parse_held`]): its owner may have
     /// changed it since it was opened. `None` when they claim more than it holds.

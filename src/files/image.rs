@@ -196,6 +196,13 @@ impl At {
     }
 }
 
+/// The image it reads, not the bytes read ahead.
+impl std::fmt::Debug for At {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("At").field("image", &self.image).finish()
+    }
+}
+
 /// How much a small read of an open file reads ahead (see [`At`]).
 const READ_AHEAD: usize = 64 * 1024;
 

@@ -132,7 +132,7 @@ pub(super) fn base_attr(
 /// thread that blocks is in a system call, a few library frames below the code that
 /// called it (the lock, sleep or read wrapper and its helpers use a few hundred bytes);
 /// CFI needs only those before the frame-pointer chain can take over. A full sampling
-/// copy (8 KiB in hybrid mode) at every switch would multiply the ring traffic of a
+/// copy (16 KiB in hybrid mode) at every switch would multiply the ring traffic of a
 /// program that switches 50,000 times a second by four.
 const SWITCH_STACK_BYTES: u32 = 2048;
 

@@ -30,7 +30,7 @@ pub fn min_ring_pages(stack_bytes: u32) -> usize {
 /// its metadata page fit in `kernel.perf_event_mlock_kb` (per CPU, what an unprivileged
 /// user may lock; 516 KiB by default, so 128 pages, as perf uses). Root is not bound by
 /// it, and gets rings that grow with the sample: one stack-copy KiB per 128 pages, so a
-/// hybrid sample (8 KiB copy) gets 1,024 pages. Measured: 64 busy threads at 1000 Hz in
+/// hybrid sample (16 KiB copy) gets 2,048 pages (8 KiB, when this was measured, 1,024). Measured: 64 busy threads at 1000 Hz in
 /// hybrid mode lost 186 samples in 3 s with 128 pages, none with 512. Off-CPU recording
 /// writes a stack at every switch, and root's rings are [`OFF_CPU_RING_FACTOR`] times as
 /// large then, within [`OFF_CPU_RING_BUDGET`] for all CPUs together.

@@ -156,6 +156,7 @@ impl ProfileBuilder {
                 bytes: binary.code_without_cfi.as_ref(),
                 entry_returns: &binary.entry_returns,
                 entry_stub: binary.entry_stub.clone(),
+                file: Some(binary.file_reader()),
             }),
         });
         self.unwinder.map(m.pid, region, code);

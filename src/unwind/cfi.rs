@@ -18,8 +18,10 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 
 use super::address::{callchain, CodeAddress};
+use super::chain;
 use super::code::CodeRule;
 use super::frame_pointer::LeafFrame;
+use super::signal::{self, Interrupted};
 use crate::events::{Sample, UserRegs};
 use crate::files::image::SectionBytes;
 use crate::files::lazycfi::UnwindSections;
@@ -75,7 +77,7 @@ pub fn add_module(
 }
 
 /// Reads the 8-byte word at `address` from a stack copy that starts at `sp`.
-fn stack_reader(sp: u64, stack: &[u8]) -> impl FnMut(u64) -> Result<u64, ()> + '_ {
+pub(super) fn stack_reader(sp: u64, stack: &[u8]) -> impl FnMut(u64) -> Result<u64, ()> + '_ {
     move |address: u64| {
         let offset = usize::try_from(address.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
         let bytes = stack
@@ -111,6 +113,23 @@ pub fn leaf_frame(
     })
 }
 
+/// Whether the rule of the code at `at.ip` (a sampled or interrupted instruction) reads
+/// the return address at RBP + 8, whatever the stack holds there: an RBP frame, whose
+/// caller the kernel's frame-pointer chain has. Framehop's frame-pointer rule, where it
+/// has no CFI for the code, counts as one.
+pub fn returns_through_rbp(modules: &Modules, cache: &mut CacheX86_64, at: Interrupted) -> bool {
+    /// Any stack word: only where the rule reads is asked.
+    const ANY_WORD: u64 = 1;
+    let mut regs = UnwindRegsX86_64::new(at.ip, at.sp, at.bp);
+    let step = modules.unwind_frame(
+        FrameAddress::from_instruction_pointer(at.ip),
+        &mut regs,
+        cache,
+        &mut |_| Ok(ANY_WORD),
+    );
+    matches!(step, Ok(Some(_))) && Some(regs.sp()) == at.bp.checked_add(16)
+}
+
 /// What the unwinder knows of the code at a frame's address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FrameCode {
@@ -121,6 +140,9 @@ pub enum FrameCode {
     Derived(CodeRule),
     /// A return address of the entry stub: the outermost frame.
     EntryStub,
+    /// The signal trampoline: the interrupted code's registers lie above it (see
+    /// [`super::signal`]).
+    SignalReturn,
     /// An address in no executable mapping of the process: not code, so a return
     /// address here was read from the wrong stack slot.
     NotCode,
@@ -157,9 +179,15 @@ pub fn unwind(
         (regs.sp, &sample.stack_copy),
         classify,
     );
-    let fp_chain = callchain(&sample.user_callchain);
+    let mut fp_chain = callchain(&sample.user_callchain);
+    let checked = chain::check(&fp_chain, regs, &sample.stack_copy, &mut |a| {
+        classify(CodeAddress::ReturnAddress(a)) == FrameCode::SignalReturn
+    });
+    fp_chain.truncate(checked.keep);
     Some(match (hybrid, ended) {
         (_, Ended::Root) => (cfi, Ended::Root),
+        // The frame-pointer chain goes on where CFI's step did not move up: it loops.
+        (_, Ended::StackNotUp) => (cfi, Ended::StackNotUp),
         (true, cut) => match splice(&cfi, &fp_chain) {
             Some(rest) => {
                 let mut user = cfi;
@@ -167,7 +195,9 @@ pub fn unwind(
                 // The chain itself may have been cut at the kernel's frame limit, and
                 // then the stack is incomplete, even where CFI reached beyond the
                 // chain's end (nothing was spliced on).
-                let ended = if sample.callchain_truncated {
+                let ended = if checked.not_up {
+                    Ended::StackNotUp
+                } else if sample.callchain_truncated {
                     Ended::FrameLimit
                 } else {
                     Ended::ChainEnd
@@ -193,6 +223,8 @@ pub enum Ended {
     ChainEnd,
     /// The kernel's frame limit cut the frame-pointer chain.
     FrameLimit,
+    /// A step did not move the stack pointer up (see [`walk`]).
+    StackNotUp,
 }
 
 /// Walks the stack from `frame` with registers `regs`, reading stack memory from
@@ -238,10 +270,26 @@ pub fn walk(
                 frames.pop();
                 break Ended::NoRule;
             }
-            FrameCode::Derived(rule) => apply(rule, &mut regs, &mut read_stack),
+            FrameCode::SignalReturn => {
+                // The handler "returned" to the trampoline's first instruction: no call
+                // led there, so it is named at its own address.
+                if let Some(last) = frames.last_mut() {
+                    *last = CodeAddress::InstructionPointer(frame.raw());
+                }
+                match signal::interrupted(sp, &mut read_stack) {
+                    Some(at) => {
+                        regs = UnwindRegsX86_64::new(at.ip, at.sp, at.bp);
+                        Ok(Some(CodeAddress::InstructionPointer(at.ip)))
+                    }
+                    None => Err(Stop::Failed),
+                }
+            }
+            FrameCode::Derived(rule) => apply(rule, &mut regs, &mut read_stack)
+                .map(|ra| ra.map(CodeAddress::ReturnAddress))
+                .map_err(|()| Stop::Failed),
             FrameCode::Cfi | FrameCode::NotCode => {
                 let before = regs;
-                match modules.unwind_frame(at, &mut regs, cache, &mut read_stack) {
+                let step = match modules.unwind_frame(at, &mut regs, cache, &mut read_stack) {
                     // framehop's frame-pointer rule (its fallback where it has no CFI for
                     // the address) also ends at a zero RBP. Only CFI's own end of the
                     // stack is the outermost frame: with an unreadable RBP, that rule
@@ -251,16 +299,31 @@ pub fn walk(
                         probe.set_bp(UNREADABLE_BP);
                         match modules.unwind_frame(at, &mut probe, cache, &mut |_| Err(())) {
                             Ok(None) => Ok(None),
-                            _ => Err(()),
+                            _ => Err(Stop::Failed),
                         }
                     }
-                    other => other.map_err(|_| ()),
-                }
+                    // framehop refuses a frame-pointer step whose caller's frame would be
+                    // at or below this one, and a step that changes nothing.
+                    Err(
+                        framehop::Error::FramepointerUnwindingMovedBackwards
+                        | framehop::Error::DidNotAdvance,
+                    ) => Err(Stop::NotUp),
+                    other => other.map_err(|_| Stop::Failed),
+                };
+                step.map(|ra| ra.map(CodeAddress::ReturnAddress))
             }
         };
         match next {
             Ok(None) => break Ended::Root,
-            Ok(Some(ra)) if ra != 0 && regs.sp() > sp => frame = CodeAddress::ReturnAddress(ra),
+            Ok(Some(caller)) if caller.raw() != 0 => {
+                // Every caller's frame lies above its callee's: a step that does not
+                // move the stack pointer up loops or reads garbage.
+                if regs.sp() <= sp {
+                    break Ended::StackNotUp;
+                }
+                frame = caller;
+            }
+            Err(Stop::NotUp) => break Ended::StackNotUp,
             _ => {
                 break match unreadable {
                     Some(a) if a >= stack_end => Ended::StackCopy,
@@ -270,6 +333,14 @@ pub fn walk(
         }
     };
     Walk { frames, ended }
+}
+
+/// Why a step of a walk found no caller.
+enum Stop {
+    /// The caller's frame would not be above the callee's.
+    NotUp,
+    /// No rule, or the stack could not be read where it said.
+    Failed,
 }
 
 /// Executes a rule derived from code: the caller's return address, with RSP and RBP set
@@ -316,7 +387,7 @@ const MAX_CFI_FRAMES: usize = 4096;
 /// for CFI's last frame is the one at about the same depth (the chain may lack a few
 /// frameless frames near the leaf, or have a few bogus ones), so of several equal entries
 /// the one nearest that depth is taken.
-fn splice(cfi: &[CodeAddress], fp_chain: &[u64]) -> Option<Vec<u64>> {
+pub(super) fn splice(cfi: &[CodeAddress], fp_chain: &[u64]) -> Option<Vec<u64>> {
     let last = match cfi.last()? {
         CodeAddress::ReturnAddress(a) => *a,
         CodeAddress::InstructionPointer(_) => return None,

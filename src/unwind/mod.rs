@@ -13,11 +13,13 @@
 
 mod address;
 mod cfi;
+mod chain;
 mod code;
 mod frame_pointer;
 pub mod maps;
 mod mode;
 mod process;
+mod signal;
 mod truncation;
 mod unwinder;
 mod walk;
@@ -31,3 +33,5 @@ pub use unwinder::Unwinder;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod walk_tests;

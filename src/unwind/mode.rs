@@ -20,16 +20,24 @@ pub enum UnwindMode {
 /// locals while keeping a sample record around 700 bytes.
 const FP_STACK_COPY_BYTES: u32 = 512;
 
+/// Bytes of user stack copied with every sample in hybrid mode (see
+/// [`UnwindMode::default_stack_bytes`]).
+const HYBRID_STACK_COPY_BYTES: u32 = 16384;
+
 impl UnwindMode {
     /// The stack copy each mode needs by default. fp reads only the frameless leaf's
     /// return address near the stack top. hybrid needs CFI only until the frame-pointer
-    /// chain can take over: 8 KiB covers the no-frame-pointer library frames measured
-    /// here (qsort's merge recursion, Rust std) with room. dwarf has nothing to fall back
-    /// on, so it copies twice that. The kernel caps a sample's copy below 64 KiB.
+    /// chain can take over, which it cannot in code without frame pointers that keeps
+    /// large buffers on its stack: 16 KiB, measured (scripts/bench-stack-copy): the
+    /// sqlite3 shell reading a query from its input is 99.8% `[truncated]` with 8 KiB and
+    /// 0% with 16 KiB, `git log -p` 12.7% and 0%; 32,000 bytes (samply's) reached no
+    /// further there, for twice the ring traffic and twice root's rings. dwarf has
+    /// nothing to fall back on and copies as much. The kernel caps a sample's copy below
+    /// 64 KiB.
     pub fn default_stack_bytes(self) -> u32 {
         match self {
             UnwindMode::Fp => FP_STACK_COPY_BYTES,
-            UnwindMode::Hybrid => 8192,
+            UnwindMode::Hybrid => HYBRID_STACK_COPY_BYTES,
             UnwindMode::Dwarf => 16384,
         }
     }

@@ -8,9 +8,10 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
-use framehop::x86_64::CacheX86_64;
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 
 use crate::events::{ProcessMemory, UserRegs};
+use crate::files::image::At;
 use crate::files::lazycfi::{LazyCfi, UnwindSections};
 use crate::unwind::maps::{AddressSpace, Region};
 
@@ -18,6 +19,7 @@ use super::address::CodeAddress;
 use super::cfi;
 use super::code::{self, CodeRule};
 use super::frame_pointer::{CodeLookup, LeafFrame};
+use super::signal::{self, Interrupted};
 
 /// A file's CFI read one function at a time, where the file lies in the process
 /// (`bias`), and its name for framehop.
@@ -43,6 +45,8 @@ pub(super) enum Code {
         entry_returns: Arc<[u64]>,
         entry_stub: Option<Range<u64>>,
         lazy: Option<LazyCode>,
+        /// The file, read a few bytes at a time to recognise the signal trampoline.
+        file: Option<At>,
     },
     /// Anonymous executable memory (JIT code): its bytes are read from the process.
     Anonymous,
@@ -71,6 +75,8 @@ pub(super) struct Derived {
     rules: HashMap<u64, Option<CodeRule>>,
     cfi_looked_up: HashSet<u64>,
     cfi_modules: HashSet<u64>,
+    /// The signal trampolines in each page of code searched so far.
+    sigreturns: HashMap<u64, Vec<u64>>,
 }
 
 impl Derived {
@@ -80,6 +86,8 @@ impl Derived {
         self.pages
             .retain(|&page, _| page + PAGE <= range.start || page >= range.end);
         self.rules.retain(|address, _| !range.contains(address));
+        self.sigreturns
+            .retain(|&page, _| page + PAGE <= range.start || page >= range.end);
         self.cfi_looked_up
             .retain(|address| !range.contains(address));
         let gone: Vec<u64> = self
@@ -154,6 +162,8 @@ pub struct FileCode<'a> {
     pub bytes: Option<&'a Arc<[u8]>>,
     pub entry_returns: &'a [u64],
     pub entry_stub: Option<Range<u64>>,
+    /// The file, to read the code at a frame's address from.
+    pub file: Option<At>,
 }
 
 /// Whether `frame` is in the entry stub of the code `code` (the outermost frame): a
@@ -189,6 +199,9 @@ pub(super) fn classify(
     if in_entry_stub(&region.data, frame) {
         return cfi::FrameCode::EntryStub;
     }
+    if is_sigreturn(region, &mut derived.sigreturns, frame) {
+        return cfi::FrameCode::SignalReturn;
+    }
     add_function_cfi(modules, derived, region, frame);
     let address = frame.raw();
     let rule = match &region.data {
@@ -216,6 +229,63 @@ pub(super) fn classify(
         },
     };
     rule.map_or(cfi::FrameCode::Cfi, cfi::FrameCode::Derived)
+}
+
+/// Whether `frame` is in the signal trampoline of a file: a return address at its start
+/// (where a handler returns to), or a sampled instruction in it. Each page of code is
+/// searched once (`known`: the trampolines starting in each page read).
+fn is_sigreturn(
+    region: &Region<Code>,
+    known: &mut HashMap<u64, Vec<u64>>,
+    frame: CodeAddress,
+) -> bool {
+    let Code::File { bytes, file, .. } = &region.data else {
+        return false;
+    };
+    let mut starts_at = |address: u64| {
+        let page = address & !(PAGE - 1);
+        known
+            .entry(page)
+            .or_insert_with(|| trampolines_in(region, bytes.as_deref(), file.as_ref(), page))
+            .contains(&address)
+    };
+    match frame {
+        CodeAddress::ReturnAddress(a) => starts_at(a),
+        CodeAddress::InstructionPointer(a) => signal::SIGRETURN_IPS
+            .iter()
+            .any(|&offset| a.checked_sub(offset).is_some_and(&mut starts_at)),
+    }
+}
+
+/// The signal trampolines that start in the page of `region` at `page`: its bytes (and
+/// the next few, where one may end) read from the file's `bytes` or `file`.
+fn trampolines_in(
+    region: &Region<Code>,
+    bytes: Option<&[u8]>,
+    file: Option<&At>,
+    page: u64,
+) -> Vec<u64> {
+    let tail = signal::SIGRETURN_CODE.len() as u64 - 1;
+    let from = page.max(region.start);
+    let to = (page + PAGE + tail).min(region.start.saturating_add(region.len));
+    let (Some(len), offset) = (to.checked_sub(from), region.file_offset_of(from)) else {
+        return Vec::new();
+    };
+    let code = match (bytes, file) {
+        (Some(bytes), _) => usize::try_from(offset)
+            .ok()
+            .and_then(|o| bytes.get(o..o.checked_add(len as usize)?))
+            .map(<[u8]>::to_vec),
+        (None, Some(file)) => file.read_exact_at(offset, len as usize),
+        (None, None) => None,
+    };
+    let code = code.unwrap_or_default();
+    code.windows(signal::SIGRETURN_CODE.len())
+        .enumerate()
+        .filter(|(_, w)| signal::is_sigreturn(w))
+        .map(|(i, _)| from + i as u64)
+        .filter(|&a| a < page + PAGE)
+        .collect()
 }
 
 /// Adds to framehop's modules the CFI of the function at `frame` in `region`, when the
@@ -291,6 +361,8 @@ fn read_code(
 pub(super) struct ProcessCode<'a, T> {
     pub(super) process: &'a mut Process<T>,
     pub(super) cache: &'a mut CacheX86_64,
+    pub(super) memory: &'a mut dyn ProcessMemory,
+    pub(super) pid: i32,
 }
 
 impl<T: Clone> CodeLookup for ProcessCode<'_, T> {
@@ -305,5 +377,37 @@ impl<T: Clone> CodeLookup for ProcessCode<'_, T> {
 
     fn is_code(&mut self, address: u64) -> bool {
         self.process.space.lookup(address).is_some()
+    }
+
+    fn is_sigreturn(&mut self, address: u64) -> bool {
+        let frame = CodeAddress::ReturnAddress(address);
+        let process = &mut *self.process;
+        process
+            .code
+            .lookup(frame.lookup_address())
+            .is_some_and(|region| is_sigreturn(region, &mut process.derived.sigreturns, frame))
+    }
+
+    fn returns_through_rbp(&mut self, at: Interrupted) -> bool {
+        let (modules, code, derived) = self.process.parts();
+        let frame = CodeAddress::InstructionPointer(at.ip);
+        if let Some(region) = code.lookup(at.ip) {
+            add_function_cfi(modules, derived, region, frame);
+        }
+        cfi::returns_through_rbp(modules, self.cache, at)
+    }
+
+    fn interrupted_frames(&mut self, at: Interrupted, stack: (u64, &[u8])) -> cfi::Walk {
+        let (modules, code, derived) = self.process.parts();
+        let (memory, pid) = (&mut *self.memory, self.pid);
+        let mut classify = |frame| classify(modules, code, derived, memory, pid, frame);
+        cfi::walk(
+            modules,
+            self.cache,
+            CodeAddress::InstructionPointer(at.ip),
+            UnwindRegsX86_64::new(at.ip, at.sp, at.bp),
+            stack,
+            &mut classify,
+        )
     }
 }

@@ -16,6 +16,10 @@ pub enum Truncation {
     /// A user thread sampled in the kernel after its memory was released (as it exits):
     /// the kernel could not walk its user stack.
     MemoryGone,
+    /// A step of the walk did not move the stack pointer up (toward the stack's start):
+    /// a frame-pointer chain that loops, or unwind information that is wrong. The frames
+    /// beyond would repeat or be garbage, so the walk ends there.
+    StackNotUp,
 }
 
 /// How many stacks were truncated, by cause.
@@ -25,11 +29,16 @@ pub struct TruncatedBy {
     pub stack_copy: u64,
     pub no_unwind_info: u64,
     pub memory_gone: u64,
+    pub stack_not_up: u64,
 }
 
 impl TruncatedBy {
     pub fn total(&self) -> u64 {
-        self.frame_limit + self.stack_copy + self.no_unwind_info + self.memory_gone
+        self.frame_limit
+            + self.stack_copy
+            + self.no_unwind_info
+            + self.memory_gone
+            + self.stack_not_up
     }
 
     pub fn count(&mut self, cause: Truncation) {
@@ -38,6 +47,7 @@ impl TruncatedBy {
             Truncation::StackCopy => self.stack_copy += 1,
             Truncation::NoUnwindInfo => self.no_unwind_info += 1,
             Truncation::MemoryGone => self.memory_gone += 1,
+            Truncation::StackNotUp => self.stack_not_up += 1,
         }
     }
 }
@@ -49,5 +59,6 @@ pub(super) fn truncation(ended: cfi::Ended) -> Option<Truncation> {
         cfi::Ended::StackCopy => Some(Truncation::StackCopy),
         cfi::Ended::NoRule => Some(Truncation::NoUnwindInfo),
         cfi::Ended::FrameLimit => Some(Truncation::FrameLimit),
+        cfi::Ended::StackNotUp => Some(Truncation::StackNotUp),
     }
 }

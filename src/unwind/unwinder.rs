@@ -89,6 +89,7 @@ impl<T: Clone> Unwinder<T> {
                             r.start.wrapping_add(code.bias)..r.end.wrapping_add(code.bias)
                         }),
                         lazy,
+                        file: text.file,
                     },
                     None => Code::Cfi { lazy },
                 }

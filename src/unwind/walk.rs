@@ -115,6 +115,8 @@ impl<T: Clone> Unwinder<T> {
         let mut code = ProcessCode {
             process,
             cache: &mut self.cache,
+            memory: &mut *self.memory,
+            pid,
         };
         let stack = unwind_frame_pointers(sample, &mut code);
         let ended = if stack.truncated.is_some() {

@@ -416,8 +416,8 @@ fn switches_at_50000_a_second_lose_under_1_percent_beside_busy_cpus() {
     load(&path);
     // Buffers far too small for the switches lose records; the hint names the option
     // that takes fewer switch stacks.
-    // (Four pages: the fewest that hold one hybrid sample.)
-    let (o, path) = record(&["--off-cpu", "-m", "4"], &[&target("pingpong"), "0.5"]);
+    // (Eight pages: the fewest that hold one hybrid sample.)
+    let (o, path) = record(&["--off-cpu", "-m", "8"], &[&target("pingpong"), "0.5"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let err = stderr(&o);
     assert!(number_before(&err, " lost, ") > 0, "{err}");

@@ -469,15 +469,15 @@ fn convert_names_its_output_after_its_input_and_replaces_nothing() {
 fn ring_buffers_too_small_for_one_sample_are_refused() {
     let dir = tempdir();
     let before = snapshot(&dir);
-    // 8 KiB of stack with each hybrid sample: 1 and 2 pages hold none, 4 do.
-    for pages in ["1", "2"] {
+    // 16 KiB of stack with each hybrid sample: 1, 2 and 4 pages hold none, 8 do.
+    for pages in ["1", "2", "4"] {
         let o = sampler(&["record", "-m", pages, "-o", "x.json", "--", "true"], &dir);
         assert!(!o.status.success(), "-m {pages}");
         let err = stderr(&o);
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(
             err.contains(&format!("-m {pages} is too small to hold one sample"))
-                && err.contains("give -m 4 or more"),
+                && err.contains("give -m 8 or more"),
             "{err}"
         );
         assert_eq!(snapshot(&dir), before);
@@ -489,7 +489,7 @@ fn ring_buffers_too_small_for_one_sample_are_refused() {
         &dir,
     );
     assert!(stderr(&o).contains("give -m 8 or more"), "{}", stderr(&o));
-    let (o, path) = record(&["-m", "4"], &[&target("split7030"), "0.3"]);
+    let (o, path) = record(&["-m", "8"], &[&target("split7030"), "0.3"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(sample_count(&load_checked(&path)) > 0, "{}", stderr(&o));
     // Frame pointers copy 512 bytes: one page holds a sample.
