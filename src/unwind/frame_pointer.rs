@@ -33,7 +33,7 @@ pub trait CodeLookup {
     fn leaf_frame(&mut self, regs: UserRegs, stack_copy: &[u8]) -> Option<LeafFrame>;
     /// Whether an absolute address lies in executable memory of the process.
     fn is_code(&mut self, address: u64) -> bool;
-    /// Whether a return address is the signal trampoline's (see [`super::signal`]).
+    /// Whether a return address is the signal trampoline's (see the `signal` module).
     fn is_sigreturn(&mut self, _address: u64) -> bool {
         false
     }
