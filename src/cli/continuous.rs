@@ -21,7 +21,7 @@ use crate::events::{Event, RecordingInfo};
 use crate::files::output::{self, SudoUser};
 use crate::record::{self, Sink};
 use crate::replay::{Built, ProfileBuilder};
-use crate::symbolicate::{NameMemo, SymbolOptions};
+use crate::symbolicate::NameMemo;
 
 /// Windows closed but not yet named and sent before the recording waits for the worker:
 /// two, so that one slow send (a back end that takes its 30 s to time out) does not stall
@@ -61,10 +61,7 @@ pub fn record(plan: RecordPlan, continuous: Continuous) -> Result<i32> {
         true => None,
         false => Some(open_spool(&continuous, sudo)?),
     };
-    let mut builder = ProfileBuilder::live(
-        plan.mode,
-        Box::new(crate::record::procmem::LiveMemory::default()),
-    );
+    let mut builder = crate::cli::run::live_builder(plan.mode);
     let (queue, windows) = mpsc::sync_channel::<Window>(QUEUED_WINDOWS);
     let job = Job {
         plan: plan.clone(),
@@ -86,9 +83,7 @@ pub fn record(plan: RecordPlan, continuous: Continuous) -> Result<i32> {
         },
     )?;
     // A second stop signal now ends the naming of the last window.
-    if let Err(e) = crate::record::interrupt::watch(&record::STOP_SIGNALS) {
-        crate::say!("sampler: warning: signals cannot stop the naming: {e}");
-    }
+    crate::cli::run::stop_naming_on_signals();
     let last = builder.cut(&info);
     dispatch.send(last, info);
     let tally = dispatch.finish();
@@ -200,12 +195,7 @@ fn work(mut job: Job, windows: mpsc::Receiver<Window>) -> Tally {
             info,
             built,
         } = window;
-        let opts = SymbolOptions {
-            read_kallsyms: built.kernel_frames && info.kernel_text.is_some(),
-            jit_dumps: built.jit_dumps.clone(),
-            jit_users: built.jit_users.clone(),
-            ..base.clone()
-        };
+        let opts = crate::cli::run::naming_options(&built, &info, base.clone());
         let profile = memo.symbolicate(built.profile, &built.lib_binaries, &opts);
         crate::cli::run::save_cache(&opts);
         let samples: usize = profile.threads.iter().map(|t| t.samples.len()).sum();

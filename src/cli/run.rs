@@ -11,10 +11,11 @@ use anyhow::Result;
 use crate::cli::summary::Summary;
 use crate::cli::{RecordArgs, RecordPlan};
 use crate::emit;
+use crate::events::RecordingInfo;
 use crate::files::output;
 use crate::files::sources::{self, Reader};
 use crate::record;
-use crate::replay::ProfileBuilder;
+use crate::replay::{Built, ProfileBuilder};
 use crate::symbolicate;
 
 /// Developer aid: where to write an unwinder fixture of the recording's first samples
@@ -33,10 +34,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     // Checked now, created only once the profile is complete: a failed run touches nothing.
     output::check_destination(&plan.output, root, sudo)?;
     // Samples are unwound and interned while the command runs (see ProfileBuilder).
-    let mut builder = ProfileBuilder::live(
-        plan.mode,
-        Box::new(crate::record::procmem::LiveMemory::default()),
-    );
+    let mut builder = live_builder(plan.mode);
     if let Some(path) = std::env::var_os(CAPTURE_ENV) {
         builder.capture_samples(PathBuf::from(path));
     }
@@ -47,20 +45,9 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         builder.add_events(events)
     })?;
     let exited = Instant::now();
-    // Naming can take long (a slow debuginfod server): a signal now stops it, and the
-    // profile is written with the names found until then.
-    if let Err(e) = crate::record::interrupt::watch(&record::STOP_SIGNALS) {
-        crate::say!("sampler: warning: signals cannot stop the naming: {e}");
-    }
+    stop_naming_on_signals();
     let built = builder.finish(&info);
-    let symbol_options = symbolicate::SymbolOptions {
-        // The kernel's symbols are read when a sample was in the kernel, its addresses
-        // are shown, and the cache does not name every frame.
-        read_kallsyms: built.kernel_frames && info.kernel_text.is_some(),
-        jit_dumps: built.jit_dumps.clone(),
-        jit_users: built.jit_users.clone(),
-        ..plan.debug.symbol_options()
-    };
+    let symbol_options = naming_options(&built, &info, plan.debug.symbol_options());
     let mut profile = symbolicate::symbolicate(built.profile, &built.lib_binaries, &symbol_options);
     if plan.sources && plan.format == emit::Format::Firefox {
         let hottest = profile.source_files_by_samples();
@@ -120,6 +107,39 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         crate::cli::view::view(std::slice::from_ref(&plan.output), &options)?;
     }
     Ok(code)
+}
+
+/// A builder for a recording under way: it reads the recorded processes' memory.
+pub(crate) fn live_builder(mode: crate::unwind::UnwindMode) -> ProfileBuilder {
+    ProfileBuilder::live(
+        mode,
+        Box::new(crate::record::procmem::LiveMemory::default()),
+    )
+}
+
+/// Once recording is over: naming can take long (a slow debuginfod server), and a stop
+/// signal now ends it, the profile keeping the names found until then.
+pub(crate) fn stop_naming_on_signals() {
+    if let Err(e) = crate::record::interrupt::watch(&record::STOP_SIGNALS) {
+        crate::say!("sampler: warning: signals cannot stop the naming: {e}");
+    }
+}
+
+/// The naming options for what `built` holds of a recording described by `info`, on top
+/// of `base` (the command line's).
+pub(crate) fn naming_options(
+    built: &Built,
+    info: &RecordingInfo,
+    base: symbolicate::SymbolOptions,
+) -> symbolicate::SymbolOptions {
+    symbolicate::SymbolOptions {
+        // The kernel's symbols are read when a sample was in the kernel, its addresses
+        // are shown, and the cache does not name every frame.
+        read_kallsyms: built.kernel_frames && info.kernel_text.is_some(),
+        jit_dumps: built.jit_dumps.clone(),
+        jit_users: built.jit_users.clone(),
+        ..base
+    }
 }
 
 /// When the profile could not be written where asked (its file system full or
