@@ -1,7 +1,8 @@
 //! `sampler record --every SECONDS`: a continuous recording, cut into windows. The
 //! recording goes on without pause; as each window closes, replay hands over its raw
 //! profile ([`ProfileBuilder::cut`]) and a worker thread names it (through a memo of what
-//! earlier windows named, [`NameMemo`], and the symbol cache), writes its file into the
+//! earlier windows named, [`NameMemo`], the function symbols of the files they named,
+//! [`crate::symbolicate::ScanMemo`], and the symbol cache), writes its file into the
 //! directory of `-o DIR/`, and sends it through the spool ([`Spool`]) to `--otlp` and
 //! `--push`. The recording thread does not wait for naming or a back end unless the
 //! worker is [`QUEUED_WINDOWS`] windows behind. A stop signal or `-d` ends the last
@@ -176,7 +177,11 @@ impl Dispatch {
 /// Names, writes and sends each window as it comes; windows left in the spool by an
 /// earlier run are sent first.
 fn work(mut job: Job, windows: mpsc::Receiver<Window>) -> Tally {
-    let base = job.plan.debug.symbol_options();
+    // The function symbols of the files named, kept for the windows after.
+    let base = crate::symbolicate::SymbolOptions {
+        scan_memo: Some(std::sync::Arc::default()),
+        ..job.plan.debug.symbol_options()
+    };
     let mut memo = NameMemo::default();
     let mut tally = Tally::default();
     if let Some(spool) = job.spool.as_mut().filter(|s| !s.is_empty()) {

@@ -196,6 +196,26 @@ impl At {
     }
 }
 
+impl At {
+    /// Which version of which file it reads, for telling a file read before from another
+    /// one: its device and inode, size and change time (which any write changes, and no
+    /// user can set). `None` for bytes in memory, or a file that cannot be asked.
+    pub fn identity(&self) -> Option<[u64; 5]> {
+        use std::os::unix::fs::MetadataExt;
+        let Image::File(file) = &self.image else {
+            return None;
+        };
+        let m = file.metadata().ok()?;
+        Some([
+            m.dev(),
+            m.ino(),
+            m.size(),
+            m.ctime() as u64,
+            m.ctime_nsec() as u64,
+        ])
+    }
+}
+
 /// The image it reads, not the bytes read ahead.
 impl std::fmt::Debug for At {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -34,7 +34,7 @@ pub struct LibSymbols {
     pub functions: OnceLock<FunctionRanges>,
     /// When `symbols` holds only what some addresses need: the whole tables, whose
     /// names DWARF's linkage names are looked up in (indexed on first use).
-    pub tables: Option<(symtab::Tables, OnceLock<symtab::NameIndex>)>,
+    pub tables: Option<(symtab::Tables, Arc<OnceLock<symtab::NameIndex>>)>,
 }
 
 impl LibSymbols {
@@ -93,7 +93,13 @@ impl LibSymbols {
             files.push((&d.binary, elf));
         }
         files.push((binary, &file));
-        let tables = addresses.and_then(|_| symtab::Tables::of(&files));
+        let tables =
+            addresses
+                .and_then(|_| symtab::Tables::of(&files))
+                .map(|t| match &opts.scan_memo {
+                    Some(memo) => t.memoized(memo),
+                    None => t,
+                });
         let mut symbols = match (&tables, addresses) {
             (Some(tables), Some(addresses)) => {
                 let mut found = tables.symbols_for(addresses);
@@ -155,7 +161,10 @@ impl LibSymbols {
                 binary.unwind.lazy.as_ref(),
             ),
             functions: OnceLock::new(),
-            tables: tables.map(|t| (t, OnceLock::new())),
+            tables: tables.map(|t| {
+                let index = t.index_slot();
+                (t, index)
+            }),
         })
     }
 
@@ -185,7 +194,7 @@ impl LibSymbols {
             base: self.base,
             eh_frame: self.eh_frame.as_ref(),
             functions: &self.functions,
-            tables: self.tables.as_ref().map(|(t, index)| (t, index)),
+            tables: self.tables.as_ref().map(|(t, index)| (t, &**index)),
         }
     }
 

@@ -46,6 +46,7 @@ pub use library::{name_file, Keep, LibSymbols};
 pub use memo::{NameMemo, MAX_MEMO_BYTES};
 pub use plt::{PLT_NAME, PLT_SUFFIX};
 pub use symbols::{demangle, Kallsyms, Symbol, SymbolMap};
+pub use symtab::{ScanMemo, MAX_SCAN_MEMO_BYTES};
 
 /// Everything known about one address.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -100,6 +101,9 @@ pub struct SymbolOptions {
     pub jit_users: HashMap<String, u32>,
     /// Where what was learned about files is kept between runs, if anywhere.
     pub cache: Option<Arc<cache::SymbolCache>>,
+    /// Where the function symbols of files are kept between the profiles of one run
+    /// (continuous mode's windows), if anywhere.
+    pub scan_memo: Option<Arc<ScanMemo>>,
 }
 
 impl Default for SymbolOptions {
@@ -112,6 +116,7 @@ impl Default for SymbolOptions {
             jit_dumps: HashMap::new(),
             jit_users: HashMap::new(),
             cache: None,
+            scan_memo: None,
         }
     }
 }

@@ -16,9 +16,16 @@
 //!
 //! DWARF's linkage names are looked up by name ([`NameIndex`]): for the files that have
 //! DWARF, the names are streamed once more and kept as hashes.
+//!
+//! A recording that names its profile window after window ([`ScanMemo`]) keeps each
+//! file's function symbols, sorted, and their index by name between windows: a large
+//! library is then streamed once, not once per window in which it has new addresses
+//! (under a Rust build, rustc's driver in nearly every window: a third of continuous
+//! mode's CPU).
 
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::symbol::{without_version, Symbol};
 use crate::files::binary::Binary;
@@ -156,6 +163,82 @@ impl Entry {
 #[derive(Clone, Default)]
 pub struct Tables {
     tables: Vec<Table>,
+    /// Their function symbols, when a [`ScanMemo`] keeps them.
+    scanned: Option<Arc<Scanned>>,
+}
+
+/// Every function symbol of one set of [`Tables`], sorted by address and then by
+/// preference ([`Entry::order`]), in table order where both are equal; and their index
+/// by name once it is made.
+pub struct Scanned {
+    entries: Vec<Entry>,
+    index: Arc<OnceLock<NameIndex>>,
+}
+
+impl Scanned {
+    /// [`Tables::symbols_for`]'s two candidates for each of the `sorted` addresses, as
+    /// the scan would find them: the best symbol starting in `(sorted[i-1], sorted[i]]`
+    /// (highest start, then preferred, then first), and the first in
+    /// `(sorted[i], sorted[i+1]]`.
+    fn candidates(&self, sorted: &[u64]) -> (Vec<Option<Entry>>, Vec<Option<Entry>>) {
+        let e = &self.entries;
+        let mut below = vec![None; sorted.len()];
+        let mut above = vec![None; sorted.len()];
+        for (i, &address) in sorted.iter().enumerate() {
+            let after = e.partition_point(|x| x.address <= address);
+            if let Some(top) = after.checked_sub(1).map(|t| e[t].address) {
+                if i == 0 || top > sorted[i - 1] {
+                    below[i] = Some(e[e.partition_point(|x| x.address < top)]);
+                }
+            }
+            above[i] = e
+                .get(after)
+                .filter(|x| sorted.get(i + 1).is_none_or(|&next| x.address <= next))
+                .copied();
+        }
+        (below, above)
+    }
+}
+
+/// The most memory [`ScanMemo`] keeps: 8 MiB, the sorted symbols of rustc's driver
+/// (about 120,000 functions at 32 bytes, and their index by name at 40 more) and of a
+/// few dozen ordinary libraries.
+pub const MAX_SCAN_MEMO_BYTES: usize = 8 << 20;
+
+/// The function symbols of the files named so far, by the identity of their files
+/// ([`crate::files::image::At::identity`]): a file written again is another one. When
+/// more than [`MAX_SCAN_MEMO_BYTES`] are kept, the files used longest ago go.
+#[derive(Default)]
+pub struct ScanMemo {
+    kept: Mutex<MemoFiles>,
+}
+
+#[derive(Default)]
+struct MemoFiles {
+    by_file: HashMap<Vec<[u64; 5]>, (Arc<Scanned>, u64)>,
+    bytes: usize,
+    clock: u64,
+}
+
+impl std::fmt::Debug for ScanMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kept = self.kept.lock().map(|k| (k.by_file.len(), k.bytes));
+        f.debug_struct("ScanMemo")
+            .field("files, bytes", &kept.ok())
+            .finish()
+    }
+}
+
+impl ScanMemo {
+    /// How many files' symbols it keeps.
+    pub fn files(&self) -> usize {
+        self.kept.lock().map_or(0, |k| k.by_file.len())
+    }
+}
+
+/// What one file's entries cost in a [`ScanMemo`]: themselves and their index by name.
+fn memo_bytes(entries: usize) -> usize {
+    entries * (std::mem::size_of::<Entry>() + std::mem::size_of::<(u64, Entry)>())
 }
 
 impl Tables {
@@ -195,7 +278,71 @@ impl Tables {
                 });
             }
         }
-        Some(Tables { tables })
+        Some(Tables {
+            tables,
+            scanned: None,
+        })
+    }
+
+    /// These tables with their function symbols from `memo`, scanned and kept there
+    /// first when it has none for these files; unchanged when a file cannot tell which
+    /// it is.
+    pub fn memoized(mut self, memo: &ScanMemo) -> Tables {
+        let Some(key) = self
+            .tables
+            .iter()
+            .map(|t| t.reader.0.identity())
+            .collect::<Option<Vec<_>>>()
+        else {
+            return self;
+        };
+        let Ok(mut kept) = memo.kept.lock() else {
+            return self;
+        };
+        kept.clock += 1;
+        let now = kept.clock;
+        if let Some((scanned, used)) = kept.by_file.get_mut(&key) {
+            *used = now;
+            self.scanned = Some(scanned.clone());
+            return self;
+        }
+        let mut entries = Vec::new();
+        self.scan(|e| entries.push(e));
+        // A stable sort: of equal ones the earlier entry stays first.
+        entries.sort_by_key(|e| (e.address, e.order()));
+        let bytes = memo_bytes(entries.len());
+        let scanned = Arc::new(Scanned {
+            entries,
+            index: Arc::default(),
+        });
+        self.scanned = Some(scanned.clone());
+        if bytes > MAX_SCAN_MEMO_BYTES {
+            return self;
+        }
+        while kept.bytes + bytes > MAX_SCAN_MEMO_BYTES {
+            let Some(oldest) = kept
+                .by_file
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some((gone, _)) = kept.by_file.remove(&oldest) {
+                kept.bytes -= memo_bytes(gone.entries.len());
+            }
+        }
+        kept.bytes += bytes;
+        kept.by_file.insert(key, (scanned, now));
+        self
+    }
+
+    /// Where the index by name of these tables is kept: with their symbols in a memo,
+    /// or new.
+    pub fn index_slot(&self) -> Arc<OnceLock<NameIndex>> {
+        self.scanned
+            .as_ref()
+            .map_or_else(Arc::default, |s| s.index.clone())
     }
 
     /// Every function symbol of every table, in table order, handed to `each` (an I/O
@@ -256,25 +403,10 @@ impl Tables {
         }
         // below[i]: the best symbol starting in (sorted[i-1], sorted[i]];
         // above[i]: the first symbol starting in (sorted[i], sorted[i+1]].
-        let mut below: Vec<Option<Entry>> = vec![None; sorted.len()];
-        let mut above: Vec<Option<Entry>> = vec![None; sorted.len()];
-        self.scan(|e| {
-            let i = sorted.partition_point(|&a| a < e.address);
-            if let Some(slot) = below.get_mut(i) {
-                let better = slot.is_none_or(|b| {
-                    (e.address, std::cmp::Reverse(e.order()))
-                        > (b.address, std::cmp::Reverse(b.order()))
-                });
-                if better {
-                    *slot = Some(e);
-                }
-            }
-            if let Some(slot) = i.checked_sub(1).and_then(|i| above.get_mut(i)) {
-                if slot.is_none_or(|b| (e.address, e.order()) < (b.address, b.order())) {
-                    *slot = Some(e);
-                }
-            }
-        });
+        let (below, above) = match &self.scanned {
+            Some(scanned) => scanned.candidates(&sorted),
+            None => self.scan_candidates(&sorted),
+        };
         // The symbol at or below each address is its own bucket's best, else the one of
         // the address before; the next start is its own bucket's first, else the one of
         // the address after. Only distinct symbols are named.
@@ -307,6 +439,30 @@ impl Tables {
             .collect()
     }
 
+    /// [`Scanned::candidates`], found by streaming the tables.
+    fn scan_candidates(&self, sorted: &[u64]) -> (Vec<Option<Entry>>, Vec<Option<Entry>>) {
+        let mut below: Vec<Option<Entry>> = vec![None; sorted.len()];
+        let mut above: Vec<Option<Entry>> = vec![None; sorted.len()];
+        self.scan(|e| {
+            let i = sorted.partition_point(|&a| a < e.address);
+            if let Some(slot) = below.get_mut(i) {
+                let better = slot.is_none_or(|b| {
+                    (e.address, std::cmp::Reverse(e.order()))
+                        > (b.address, std::cmp::Reverse(b.order()))
+                });
+                if better {
+                    *slot = Some(e);
+                }
+            }
+            if let Some(slot) = i.checked_sub(1).and_then(|i| above.get_mut(i)) {
+                if slot.is_none_or(|b| (e.address, e.order()) < (b.address, b.order())) {
+                    *slot = Some(e);
+                }
+            }
+        });
+        (below, above)
+    }
+
     /// The name of the function at each of `addresses` (sorted) in the last file's own
     /// tables, as its PLT names IFUNCs: of several names the last global one (`.dynsym`'s
     /// after `.symtab`'s), else the first.
@@ -335,10 +491,16 @@ impl Tables {
     /// address only the one a lookup gives (the others' names are not found, as
     /// [`super::SymbolMap::by_name`] does not find them).
     pub fn index(&self) -> NameIndex {
-        let mut entries: Vec<Entry> = Vec::new();
-        self.scan(|e| entries.push(e));
-        // A stable sort: of equal ones the earlier entry wins.
-        entries.sort_by_key(|e| (e.address, e.order()));
+        let mut entries: Vec<Entry> = match &self.scanned {
+            Some(scanned) => scanned.entries.clone(),
+            None => {
+                let mut entries = Vec::new();
+                self.scan(|e| entries.push(e));
+                // A stable sort: of equal ones the earlier entry wins.
+                entries.sort_by_key(|e| (e.address, e.order()));
+                entries
+            }
+        };
         entries.dedup_by_key(|e| e.address);
         let mut readers = HashMap::new();
         let mut by_hash: Vec<(u64, Entry)> = entries
@@ -346,8 +508,12 @@ impl Tables {
             .filter_map(|e| Some((hash(&self.name_in_order(&e, &mut readers)?), e)))
             .collect();
         by_hash.sort_unstable_by_key(|(h, e)| (*h, e.address));
+        // Without the memo's symbols, which keep this index: a cycle would keep both.
         NameIndex {
-            tables: self.clone(),
+            tables: Tables {
+                tables: self.tables.clone(),
+                scanned: None,
+            },
             by_hash,
         }
     }
