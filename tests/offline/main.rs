@@ -19,6 +19,7 @@ mod robustness;
 mod seed_examples;
 mod symbolicate;
 mod unwind_fixtures;
+mod unwind_table;
 
 fn main() {
     let tests = [
@@ -31,6 +32,7 @@ fn main() {
         seed_examples::tests(),
         symbolicate::tests(),
         unwind_fixtures::tests(),
+        unwind_table::tests(),
     ];
     common::run_tests(tests.into_iter().flatten().collect())
 }
