@@ -434,6 +434,17 @@ fn unwind_table_reads_debug_frame_where_there_is_no_eh_frame() {
         "{table:?}"
     );
     agrees_with_framehop(".debug_frame", &[path], Every::Byte);
+    // So does the same file's separate debug file, whose `.eh_frame` has no bytes.
+    let debug = dir.join("nofp.debug");
+    let keep = std::process::Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&linked)
+        .arg(&debug)
+        .status()
+        .unwrap();
+    assert!(keep.success(), "objcopy --only-keep-debug");
+    let data = std::fs::read(&debug).unwrap();
+    assert_eq!(table::compile(&debug, &*data).unwrap(), table);
     std::fs::remove_dir_all(dir).unwrap();
 }
 

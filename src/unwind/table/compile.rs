@@ -19,8 +19,8 @@ use super::{rules, UnwindTable, MAX_ROWS};
 use crate::files::elf::{section_data, Elf};
 
 /// Compiles the unwind table of the ELF file `data` read from `path`: from its
-/// `.eh_frame`, or its `.debug_frame` when it has no `.eh_frame`. A file with neither has
-/// an empty table. `Err` is one line naming the file: not a 64-bit x86-64 ELF file, a
+/// `.eh_frame`, or its `.debug_frame` when it has no `.eh_frame` (or one without bytes,
+/// as in a separate debug file). A file with neither has an empty table. `Err` is one line naming the file: not a 64-bit x86-64 ELF file, a
 /// section that cannot be read, or a table beyond the limits (see [`MAX_ROWS`]).
 pub fn compile<'d, R: ReadRef<'d>>(path: &Path, data: R) -> Result<UnwindTable, String> {
     let named = |why: String| format!("{}: {why}", path.display());
@@ -30,7 +30,12 @@ pub fn compile<'d, R: ReadRef<'d>>(path: &Path, data: R) -> Result<UnwindTable, 
             "not an x86-64 file: unwind tables are made for x86-64 only".into(),
         ));
     }
-    let section = |name: &str| elf.section(name).filter(|s| s.size() > 0);
+    // A separate debug file keeps `.eh_frame`'s header without its bytes (`SHT_NOBITS`),
+    // and maybe `.debug_frame`.
+    let section = |name: &str| {
+        elf.section(name)
+            .filter(|s| s.size() > 0 && s.kind() != object::elf::SHT_NOBITS)
+    };
     let address = |name: &str| elf.section(name).map_or(0, |s| s.address());
     let built = if let Some(eh_frame) = section(".eh_frame") {
         let bytes = section_data(&elf, &eh_frame).map_err(named)?;
