@@ -244,7 +244,7 @@ impl RecordArgs {
         let stack_bytes = self
             .stack_size
             .unwrap_or_else(|| mode.default_stack_bytes());
-        if stack_bytes % 8 != 0 || !(8..=65_528).contains(&stack_bytes) {
+        if !stack_bytes.is_multiple_of(8) || !(8..=65_528).contains(&stack_bytes) {
             bail!("--stack-size must be a multiple of 8 between 8 and 65528 (got {stack_bytes})");
         }
         if let Some(pages) = self.mmap_pages {

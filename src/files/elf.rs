@@ -349,6 +349,25 @@ fn check_compressed(
     Ok(())
 }
 
+/// Where a section's bytes lie, how they are compressed, and the size they inflate to,
+/// checked (see `check_compressed`).
+fn stored_range<'d, R: object::ReadRef<'d>>(
+    elf: &Elf<'d, R>,
+    section: &Section<'d>,
+) -> Result<(CompressedFileRange, usize), String> {
+    let name = section.name;
+    let unreadable = |why: String| format!("its section {name} cannot be read: {why}");
+    let range = elf.compressed_range(section).map_err(unreadable)?;
+    check_compressed(
+        name,
+        range.format,
+        range.compressed_size,
+        range.uncompressed_size,
+    )?;
+    let len = usize::try_from(range.uncompressed_size).map_err(|e| unreadable(e.to_string()))?;
+    Ok((range, len))
+}
+
 /// A section's bytes (inflated when compressed), read from the file through `at` into
 /// one buffer that is then shared, without passing through `object`'s read cache: the
 /// DWARF of a large library is tens of MB, which that cache would keep a copy of (and,
@@ -361,15 +380,8 @@ pub fn section_shared<'d, R: object::ReadRef<'d>>(
     let name = section.name;
     let unreadable =
         |why: &dyn std::fmt::Display| format!("its section {name} cannot be read: {why}");
-    let range = elf.compressed_range(section).map_err(|e| unreadable(&e))?;
-    check_compressed(
-        name,
-        range.format,
-        range.compressed_size,
-        range.uncompressed_size,
-    )?;
     // The inflated size is known before reading: the buffer is made at its size.
-    let len = usize::try_from(range.uncompressed_size).map_err(|e| unreadable(&e))?;
+    let (range, len) = stored_range(elf, section)?;
     let short = || unreadable(&"the file is shorter than its section headers say");
     shared_filled(len, |out| {
         if range.format == object::CompressionFormat::None {
@@ -408,6 +420,130 @@ pub fn section_shared<'d, R: object::ReadRef<'d>>(
             Err(why) => Err(format!("its section {name} cannot be inflated: {why}")),
         }
     })
+}
+
+/// How much of each unit [`section_units`] reads when it does not keep the unit whole:
+/// more than the longest unit header of 32-bit DWARF (a DWARF 5 type unit's 24 bytes).
+pub const UNIT_HEAD_BYTES: usize = 32;
+
+/// A section made of units that each start with their 32-bit length (`.debug_info`,
+/// `.debug_line`), read keeping whole only the units at the offsets `keep` wants, and of
+/// the others only their first `head` bytes (at least their length): the rest is the
+/// zeros of the buffer `zeroed` gives, never written (zeros that may cost no memory until
+/// written: `record::zeroed_shared`). A
+/// compressed section is inflated as a stream, through a small buffer. `None` when the
+/// section is not laid out as such units (a unit in the 64-bit format, or past the end):
+/// the caller reads it whole.
+pub fn section_units<'d, R: object::ReadRef<'d>>(
+    elf: &Elf<'d, R>,
+    section: &Section<'d>,
+    at: &At,
+    head: usize,
+    keep: &dyn Fn(usize) -> bool,
+    zeroed: &dyn Fn(usize) -> Result<SectionBytes, String>,
+) -> Result<Option<SectionBytes>, String> {
+    use gimli::Endianity as _;
+    let name = section.name;
+    let unreadable =
+        |why: &dyn std::fmt::Display| format!("its section {name} cannot be read: {why}");
+    let (range, len) = stored_range(elf, section)?;
+    let mut source = match range.format {
+        CompressionFormat::None => UnitSource::Stored(at, range.offset),
+        format => {
+            let stored = usize::try_from(range.compressed_size).map_err(|e| unreadable(&e))?;
+            let input = at
+                .read_exact_at(range.offset, stored)
+                .filter(|b| b.len() == stored)
+                .ok_or_else(|| unreadable(&"the file is shorter than its section headers say"))?;
+            let stream: Box<dyn std::io::Read> = match format {
+                CompressionFormat::Zlib => {
+                    Box::new(flate2::read::ZlibDecoder::new(std::io::Cursor::new(input)))
+                }
+                CompressionFormat::Zstandard => Box::new(
+                    ruzstd::decoding::StreamingDecoder::new(std::io::Cursor::new(input))
+                        .map_err(|e| format!("its section {name} cannot be inflated: {e}"))?,
+                ),
+                other => return Err(format!("{other:?} compression is not supported")),
+            };
+            UnitSource::Inflating(stream, 0)
+        }
+    };
+    let mut data = zeroed(len)?;
+    let out = std::sync::Arc::get_mut(&mut data)
+        .filter(|out| out.len() == len)
+        .ok_or_else(|| unreadable(&"no buffer of its own"))?;
+    let endian = elf.gimli_endian();
+    let mut start = 0;
+    while start < len {
+        let length_end = len.min(start + 4);
+        source.copy(start, &mut out[start..length_end], name)?;
+        if length_end - start < 4 {
+            break;
+        }
+        let length = endian.read_u32(&out[start..length_end]);
+        // 0xffff_fff0 and above: the 64-bit format, or reserved values.
+        if length >= 0xffff_fff0 {
+            return Ok(None);
+        }
+        let Some(end) = (length_end)
+            .checked_add(length as usize)
+            .filter(|&end| end <= len)
+        else {
+            return Ok(None);
+        };
+        let read_to = if keep(start) {
+            end
+        } else {
+            end.min(start.saturating_add(head)).max(length_end)
+        };
+        source.copy(length_end, &mut out[length_end..read_to], name)?;
+        source.skip_to(end, name)?;
+        start = end;
+    }
+    Ok(Some(data))
+}
+
+/// Where [`section_units`] reads a section's bytes: the file, where the section starts;
+/// or its inflating stream, and how far it has inflated (it reads only forward).
+enum UnitSource<'a> {
+    Stored(&'a At, u64),
+    Inflating(Box<dyn std::io::Read + 'a>, usize),
+}
+
+impl UnitSource<'_> {
+    /// Fills `out` with the section's bytes from `from` (for a stream, where it is).
+    fn copy(&mut self, from: usize, out: &mut [u8], name: &str) -> Result<(), String> {
+        let short = || format!("its section {name} cannot be read: it is shorter than it says");
+        match self {
+            UnitSource::Stored(at, offset) => match at.read_into(*offset + from as u64, out) {
+                Some(got) if got == out.len() => Ok(()),
+                _ => Err(short()),
+            },
+            UnitSource::Inflating(stream, at) => {
+                debug_assert_eq!(*at, from, "a stream is read forward only");
+                stream.read_exact(out).map_err(|_| short())?;
+                *at += out.len();
+                Ok(())
+            }
+        }
+    }
+
+    /// Passes over the section's bytes up to `to` (a stream inflates them, unkept).
+    fn skip_to(&mut self, to: usize, name: &str) -> Result<(), String> {
+        if let UnitSource::Inflating(stream, at) = self {
+            let want = (to - *at) as u64;
+            use std::io::Read as _;
+            let got = std::io::copy(&mut stream.by_ref().take(want), &mut std::io::sink())
+                .map_err(|e| format!("its section {name} cannot be inflated: {e}"))?;
+            if got != want {
+                return Err(format!(
+                    "its section {name} cannot be read: it is shorter than it says"
+                ));
+            }
+            *at = to;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -475,5 +611,62 @@ mod tests {
         data[4] = 1;
         assert!(Elf::parse(&*data).is_none());
         assert!(Elf::parse(&data[..40]).is_none());
+    }
+
+    /// [`section_units`] on real sections, stored (this test program's `.debug_info` and
+    /// `.debug_line`) and zlib-compressed (libc's debug file, when libc6-dbg is there):
+    /// keeping every unit gives the section as [`section_shared`] reads it; keeping none,
+    /// each unit's first bytes and zeros; a file cut short is refused, not read past.
+    #[test]
+    fn sections_of_units_keep_what_is_asked_and_zeros() {
+        let exe = std::env::current_exe().unwrap();
+        let mut files = vec![(exe, CompressionFormat::None)];
+        let libc = std::fs::read("/usr/lib/x86_64-linux-gnu/libc.so.6").unwrap();
+        let id = Elf::parse(&*libc).unwrap().build_id().unwrap().to_vec();
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let debug = std::path::PathBuf::from(format!(
+            "/usr/lib/debug/.build-id/{}/{}.debug",
+            &hex[..2],
+            &hex[2..]
+        ));
+        if debug.exists() {
+            files.push((debug, CompressionFormat::Zlib));
+        }
+        let zeroed = |len| Ok(vec![0; len].into());
+        for (path, format) in files {
+            let data: std::sync::Arc<[u8]> = std::fs::read(&path).unwrap().into();
+            let elf = Elf::parse(&*data).unwrap();
+            let at = At::of_bytes(data.clone());
+            for name in [".debug_info", ".debug_line"] {
+                let what = format!("{} {name}", path.display());
+                let section = elf.section(name).unwrap();
+                assert_eq!(elf.compressed_range(&section).unwrap().format, format);
+                let whole = section_shared(&elf, &section, &at).unwrap();
+                let all = section_units(&elf, &section, &at, 0, &|_| true, &zeroed).unwrap();
+                assert!(all.as_deref() == Some(&*whole), "{what}");
+                let none = section_units(&elf, &section, &at, UNIT_HEAD_BYTES, &|_| false, &zeroed)
+                    .unwrap()
+                    .unwrap();
+                let (mut start, mut units) = (0, 0);
+                while start + 4 <= whole.len() {
+                    let length = u32::from_le_bytes(whole[start..start + 4].try_into().unwrap());
+                    let end = start + 4 + length as usize;
+                    let head = end.min(start + UNIT_HEAD_BYTES);
+                    assert_eq!(none[start..head], whole[start..head], "{what} at {start}");
+                    assert!(none[head..end].iter().all(|&b| b == 0), "{what} at {start}");
+                    (start, units) = (end, units + 1);
+                }
+                assert!(units > 10 && none != whole, "{what}: {units} units");
+
+                let cut = match format {
+                    CompressionFormat::None => section.file_range().unwrap().0 as usize + 1000,
+                    _ => elf.compressed_range(&section).unwrap().offset as usize + 1000,
+                };
+                let short = At::of_bytes(data[..cut].into());
+                let refused =
+                    section_units(&elf, &section, &short, 0, &|_| true, &zeroed).unwrap_err();
+                assert!(refused.contains(name), "{what}: {refused}");
+            }
+        }
     }
 }

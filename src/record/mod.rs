@@ -44,7 +44,7 @@ pub use launch::{Credentials, NotRun};
 pub use options::{CommandExit, DetachReason, Ended, RecordOptions, Target, STOP_SIGNALS};
 pub use program::{program_path, resolve_pids};
 pub use rings::min_ring_pages;
-pub use sys::{release_free_memory, tune_allocator};
+pub use sys::{release_free_memory, tune_allocator, zeroed_shared};
 
 /// Where a recording's events go as they are read.
 pub trait Sink {

@@ -1,5 +1,6 @@
 //! The few lines that talk to the kernel: `perf_event_open`, its ioctls, and the shared
-//! ring buffer it writes into; and the one call that tunes the C library's allocator.
+//! ring buffer it writes into; the one call that tunes the C library's allocator, and the
+//! one buffer made of zeros the system gives without their being written.
 //! Every `unsafe` block of the crate lives here or in `launch.rs`, each with the reason
 //! it is sound.
 
@@ -51,6 +52,20 @@ pub fn release_free_memory() {
 /// Other C libraries keep their own policy.
 #[cfg(not(target_env = "gnu"))]
 pub fn release_free_memory() {}
+
+/// A shared buffer of `len` zero bytes that costs no memory until written: the
+/// allocator asks the system for zeroed memory (with [`tune_allocator`]'s threshold, a
+/// block of its own, which the system maps on first touch), so a buffer of which only a
+/// few parts are filled costs those parts. The size is first reserved (and given back)
+/// as a `Vec`, so that one the system cannot give is refused rather than aborting the run.
+pub fn zeroed_shared(len: usize) -> Result<std::sync::Arc<[u8]>, String> {
+    Vec::<u8>::new()
+        .try_reserve_exact(len)
+        .map_err(|_| format!("{len} bytes cannot be allocated"))?;
+    let zeroed = std::sync::Arc::<[u8]>::new_zeroed_slice(len);
+    // SAFETY: the memory is zeroed, and all-zero bytes are valid `u8`s.
+    Ok(unsafe { zeroed.assume_init() })
+}
 
 /// Opens one perf event for `pid` on `cpu`. The attribute is copied, so the caller's
 /// value stays as it was (the kernel may write the size it expects into it).
@@ -273,7 +288,7 @@ fn parse_records(first: &[u8], second: &[u8], each: &mut impl FnMut(RingRecord<'
         let misc = u16::from_ne_bytes(header[4..6].try_into().unwrap());
         let size = u16::from_ne_bytes(header[6..8].try_into().unwrap()) as usize;
         let known = (1..sys::bindings::PERF_RECORD_MAX).contains(&kind);
-        if size < 8 || size % 8 != 0 || at + size > total || !known {
+        if size < 8 || !size.is_multiple_of(8) || at + size > total || !known {
             return Drained {
                 records: count,
                 unreadable_bytes: total - at,

@@ -71,7 +71,8 @@ fn lib_kind(name: &str) -> LibKind {
 }
 
 fn parse_build_id(hex: &str) -> Option<Vec<u8>> {
-    (hex.len() % 2 == 0)
+    hex.len()
+        .is_multiple_of(2)
         .then(|| {
             (0..hex.len())
                 .step_by(2)

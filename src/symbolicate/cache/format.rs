@@ -126,7 +126,7 @@ impl Entry {
             let end = count
                 .checked_mul(RECORD_BYTES[t] as u64)
                 .and_then(|n| n.checked_add(offset));
-            if offset % 8 != 0
+            if !offset.is_multiple_of(8)
                 || offset < HEADER_BYTES as u64
                 || count > u64::from(NONE)
                 || end.is_none_or(|end| end > bytes.len() as u64)
