@@ -193,8 +193,9 @@ impl Row {
     }
 
     /// One unwinding step by this row's rules from the frame whose registers are `regs`
-    /// (`regs.ip` the frame's own instruction, whose table row this is): what the
-    /// kernel's walker does, in Rust. `read` reads the stack word at an address.
+    /// (`regs.ip` the frame's own instruction in the process, whose table row this is;
+    /// the PLT's rule reads its low 4 bits): what the kernel's walker does, in Rust.
+    /// `read` reads the stack word at an address.
     pub fn step(&self, regs: Regs, read: &mut dyn FnMut(u64) -> Option<u64>) -> Step {
         let base = match self.cfa {
             Cfa::NoEntry => return Step::Stop(Stop::NoEntry),
