@@ -9,7 +9,8 @@
 //! from instructions where there is no CFI), `process` (one process's code as the
 //! unwinder keeps it), `unwinder` (the registry of processes) and `walk` (a sample's
 //! stack through all of these). `maps` is the address space every stage resolves
-//! addresses in.
+//! addresses in. `table` compiles a file's CFI into the sorted rows an unwinder in the
+//! kernel searches.
 
 mod address;
 mod cfi;
@@ -20,6 +21,7 @@ pub mod maps;
 mod mode;
 mod process;
 mod signal;
+pub mod table;
 mod truncation;
 mod unwinder;
 mod walk;
@@ -28,6 +30,7 @@ pub use address::{CodeAddress, UnwoundStack};
 pub use frame_pointer::{unwind_frame_pointers, CodeLookup, LeafFrame};
 pub use mode::UnwindMode;
 pub use process::{CodeModule, FileCode};
+pub use table::UnwindTable;
 pub use truncation::{TruncatedBy, Truncation};
 pub use unwinder::Unwinder;
 

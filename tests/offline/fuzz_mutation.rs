@@ -269,6 +269,7 @@ fn mutated_elf_files_never_panic() {
     let accepted = campaign("elf", &seed, 10_000, false, |bytes| {
         let _ =
             sampler::files::binary::Binary::from_bytes("fuzz".into(), std::sync::Arc::from(bytes));
+        let _ = sampler::unwind::table::compile(Path::new("fuzz"), bytes);
         let Some(syms) = LibSymbols::from_elf(bytes) else {
             return false;
         };

@@ -2,7 +2,8 @@
 //! offline`): the symbolicator on programs compiled here, CFI read function by function,
 //! the unwinder on captured samples and the corpus of captures, the design's worked
 //! examples, bad input for the real `sampler` binary, seeded mutations of the readers of
-//! untrusted input, `scripts/install`, and the shape of the source tree. Each module lists its tests; the end-to-end
+//! untrusted input, `scripts/install`, the shape of the source tree, and the unwind tables
+//! made for the kernel against framehop. Each module lists its tests; the end-to-end
 //! tests that record with perf are in `tests/perf/`, one binary each.
 
 #[path = "../common/mod.rs"]
@@ -19,6 +20,7 @@ mod robustness;
 mod seed_examples;
 mod symbolicate;
 mod unwind_fixtures;
+mod unwind_table;
 
 fn main() {
     let tests = [
@@ -31,6 +33,7 @@ fn main() {
         seed_examples::tests(),
         symbolicate::tests(),
         unwind_fixtures::tests(),
+        unwind_table::tests(),
     ];
     common::run_tests(tests.into_iter().flatten().collect())
 }

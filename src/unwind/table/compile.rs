@@ -1,0 +1,253 @@
+//! From an ELF file's CFI to its unwind table: the FDEs listed and sorted by address,
+//! each one's rows evaluated by gimli, clipped to the next FDE's start, converted,
+//! merged, and the gaps between FDEs filled with "no entry" rows.
+//!
+//! Where FDEs overlap, an address takes the rules of the FDE that starts last at or
+//! before it, and past that FDE's end it has no entry, as a lookup in `.eh_frame_hdr`
+//! finds it (libgcc's unwinder, framehop). A damaged entry never panics and never gives
+//! a rule: an FDE that cannot be read, or the rest of one whose instructions cannot,
+//! has no entry, and where the section's entries cannot be followed any more, the FDEs
+//! beyond are missing; [`UnwindTable::damaged`] counts them.
+
+use std::path::Path;
+
+use gimli::{BaseAddresses, CieOrFde, Reader, UnwindContext, UnwindSection};
+use object::ReadRef;
+
+use super::row::{Cfa, Row};
+use super::{rules, UnwindTable, MAX_ROWS};
+use crate::files::elf::{section_data, Elf};
+
+/// Compiles the unwind table of the ELF file `data` read from `path`: from its
+/// `.eh_frame`, or its `.debug_frame` when it has no `.eh_frame` (or one without bytes,
+/// as in a separate debug file). A file with neither has an empty table. `Err` is one line naming the file: not a 64-bit x86-64 ELF file, a
+/// section that cannot be read, or a table beyond the limits (see [`MAX_ROWS`]).
+pub fn compile<'d, R: ReadRef<'d>>(path: &Path, data: R) -> Result<UnwindTable, String> {
+    let named = |why: String| format!("{}: {why}", path.display());
+    let elf = Elf::parse(data).ok_or_else(|| named("not a 64-bit ELF file".into()))?;
+    if !elf.is_x86_64() || !elf.is_little_endian() {
+        return Err(named(
+            "not an x86-64 file: unwind tables are made for x86-64 only".into(),
+        ));
+    }
+    // A separate debug file keeps `.eh_frame`'s header without its bytes (`SHT_NOBITS`),
+    // and maybe `.debug_frame`.
+    let section = |name: &str| {
+        elf.section(name)
+            .filter(|s| s.size() > 0 && s.kind() != object::elf::SHT_NOBITS)
+    };
+    let address = |name: &str| elf.section(name).map_or(0, |s| s.address());
+    let built = if let Some(eh_frame) = section(".eh_frame") {
+        let bytes = section_data(&elf, &eh_frame).map_err(named)?;
+        let mut cfi = gimli::EhFrame::new(&bytes, gimli::LittleEndian);
+        cfi.set_address_size(8);
+        let bases = BaseAddresses::default()
+            .set_eh_frame(eh_frame.address())
+            .set_text(address(".text"))
+            .set_got(address(".got"));
+        build(&cfi, &bases, MAX_ROWS)
+    } else if let Some(debug_frame) = section(".debug_frame") {
+        let bytes = section_data(&elf, &debug_frame).map_err(named)?;
+        let mut cfi = gimli::DebugFrame::new(&bytes, gimli::LittleEndian);
+        cfi.set_address_size(8);
+        build(&cfi, &BaseAddresses::default(), MAX_ROWS)
+    } else {
+        Ok(UnwindTable::default())
+    };
+    built.map_err(|why| named(why.to_string()))
+}
+
+/// Why a table is refused.
+#[derive(Debug)]
+pub(super) enum TooLarge {
+    /// More rows than the limit given.
+    Rows(usize),
+    Span,
+}
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TooLarge::Rows(max) => write!(
+                f,
+                "its unwind table would have more than {max} rows, the most a table holds"
+            ),
+            TooLarge::Span => write!(
+                f,
+                "its call frame information spans more than 4 GiB of addresses, which a table's 32-bit offsets cannot hold"
+            ),
+        }
+    }
+}
+
+/// Where an FDE is and what it covers.
+struct Span<O> {
+    start: u64,
+    end: u64,
+    offset: O,
+}
+
+/// The table of the CFI section `cfi`, of at most `max_rows` rows.
+pub(super) fn build<R: Reader, S: UnwindSection<R>>(
+    cfi: &S,
+    bases: &BaseAddresses,
+    max_rows: usize,
+) -> Result<UnwindTable, TooLarge> {
+    let mut damaged = 0;
+    let mut spans = Vec::new();
+    let mut entries = cfi.entries(bases);
+    loop {
+        match entries.next() {
+            Ok(None) => break,
+            Ok(Some(CieOrFde::Cie(_))) => {}
+            Ok(Some(CieOrFde::Fde(partial))) => match partial.parse(S::cie_from_offset) {
+                Ok(fde) => match fde.initial_address().checked_add(fde.len()) {
+                    Some(end) => spans.push(Span {
+                        start: fde.initial_address(),
+                        end,
+                        offset: fde.offset(),
+                    }),
+                    None => damaged += 1,
+                },
+                Err(_) => damaged += 1,
+            },
+            // The entries cannot be followed further: the FDEs beyond are unknown.
+            Err(_) => {
+                damaged += 1;
+                break;
+            }
+        }
+    }
+    spans.sort_by_key(|s| s.start);
+    let Some(base) = spans.first().map(|s| s.start) else {
+        return Ok(UnwindTable {
+            damaged,
+            ..UnwindTable::default()
+        });
+    };
+    let mut rows = Rows {
+        base,
+        rows: Vec::new(),
+        max_rows,
+    };
+    let mut context = Box::new(UnwindContext::new());
+    for (i, span) in spans.iter().enumerate() {
+        let next = spans.get(i + 1).map_or(u64::MAX, |n| n.start);
+        let limit = span.end.min(next);
+        let mut cursor = span.start;
+        match rows_of_fde(
+            cfi,
+            bases,
+            &mut context,
+            span,
+            limit,
+            &mut cursor,
+            &mut rows,
+        ) {
+            Ok(()) => {}
+            Err(Failed::TooLarge(why)) => return Err(why),
+            Err(Failed::Damaged) => damaged += 1,
+        }
+        if cursor < next {
+            rows.push(Row::no_entry(0), cursor)?;
+        }
+    }
+    Ok(UnwindTable {
+        base,
+        rows: rows.rows,
+        fdes: spans.len(),
+        damaged,
+    })
+}
+
+/// Adds the rows of the FDE at `span` up to `limit` (the next FDE's start or its own
+/// end, whichever is first), from `cursor` on; `cursor` is left where they end.
+fn rows_of_fde<R: Reader, S: UnwindSection<R>>(
+    cfi: &S,
+    bases: &BaseAddresses,
+    context: &mut UnwindContext<R::Offset>,
+    span: &Span<R::Offset>,
+    limit: u64,
+    cursor: &mut u64,
+    rows: &mut Rows,
+) -> Result<(), Failed> {
+    let fde = cfi.fde_from_offset(bases, S::Offset::from(span.offset), S::cie_from_offset)?;
+    let signal_frame = fde.is_signal_trampoline();
+    let encoding = fde.cie().encoding();
+    let mut table = fde.rows(cfi, bases, context)?;
+    while let Some(row) = table.next_row()? {
+        let start = row.start_address().max(*cursor);
+        let end = row.end_address().min(limit);
+        if start >= end {
+            if row.start_address() >= limit {
+                break;
+            }
+            continue;
+        }
+        if start > *cursor {
+            rows.push(Row::no_entry(0), *cursor)?;
+        }
+        let (cfa, ra, rbp) = rules::convert(cfi, encoding, signal_frame, row);
+        rows.push(
+            Row {
+                start: 0,
+                cfa,
+                ra,
+                rbp,
+            },
+            start,
+        )?;
+        *cursor = end;
+    }
+    Ok(())
+}
+
+/// Why an FDE's rows stopped: the file's CFI is damaged there, or the table is too large.
+enum Failed {
+    Damaged,
+    TooLarge(TooLarge),
+}
+
+impl From<gimli::Error> for Failed {
+    fn from(_: gimli::Error) -> Failed {
+        Failed::Damaged
+    }
+}
+
+impl From<TooLarge> for Failed {
+    fn from(why: TooLarge) -> Failed {
+        Failed::TooLarge(why)
+    }
+}
+
+/// The rows made so far, merged as they come.
+struct Rows {
+    base: u64,
+    rows: Vec<Row>,
+    max_rows: usize,
+}
+
+impl Rows {
+    /// Adds `row` from address `at` on. Rows come in address order; one with the rules of
+    /// the row before it is merged into it, one at the same address replaces it.
+    fn push(&mut self, mut row: Row, at: u64) -> Result<(), TooLarge> {
+        row.start = at
+            .checked_sub(self.base)
+            .and_then(|o| u32::try_from(o).ok())
+            .ok_or(TooLarge::Span)?;
+        if row.cfa == Cfa::NoEntry {
+            row = Row::no_entry(row.start);
+        }
+        if self.rows.last().is_some_and(|last| last.start == row.start) {
+            self.rows.pop();
+        }
+        if self.rows.last().is_some_and(|last| last.same_rules(&row)) {
+            return Ok(());
+        }
+        if self.rows.len() >= self.max_rows {
+            return Err(TooLarge::Rows(self.max_rows));
+        }
+        self.rows.push(row);
+        Ok(())
+    }
+}
