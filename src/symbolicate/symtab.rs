@@ -205,9 +205,11 @@ impl Scanned {
 /// few dozen ordinary libraries.
 pub const MAX_SCAN_MEMO_BYTES: usize = 8 << 20;
 
-/// The function symbols of the files named so far, by the identity of their files
-/// ([`crate::files::image::At::identity`]): a file written again is another one. When
-/// more than [`MAX_SCAN_MEMO_BYTES`] are kept, the files used longest ago go.
+/// The function symbols of the files named more than once so far, by the identity of
+/// their files ([`crate::files::image::At::identity`]): a file written again is another
+/// one. A file named once is streamed as without a memo (sorting and keeping the symbols
+/// of the many programs a build runs once cost more than they save). When more than
+/// [`MAX_SCAN_MEMO_BYTES`] are kept, the files used longest ago go.
 #[derive(Default)]
 pub struct ScanMemo {
     kept: Mutex<MemoFiles>,
@@ -216,9 +218,15 @@ pub struct ScanMemo {
 #[derive(Default)]
 struct MemoFiles {
     by_file: HashMap<Vec<[u64; 5]>, (Arc<Scanned>, u64)>,
+    /// The files named once, not kept: a file is kept when it is named a second time.
+    seen_once: std::collections::HashSet<Vec<[u64; 5]>>,
     bytes: usize,
     clock: u64,
 }
+
+/// The most files [`ScanMemo`] remembers having named once, before it forgets them all:
+/// a build starts thousands of programs that run once.
+const MAX_SEEN_ONCE: usize = 4096;
 
 impl std::fmt::Debug for ScanMemo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -285,8 +293,8 @@ impl Tables {
     }
 
     /// These tables with their function symbols from `memo`, scanned and kept there
-    /// first when it has none for these files; unchanged when a file cannot tell which
-    /// it is.
+    /// first when it has none for these files but has seen them before; unchanged the
+    /// first time, or when a file cannot tell which it is.
     pub fn memoized(mut self, memo: &ScanMemo) -> Tables {
         let Some(key) = self
             .tables
@@ -304,6 +312,13 @@ impl Tables {
         if let Some((scanned, used)) = kept.by_file.get_mut(&key) {
             *used = now;
             self.scanned = Some(scanned.clone());
+            return self;
+        }
+        if !kept.seen_once.remove(&key) {
+            if kept.seen_once.len() >= MAX_SEEN_ONCE {
+                kept.seen_once.clear();
+            }
+            kept.seen_once.insert(key);
             return self;
         }
         let mut entries = Vec::new();
