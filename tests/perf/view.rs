@@ -197,7 +197,9 @@ fn run_driver(script: &Path, args: &[&std::ffi::OsStr]) -> (bool, Value) {
 }
 
 /// The call tree's rows as (running samples, function name), from check.cjs's
-/// `"TOTAL% TOTAL SELF | NAME LIBRARY"` texts.
+/// `"TOTAL% TOTAL SELF | NAME LIBRARY"` texts. A comparison's tree shows "—" where the
+/// two profiles have as many samples (a node such as `[truncated]` that a busy machine
+/// gave each run once): a difference of 0.
 fn tree_rows(page: &Value) -> Vec<(i64, String)> {
     page["rows"]
         .as_array()
@@ -209,7 +211,10 @@ fn tree_rows(page: &Value) -> Vec<(i64, String)> {
             let count = numbers
                 .split_whitespace()
                 .nth(1)
-                .and_then(|n| n.replace(',', "").parse().ok())
+                .and_then(|n| match n {
+                    "—" => Some(0),
+                    n => n.replace(',', "").parse().ok(),
+                })
                 .unwrap_or_else(|| panic!("no sample count in the row {row:?}"));
             let name = name.split_whitespace().next().unwrap_or("").to_string();
             (count, name)
