@@ -91,7 +91,7 @@ impl Units {
     }
 }
 
-/// `.debug_info` with only the compilation units that lookups of `addresses` need left
+/// `.debug_info` with only the compilation units `kept` (those lookups of a set of addresses need) left
 /// as they are: each unit that `.debug_aranges` lists, for ranges holding none of the
 /// addresses, keeps its place and header but points at [`LEFT_OUT_ABBREVIATIONS`] and
 /// has its entries reduced to that table's one entry, so that `addr2line` passes over it
@@ -101,8 +101,7 @@ impl Units {
 /// not list (it may miss some), and references between units, which keep their offsets,
 /// are untouched. Returned as the changes to make (see [`LeaveOut::apply`]); `None` when
 /// nothing would be left out, or the layout is not the usual one (32-bit DWARF).
-fn only_units_for(dwarf: &gimli::Dwarf<Reader>, addresses: &[u64]) -> Option<LeaveOut> {
-    let kept = Units::of(&dwarf.debug_aranges, addresses)?;
+fn only_units_for(dwarf: &gimli::Dwarf<Reader>, kept: &Units) -> Option<LeaveOut> {
     // Where each unit left out starts, has its abbreviation offset and its entries.
     let mut left_out: Vec<LeftOut> = Vec::new();
     let mut units = dwarf.units();
@@ -350,7 +349,9 @@ impl DwarfInfo {
                 .unwrap_or_else(|| format!("its DWARF cannot be read: {e}"))
         };
         let mut sections = gimli::Dwarf::load(load).map_err(unreadable)?;
-        if let Some(leave_out) = addresses.and_then(|a| only_units_for(&sections, a)) {
+        // The units found before `.debug_info` was read, else from the sections loaded.
+        let kept = kept.or_else(|| addresses.and_then(|a| Units::of(&sections.debug_aranges, a)));
+        if let Some(leave_out) = kept.as_ref().and_then(|k| only_units_for(&sections, k)) {
             // Changed in place when the section is a buffer of its own (once the reader
             // is taken out of the sections, the only reference to it), else in a copy.
             use gimli::Section as _;
