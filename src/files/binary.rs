@@ -14,8 +14,9 @@
 //! the open file holds ([`Held`]) before it is read or allocated, and a file that fails
 //! is not read at all (`Binary::damaged`).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::files::elf::{section_data, Elf, LoadSegment};
 use crate::files::image::{read_whole, At, Held, Image, SectionBytes};
@@ -58,6 +59,24 @@ pub struct Binary {
     /// The entry stub's code up to its last call (and the instruction after it), in the
     /// file's addresses: the program's `_start`, which a stripped file does not name.
     pub entry_stub: Option<std::ops::Range<u64>>,
+    /// The signal trampolines unwinding found in each page of the file's code it
+    /// searched: every process that maps the file searches a page once between them.
+    pub trampolines: Arc<PageMemo>,
+}
+
+/// What was found in each page of a file's code searched so far (file offsets), by the
+/// page's file offset: filled by whoever searches (see [`Binary::trampolines`]), which
+/// says what is found.
+#[derive(Debug, Default)]
+pub struct PageMemo(Mutex<HashMap<u64, Arc<[u64]>>>);
+
+impl PageMemo {
+    /// What was found in the page at file offset `page`, searched now with `search` if
+    /// it was not before.
+    pub fn get_or_search(&self, page: u64, search: impl FnOnce() -> Vec<u64>) -> Arc<[u64]> {
+        let mut pages = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        pages.entry(page).or_insert_with(|| search().into()).clone()
+    }
 }
 
 impl Binary {
@@ -97,6 +116,7 @@ impl Binary {
             unwind: UnwindSections::default(),
             entry_returns: Vec::new(),
             entry_stub: None,
+            trampolines: Arc::default(),
         }
     }
 
@@ -175,6 +195,7 @@ impl Binary {
             unwind,
             entry_returns: Vec::new(),
             entry_stub: None,
+            trampolines: Arc::default(),
         };
         if !binary.unwind.has_cfi() {
             binary.code_without_cfi = binary.bytes().ok();
@@ -310,6 +331,7 @@ mod tests {
             unwind: UnwindSections::default(),
             entry_returns: Vec::new(),
             entry_stub: None,
+            trampolines: Arc::default(),
         }
     }
 

@@ -16,7 +16,7 @@
 //! Only the usual layout is read this way (a table of data-relative 4-byte entries, FDEs
 //! with 32-bit lengths); any other file's sections are read whole, as before.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
@@ -87,9 +87,44 @@ pub struct LazyCfi {
     count: u64,
     text: Option<Range<u64>>,
     got: Option<Range<u64>>,
-    /// The pieces read so far, by table entry (`None`: unreadable), shared by every
-    /// process that maps the file.
-    pieces: Mutex<HashMap<u64, Option<Arc<FunctionCfi>>>>,
+    /// The pieces read so far, shared by every process that maps the file.
+    pieces: Mutex<Pieces>,
+    /// The pages of the table read so far, by their index: a search's first steps read
+    /// the same few entries every time, and its last ones fall in one page.
+    table_pages: Mutex<HashMap<u64, Arc<[u8]>>>,
+}
+
+/// Bytes of the table read at once: 512 entries.
+const TABLE_PAGE: u64 = 4096;
+/// The most table pages kept per file (1 MiB): a compiler's library has some 400 (a
+/// table of 200,000 functions); past this they are all dropped and read again.
+const MAX_TABLE_PAGES: usize = 256;
+
+/// The pieces of a [`LazyCfi`] read so far. A function met again (in this process or the
+/// next one that maps the file: a build runs the same compiler hundreds of times) is
+/// found by address here, without searching the table in the file again.
+#[derive(Default)]
+struct Pieces {
+    /// By table entry (`None`: unreadable), each with whether it was used since the
+    /// last [`LazyCfi::age_pieces`].
+    by_entry: HashMap<u64, (Option<Arc<FunctionCfi>>, bool)>,
+    /// The table entry of each readable piece, by the start of the addresses it covers
+    /// (pieces cover disjoint ranges: from one table entry's start to the next's).
+    by_start: BTreeMap<u64, u64>,
+}
+
+impl Pieces {
+    /// The piece read before whose addresses cover `address`, marked as used.
+    fn covering(&mut self, address: u64) -> Option<Arc<FunctionCfi>> {
+        let (_, &entry) = self.by_start.range(..=address).next_back()?;
+        match self.by_entry.get_mut(&entry)? {
+            (Some(piece), used) if piece.covers.contains(&address) => {
+                *used = true;
+                Some(piece.clone())
+            }
+            _ => None,
+        }
+    }
 }
 
 impl std::fmt::Debug for LazyCfi {
@@ -137,15 +172,34 @@ impl LazyCfi {
             count,
             text,
             got,
-            pieces: Mutex::new(HashMap::new()),
+            pieces: Mutex::new(Pieces::default()),
+            table_pages: Mutex::new(HashMap::new()),
         })
     }
 
     /// The table's `i`th entry: a function's start and its FDE's address.
     fn entry(&self, i: u64) -> Option<(u64, u64)> {
-        let bytes = self
-            .at
-            .read_exact_at(self.table_offset + i * ENTRY_BYTES, 8)?;
+        let at = i * ENTRY_BYTES;
+        let (page, within) = (at / TABLE_PAGE, (at % TABLE_PAGE) as usize);
+        let bytes = {
+            let mut pages = self.table_pages.lock().unwrap_or_else(|e| e.into_inner());
+            match pages.get(&page) {
+                Some(bytes) => bytes.clone(),
+                None => {
+                    let len = (self.count * ENTRY_BYTES - page * TABLE_PAGE).min(TABLE_PAGE);
+                    let read: Arc<[u8]> = self
+                        .at
+                        .read_exact_at(self.table_offset + page * TABLE_PAGE, len as usize)?
+                        .into();
+                    if pages.len() >= MAX_TABLE_PAGES {
+                        pages.clear();
+                    }
+                    pages.insert(page, read.clone());
+                    read
+                }
+            }
+        };
+        let bytes = bytes.get(within..within + ENTRY_BYTES as usize)?;
         let rel = |b: &[u8]| i32::from_le_bytes(b.try_into().unwrap_or_default()) as i64;
         Some((
             self.hdr_address.wrapping_add_signed(rel(&bytes[..4])),
@@ -158,6 +212,9 @@ impl LazyCfi {
     pub fn function_at(&self, address: u64) -> Option<Arc<FunctionCfi>> {
         if self.count == 0 {
             return None;
+        }
+        if let Some(known) = self.lock_pieces().covering(address) {
+            return Some(known);
         }
         // The last entry whose start is at or below the address; below the first entry,
         // the first one: a lookup in the whole table gives it (and then finds the
@@ -172,20 +229,45 @@ impl LazyCfi {
             }
         }
         let i = low.saturating_sub(1);
-        let mut pieces = self.pieces.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(known) = pieces.get(&i) {
+        let mut pieces = self.lock_pieces();
+        if let Some((known, used)) = pieces.by_entry.get_mut(&i) {
+            *used = true;
             return known.clone();
         }
         let piece = self.piece(i).map(Arc::new);
-        pieces.insert(i, piece.clone());
+        if let Some(piece) = &piece {
+            pieces.by_start.insert(piece.covers.start, i);
+        }
+        pieces.by_entry.insert(i, (piece.clone(), true));
         piece
+    }
+
+    fn lock_pieces(&self) -> std::sync::MutexGuard<'_, Pieces> {
+        self.pieces.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Drops the pieces read so far: once recording ends, unwinding needs none of them
     /// (a build's profile holds some 2.5 MB of them), and naming reads again the few
     /// it looks up.
     pub fn forget_pieces(&self) {
-        *self.pieces.lock().unwrap_or_else(|e| e.into_inner()) = HashMap::new();
+        *self.lock_pieces() = Pieces::default();
+        self.forget_table_pages();
+    }
+
+    fn forget_table_pages(&self) {
+        *self.table_pages.lock().unwrap_or_else(|e| e.into_inner()) = HashMap::new();
+    }
+
+    /// Drops the pieces not used since the last call (a continuous recording's window):
+    /// what the machine runs now stays read, and a machine's libraries do not pile up.
+    pub fn age_pieces(&self) {
+        let pieces = &mut *self.lock_pieces();
+        pieces.by_entry.retain(|_, (_, used)| std::mem::take(used));
+        let by_entry = &pieces.by_entry;
+        pieces
+            .by_start
+            .retain(|_, entry| by_entry.contains_key(entry));
+        self.forget_table_pages();
     }
 
     /// Reads the `i`th function's FDE and CIE into a `.eh_frame` of their own.

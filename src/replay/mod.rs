@@ -354,6 +354,15 @@ impl ProfileBuilder {
         }
     }
 
+    /// Drops what unwinding read of each file's CFI and did not use since the last call.
+    fn age_cfi_pieces(&self) {
+        for binary in self.lib_binaries.iter().flatten() {
+            if let Some(lazy) = &binary.unwind.lazy {
+                lazy.age_pieces();
+            }
+        }
+    }
+
     /// What the profile says of itself; its times relative to `info.start_ns`.
     fn meta(&self, info: &RecordingInfo) -> Meta {
         Meta {

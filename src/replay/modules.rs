@@ -157,6 +157,7 @@ impl ProfileBuilder {
                 entry_returns: &binary.entry_returns,
                 entry_stub: binary.entry_stub.clone(),
                 file: Some(binary.file_reader()),
+                trampolines: binary.trampolines.clone(),
             }),
         });
         self.unwinder.map(m.pid, region, code);

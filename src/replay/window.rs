@@ -42,9 +42,10 @@ impl ProfileBuilder {
             };
             frame.lib = Some(new);
         }
-        // What unwinding read of each file's CFI goes with the window: what the next one
-        // needs is read again (a few pieces each), and a machine's libraries do not pile up.
-        self.forget_cfi_pieces();
+        // What unwinding read of each file's CFI and this window did not use goes with
+        // it: what the next one needs anew is read again, and a machine's libraries do
+        // not pile up.
+        self.age_cfi_pieces();
         let no_unwind_info_in = self.take_no_unwind_info_in();
         let mut meta = self.meta(info);
         meta.off_cpu = false;

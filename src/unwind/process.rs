@@ -11,6 +11,7 @@ use std::sync::Arc;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 
 use crate::events::{ProcessMemory, UserRegs};
+use crate::files::binary::PageMemo;
 use crate::files::image::At;
 use crate::files::lazycfi::{LazyCfi, UnwindSections};
 use crate::unwind::maps::{AddressSpace, Region};
@@ -47,6 +48,8 @@ pub(super) enum Code {
         lazy: Option<LazyCode>,
         /// The file, read a few bytes at a time to recognise the signal trampoline.
         file: Option<At>,
+        /// The signal trampolines found in the file's pages, for every process.
+        trampolines: Arc<PageMemo>,
     },
     /// Anonymous executable memory (JIT code): its bytes are read from the process.
     Anonymous,
@@ -75,8 +78,9 @@ pub(super) struct Derived {
     rules: HashMap<u64, Option<CodeRule>>,
     cfi_looked_up: HashSet<u64>,
     cfi_modules: HashSet<u64>,
-    /// The signal trampolines in each page of code searched so far.
-    sigreturns: HashMap<u64, Vec<u64>>,
+    /// The signal trampolines in each page of code searched so far (their file offsets,
+    /// by where the file's page would lie in the process).
+    sigreturns: HashMap<u64, Arc<[u64]>>,
 }
 
 impl Derived {
@@ -164,6 +168,9 @@ pub struct FileCode<'a> {
     pub entry_stub: Option<Range<u64>>,
     /// The file, to read the code at a frame's address from.
     pub file: Option<At>,
+    /// The signal trampolines found in its pages so far (see
+    /// [`crate::files::binary::Binary::trampolines`]).
+    pub trampolines: Arc<PageMemo>,
 }
 
 /// Whether `frame` is in the entry stub of the code `code` (the outermost frame): a
@@ -232,22 +239,39 @@ pub(super) fn classify(
 }
 
 /// Whether `frame` is in the signal trampoline of a file: a return address at its start
-/// (where a handler returns to), or a sampled instruction in it. Each page of code is
-/// searched once (`known`: the trampolines starting in each page read).
+/// (where a handler returns to), or a sampled instruction in it. Each page of a file is
+/// searched once for all processes (the file's `trampolines`), and each process asks
+/// the file once per page (`known`).
 fn is_sigreturn(
     region: &Region<Code>,
-    known: &mut HashMap<u64, Vec<u64>>,
+    known: &mut HashMap<u64, Arc<[u64]>>,
     frame: CodeAddress,
 ) -> bool {
-    let Code::File { bytes, file, .. } = &region.data else {
+    let Code::File {
+        bytes,
+        file,
+        trampolines,
+        ..
+    } = &region.data
+    else {
         return false;
     };
+    let region_end = region.start.saturating_add(region.len);
+    let code_len = signal::SIGRETURN_CODE.len() as u64;
     let mut starts_at = |address: u64| {
-        let page = address & !(PAGE - 1);
+        if address < region.start || address.saturating_add(code_len) > region_end {
+            return false;
+        }
+        let offset = region.file_offset_of(address);
+        let page = offset & !(PAGE - 1);
         known
-            .entry(page)
-            .or_insert_with(|| trampolines_in(region, bytes.as_deref(), file.as_ref(), page))
-            .contains(&address)
+            .entry(address.wrapping_sub(offset - page))
+            .or_insert_with(|| {
+                trampolines.get_or_search(page, || {
+                    trampolines_in(bytes.as_deref(), file.as_ref(), page)
+                })
+            })
+            .contains(&offset)
     };
     match frame {
         CodeAddress::ReturnAddress(a) => starts_at(a),
@@ -257,33 +281,24 @@ fn is_sigreturn(
     }
 }
 
-/// The signal trampolines that start in the page of `region` at `page`: its bytes (and
-/// the next few, where one may end) read from the file's `bytes` or `file`.
-fn trampolines_in(
-    region: &Region<Code>,
-    bytes: Option<&[u8]>,
-    file: Option<&At>,
-    page: u64,
-) -> Vec<u64> {
-    let tail = signal::SIGRETURN_CODE.len() as u64 - 1;
-    let from = page.max(region.start);
-    let to = (page + PAGE + tail).min(region.start.saturating_add(region.len));
-    let (Some(len), offset) = (to.checked_sub(from), region.file_offset_of(from)) else {
-        return Vec::new();
-    };
+/// The file offsets of the signal trampolines that start in the page at file offset
+/// `page`: its bytes (and the next few, where one may end) read from the file's `bytes`
+/// or `file`.
+fn trampolines_in(bytes: Option<&[u8]>, file: Option<&At>, page: u64) -> Vec<u64> {
+    let len = (PAGE as usize) + signal::SIGRETURN_CODE.len() - 1;
     let code = match (bytes, file) {
-        (Some(bytes), _) => usize::try_from(offset)
+        (Some(bytes), _) => usize::try_from(page)
             .ok()
-            .and_then(|o| bytes.get(o..o.checked_add(len as usize)?))
+            .and_then(|p| bytes.get(p..p.saturating_add(len).min(bytes.len())))
             .map(<[u8]>::to_vec),
-        (None, Some(file)) => file.read_exact_at(offset, len as usize),
+        (None, Some(file)) => file.read_exact_at(page, len),
         (None, None) => None,
     };
     let code = code.unwrap_or_default();
     code.windows(signal::SIGRETURN_CODE.len())
         .enumerate()
         .filter(|(_, w)| signal::is_sigreturn(w))
-        .map(|(i, _)| from + i as u64)
+        .map(|(i, _)| page + i as u64)
         .filter(|&a| a < page + PAGE)
         .collect()
 }

@@ -90,6 +90,7 @@ impl<T: Clone> Unwinder<T> {
                         }),
                         lazy,
                         file: text.file,
+                        trampolines: text.trampolines,
                     },
                     None => Code::Cfi { lazy },
                 }

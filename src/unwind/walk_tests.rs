@@ -130,6 +130,7 @@ fn with_libc(mode: UnwindMode) -> Unwinder<&'static str> {
             entry_returns: &[],
             entry_stub: None,
             file: Some(At::of_bytes(Arc::from(file))),
+            trampolines: Arc::default(),
         }),
     };
     u.map(1, region, Some(code));

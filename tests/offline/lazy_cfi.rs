@@ -171,11 +171,48 @@ fn a_function_is_read_once_for_every_process() {
     );
 }
 
+fn a_window_keeps_the_pieces_it_used() {
+    // A continuous recording ages the pieces at each window's end: those used in the
+    // window stay read for the next one, the others are dropped (and read again when met).
+    let path = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    let binary = sampler::files::binary::Binary::open(path).unwrap();
+    let lazy = binary.unwind.lazy.clone().unwrap();
+    let data = std::fs::read(path).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let at = |name: &str| {
+        file.dynamic_symbols()
+            .find(|s| s.name() == Ok(name))
+            .unwrap()
+            .address()
+    };
+    let (qsort, malloc) = (at("qsort"), at("malloc"));
+    let q1 = lazy.function_at(qsort).unwrap();
+    let m1 = lazy.function_at(malloc).unwrap();
+    lazy.age_pieces();
+    let q2 = lazy.function_at(qsort + 1).unwrap();
+    assert!(std::sync::Arc::ptr_eq(&q1, &q2), "used in the window: kept");
+    lazy.age_pieces();
+    let m2 = lazy.function_at(malloc).unwrap();
+    let q3 = lazy.function_at(qsort).unwrap();
+    assert!(
+        !std::sync::Arc::ptr_eq(&m1, &m2),
+        "unused in a window: read again"
+    );
+    assert_eq!(m1.covers, m2.covers);
+    assert!(std::sync::Arc::ptr_eq(&q1, &q3));
+    lazy.forget_pieces();
+    assert!(!std::sync::Arc::ptr_eq(
+        &q1,
+        &lazy.function_at(qsort).unwrap()
+    ));
+}
+
 /// The tests of this module, for the offline binary's `main`.
 pub fn tests() -> Vec<crate::common::Test> {
     crate::tests![
         libc_unwinds_the_same_function_by_function;
         a_rust_program_unwinds_the_same_function_by_function;
         a_function_is_read_once_for_every_process;
+        a_window_keeps_the_pieces_it_used;
     ]
 }
