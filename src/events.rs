@@ -93,6 +93,30 @@ pub struct Sample {
     pub stack_copy: Vec<u8>,
     /// The event count this sample stands for (ns for cpu-clock, cycles for cycles).
     pub period: u64,
+    /// Set when sampler's unwinder in the kernel walked the user stack at the sample:
+    /// `user_callchain` is then that walk (see [`KernelWalk`]), and there is no stack
+    /// copy to unwind.
+    pub kernel_walk: Option<KernelWalk>,
+}
+
+/// How a walk of the user stack in the kernel ended, with its frames in
+/// `Sample::user_callchain`: the sampled instruction first, then return addresses, except
+/// that a frame with [`KernelWalk::INTERRUPTED`] set is an instruction a signal
+/// interrupted (looked up as it is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelWalk {
+    /// At the thread's outermost frame: the stack is complete.
+    Outermost,
+    /// At the walker's frame limit: the outermost frames are missing.
+    FrameLimit,
+    /// A step did not move the stack pointer up (a loop, or wrong unwind information).
+    NotUp,
+}
+
+impl KernelWalk {
+    /// The bit of a frame address in a walk that marks an interrupted instruction (user
+    /// addresses are below 2^47).
+    pub const INTERRUPTED: u64 = 1 << 63;
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

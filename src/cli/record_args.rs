@@ -18,6 +18,7 @@ pub enum UnwindArg {
     Hybrid,
     Fp,
     Dwarf,
+    Kernel,
 }
 
 #[derive(clap::Args)]
@@ -65,7 +66,9 @@ pub struct RecordArgs {
     #[arg(short = 'm', long = "mmap-pages")]
     pub mmap_pages: Option<usize>,
     /// How user stacks are unwound: hybrid (CFI through a stack copy, then the frame
-    /// pointer chain), fp (frame pointers only, cheapest), dwarf (CFI only).
+    /// pointer chain), fp (frame pointers only, cheapest), dwarf (CFI only), kernel (CFI
+    /// tables walked in the kernel at each sample by an eBPF program, hybrid where it
+    /// cannot finish; needs root).
     #[arg(long = "unwind", value_enum, default_value_t = UnwindArg::Hybrid)]
     pub unwind: UnwindArg,
     /// Bytes of user stack copied with each sample [default: fp 512, hybrid 16384, dwarf
@@ -284,6 +287,10 @@ impl RecordArgs {
                 run_as,
                 off_cpu: self.off_cpu.then_some(self.off_cpu_every.unwrap_or(1)),
                 every: continuous.as_ref().map(|c| c.every),
+                kernel_unwind: match self.unwind {
+                    UnwindArg::Kernel => record::KernelUnwind::Require,
+                    _ => record::KernelUnwind::Off,
+                },
             },
             mode,
             format,
@@ -407,6 +414,8 @@ impl UnwindArg {
             UnwindArg::Hybrid => UnwindMode::Hybrid,
             UnwindArg::Fp => UnwindMode::Fp,
             UnwindArg::Dwarf => UnwindMode::Dwarf,
+            // Samples the kernel's walker hands back are unwound as hybrid does.
+            UnwindArg::Kernel => UnwindMode::Hybrid,
         }
     }
 }

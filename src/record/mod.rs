@@ -18,6 +18,7 @@ mod follow;
 mod host;
 pub mod interrupt;
 mod kallsyms;
+mod kernel_walk;
 // The two parts that call the kernel directly; each `unsafe` block says why it is sound.
 #[allow(unsafe_code)]
 mod launch;
@@ -41,7 +42,9 @@ pub use attr::{fixed_period, OFF_STEP_DIVISOR};
 pub use cpus::{cpu_list_text, online_cpus, parse_cpu_list};
 pub use kallsyms::{kallsyms_line, kernel_text_start};
 pub use launch::{Credentials, NotRun};
-pub use options::{CommandExit, DetachReason, Ended, RecordOptions, Target, STOP_SIGNALS};
+pub use options::{
+    CommandExit, DetachReason, Ended, KernelUnwind, RecordOptions, Target, STOP_SIGNALS,
+};
 pub use program::{program_path, resolve_pids};
 pub use rings::min_ring_pages;
 pub use sys::{release_free_memory, tune_allocator, zeroed_shared};

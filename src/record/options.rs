@@ -50,6 +50,21 @@ pub struct RecordOptions {
     /// A continuous recording: cut into windows of this length, each handed on as it
     /// closes (see [`super::Sink::window`]).
     pub every: Option<Duration>,
+    /// Whether user stacks are walked in the kernel (see [`KernelUnwind`]).
+    pub kernel_unwind: KernelUnwind,
+}
+
+/// Whether user stacks are walked in the kernel by sampler's eBPF program at each
+/// sample (`--unwind kernel`), for a command or attached processes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KernelUnwind {
+    /// Not at all: every sample carries a stack copy, unwound in user space.
+    #[default]
+    Off,
+    /// Where the program loads; else, said on stderr, as without it.
+    Prefer,
+    /// Or the recording does not start (one line saying why).
+    Require,
 }
 
 /// Why the launched command ended.

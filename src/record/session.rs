@@ -17,9 +17,12 @@ use perf_event_open_sys::bindings as pb;
 use super::attr::{switch_attr, NANOS_PER_SECOND};
 use super::cpus::online_cpus;
 use super::host::{monotonic_ns, raise_open_file_limit, read_sysctl, RECORDER_NICE};
+use super::kernel_walk::{KernelWalker, STOP_NAMES};
 use super::launch;
 use super::open::{may_watch_cpus, EventRequest, OpenEvents};
-use super::options::{CommandExit, DetachReason, Ended, RecordOptions, Target, STOP_SIGNALS};
+use super::options::{
+    CommandExit, DetachReason, Ended, KernelUnwind, RecordOptions, Target, STOP_SIGNALS,
+};
 use super::program::set_id_program;
 use super::rings::default_ring_pages;
 use super::start::{start_attached, start_command, start_system, Started};
@@ -31,6 +34,10 @@ use crate::events::{
 /// How often the loop wakes up to drain buffers and refresh the status line even when the
 /// kernel has not signalled a full watermark.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The same with the unwinder in the kernel: a new process's mappings reach it only when
+/// sampler has read them, and until then its samples are unwound from stack copies.
+const KERNEL_WALK_POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// How far behind the drain time events are held back before they are handed on: the
 /// per-CPU buffers are each in time order but are read one after the other, and a record
@@ -136,6 +143,8 @@ pub(super) struct Session {
     kernel_text: Option<u64>,
     /// In a continuous recording, the window under way.
     window: Option<Window>,
+    /// The unwinder in the kernel, when it walks the user stacks.
+    walker: Option<KernelWalker>,
 }
 
 /// A continuous recording's current window (see [`RecordOptions::every`]).
@@ -191,11 +200,19 @@ impl Session {
         // Per-CPU events, where allowed: they sample on across thread births, which
         // per-task events (each new thread starting a fresh period) do not.
         let per_cpu = may_watch_cpus(request.cpus[0]);
+        let mut walker = kernel_walker(opts)?;
         let started = match &opts.target {
-            Target::Command(command) => {
-                start_command(command, &signals, opts.run_as.as_ref(), &request, per_cpu)?
+            Target::Command(command) => start_command(
+                command,
+                &signals,
+                opts.run_as.as_ref(),
+                &request,
+                per_cpu,
+                walker.as_mut(),
+            )?,
+            Target::Pids(pids) => {
+                start_attached(pids, opts.duration, &request, per_cpu, walker.as_mut())?
             }
-            Target::Pids(pids) => start_attached(pids, opts.duration, &request, per_cpu)?,
             Target::System => start_system(opts.duration, &request, only_cpus.as_deref())?,
         };
         let Started {
@@ -247,6 +264,7 @@ impl Session {
                 start_ns,
                 counted: Counts::default(),
             }),
+            walker,
         })
     }
 
@@ -266,7 +284,11 @@ impl Session {
                         .iter()
                         .map(|&i| PollFd::new(self.events.fds[i].as_fd(), PollFlags::POLLIN)),
                 );
-                let timeout = PollTimeout::from(POLL_INTERVAL.as_millis() as u16);
+                let interval = match self.walker {
+                    Some(_) => KERNEL_WALK_POLL_INTERVAL,
+                    None => POLL_INTERVAL,
+                };
+                let timeout = PollTimeout::from(interval.as_millis() as u16);
                 match nix::poll::poll(&mut poll_fds, timeout) {
                     Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                     Err(e) => return Err(e).context("poll"),
@@ -368,12 +390,26 @@ impl Session {
     }
 
     fn drain(&mut self) {
+        let from = self.pending.len();
         drain_all(
             &mut self.events.rings,
             &self.parser,
             &mut self.pending,
             &mut self.progress,
         );
+        if let Some(walker) = &mut self.walker {
+            // The processes' new mappings first, in time order across the rings, so that
+            // their next samples are walked in the kernel.
+            let new = &mut self.pending[from..];
+            new.sort_by_key(|e| e.time_ns);
+            for event in new.iter() {
+                walker.on_event(event);
+            }
+            let (walked, bytes) = walker.take();
+            self.progress.counts.ring_samples += walked.len() as u64;
+            self.progress.counts.sample_bytes += bytes;
+            self.pending.extend(walked);
+        }
     }
 
     /// Stops the events, reads what is left, hands everything on, and says what the
@@ -391,6 +427,9 @@ impl Session {
         self.drain();
         let end_ns = monotonic_ns();
         self.hand_on(sink, u64::MAX);
+        if let Some(walker) = &self.walker {
+            say_kernel_walks(walker);
+        }
         let outliving = match &self.target {
             Running::Launched { pid, .. } => self
                 .progress
@@ -472,6 +511,62 @@ impl Session {
             own_samples: counts.own_samples,
             lost_elsewhere: counts.lost_elsewhere,
         }
+    }
+}
+
+/// The unwinder in the kernel, loaded when the options ask for it and it can walk this
+/// target: an error when `--unwind kernel` requires it and it cannot, else said.
+fn kernel_walker(opts: &RecordOptions) -> Result<Option<KernelWalker>> {
+    if opts.kernel_unwind == KernelUnwind::Off {
+        return Ok(None);
+    }
+    let loaded = match (&opts.target, opts.off_cpu) {
+        (Target::System, _) => Err("it walks a command or attached processes, not -a yet".into()),
+        (_, Some(_)) => Err("it does not record off-CPU time yet".into()),
+        _ => KernelWalker::load(true),
+    };
+    match loaded {
+        Ok(walker) => {
+            say!("sampler: user stacks are walked in the kernel (eBPF), with stack copies where it cannot finish");
+            Ok(Some(walker))
+        }
+        Err(why) if opts.kernel_unwind == KernelUnwind::Require => {
+            bail!("--unwind kernel: {why}")
+        }
+        Err(why) => {
+            say!("sampler: user stacks are unwound from stack copies: the kernel walker cannot run: {why}");
+            Ok(None)
+        }
+    }
+}
+
+/// Says how the kernel's walks ended: how many it sent, and why the others came back as
+/// stack copies.
+fn say_kernel_walks(walker: &KernelWalker) {
+    let stops = walker.stops();
+    // 0: the outermost frame, 2: a loop (both sent); 9: a process without tables (not
+    // walked at all).
+    let walked: u64 = stops[..STOP_NAMES.len() - 1].iter().sum();
+    let sent = stops[0] + stops[2];
+    let handed_back: Vec<String> = (0..STOP_NAMES.len() - 1)
+        .filter(|&i| i != 0 && i != 2 && stops[i] > 0)
+        .map(|i| format!("{}: {}", STOP_NAMES[i], stops[i]))
+        .collect();
+    say!(
+        "sampler: the kernel walked {walked} user stacks: {} to the outermost frame, {} ending in a loop{}",
+        stops[0],
+        stops[2],
+        match handed_back.is_empty() {
+            true => String::new(),
+            false => format!(
+                "; {} unwound from stack copies instead, the walk having met {}",
+                walked - sent,
+                handed_back.join("; ")
+            ),
+        }
+    );
+    for why in &walker.refused {
+        say!("sampler: no kernel unwind table for {why}");
     }
 }
 

@@ -10,6 +10,7 @@ use nix::sys::wait::waitpid;
 
 use super::cpus::cpu_list_text;
 use super::host::monotonic_ns;
+use super::kernel_walk::KernelWalker;
 use super::launch::{self, Credentials, NotRun};
 use super::open::{open_events, EventRequest, OpenEvents, Placement};
 use super::session::Running;
@@ -45,6 +46,7 @@ pub(super) fn start_command(
     run_as: Option<&Credentials>,
     request: &EventRequest,
     per_cpu: bool,
+    walker: Option<&mut KernelWalker>,
 ) -> Result<Started> {
     let mut child = launch::GatedChild::spawn(command, signals, run_as)
         .with_context(|| format!("could not start `{}`", command.join(" ")))?;
@@ -55,6 +57,12 @@ pub(super) fn start_command(
             for fd in &events.fds {
                 sys::enable(fd).context("could not start the per-CPU events")?;
             }
+        }
+        if let Some(walker) = walker {
+            walker
+                .attach(&events.fds.iter().collect::<Vec<_>>())
+                .map_err(anyhow::Error::msg)?;
+            walker.follow(pid.as_raw());
         }
         Ok(events)
     });
@@ -118,6 +126,7 @@ pub(super) fn start_attached(
     duration: Option<Duration>,
     request: &EventRequest,
     per_cpu: bool,
+    walker: Option<&mut KernelWalker>,
 ) -> Result<Started> {
     let left_stopped = pids
         .iter()
@@ -138,10 +147,22 @@ pub(super) fn start_attached(
     // Sampling starts as the processes continue; -d counts from here.
     let sampling_since = Instant::now();
     let start_ns = monotonic_ns();
-    let pending = pids
+    let pending: Vec<Event> = pids
         .iter()
         .flat_map(|&pid| attach::describe(pid, start_ns))
         .collect();
+    if let Some(walker) = walker {
+        // The tables of what the processes have mapped, before they go on.
+        walker
+            .attach(&events.fds.iter().collect::<Vec<_>>())
+            .map_err(anyhow::Error::msg)?;
+        for &pid in pids {
+            walker.follow(pid);
+        }
+        for event in &pending {
+            walker.on_event(event);
+        }
+    }
     let stopped_for = stopped.resume();
     let list: Vec<String> = pids.iter().map(i32::to_string).collect();
     Ok(Started {

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::events::Sample;
+use crate::events::{KernelWalk, Sample};
 
 use super::address::{kernel_frames, CodeAddress, UnwoundStack};
 use super::cfi;
@@ -33,6 +33,9 @@ impl<T: Clone> Unwinder<T> {
     /// frame-pointer chain ended short of the outermost frame gets its outermost frames
     /// from the thread's stack memory.
     pub fn unwind(&mut self, sample: &Sample) -> UnwoundStack {
+        if let Some(end) = sample.kernel_walk {
+            return walked_in_kernel(sample, end);
+        }
         let has_code = |p: &Process<T>| !p.space.regions().is_empty();
         if sample.user_callchain.is_empty()
             && !sample.kernel_callchain.is_empty()
@@ -175,5 +178,33 @@ impl<T: Clone> Unwinder<T> {
             &mut classify,
         );
         (walk.ended == cfi::Ended::Root).then(|| walk.frames[1..].into())
+    }
+}
+
+/// The stack of a sample whose user stack sampler's unwinder in the kernel walked: its
+/// frames as they are, the first and the interrupted ones instructions, the others
+/// return addresses; truncated where the walk did not reach the outermost frame.
+fn walked_in_kernel(sample: &Sample, end: KernelWalk) -> UnwoundStack {
+    let user = sample
+        .user_callchain
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| {
+            if i == 0 || a & KernelWalk::INTERRUPTED != 0 {
+                CodeAddress::InstructionPointer(a & !KernelWalk::INTERRUPTED)
+            } else {
+                CodeAddress::ReturnAddress(a)
+            }
+        })
+        .collect();
+    UnwoundStack {
+        kernel: kernel_frames(sample),
+        user,
+        truncated: match end {
+            KernelWalk::Outermost => None,
+            KernelWalk::FrameLimit => Some(Truncation::FrameLimit),
+            KernelWalk::NotUp => Some(Truncation::StackNotUp),
+        },
+        restored_leaf_caller: false,
     }
 }

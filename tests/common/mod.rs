@@ -842,6 +842,23 @@ pub const MS_PER_SAMPLE_AT_1000_HZ: f64 = 1.005_025;
 /// The CPU time in ms that the recorded command used, from sampler's summary line `the
 /// command used N ms of CPU (getrusage)`. On a busy machine a target gets less CPU than
 /// its wall time, so sample counts are compared with this, never with the time it ran.
+/// How many user stacks the kernel's walker took to the outermost frame, from the
+/// summary of a recording with `--unwind kernel` (0 when it says nothing of them).
+#[allow(dead_code)]
+pub fn kernel_walked_to_outermost(stderr: &str) -> usize {
+    stderr
+        .lines()
+        .find_map(|l| {
+            l.split(" user stacks: ")
+                .nth(1)?
+                .split(" to the outermost frame")
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
 pub fn command_cpu_ms(o: &Output) -> f64 {
     let err = stderr(o);
     err.lines()

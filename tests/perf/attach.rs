@@ -64,6 +64,34 @@ fn attach_records_a_running_program_and_leaves_it_running() {
     assert_eq!(target.wait(), Some(0));
 }
 
+fn the_kernel_walker_has_the_tables_of_a_running_program_from_its_start() {
+    // The tables of what the process mapped before sampler came are read from /proc
+    // while it is stopped: every sample is walked in the kernel, from the first.
+    let test = "the_kernel_walker_has_the_tables_of_a_running_program_from_its_start";
+    let target = Running::start("nofp", &["4"]);
+    let (o, path) = attach(&["-p", &target.pid(), "-d", "1", "--unwind", "kernel"]);
+    ok(test, &o);
+    let threads = thread_paths(&load_checked(&path));
+    let paths: Vec<&Vec<String>> = threads.iter().flat_map(|t| &t.paths).collect();
+    let walked = kernel_walked_to_outermost(&stderr(&o));
+    let full = paths
+        .iter()
+        .filter(|p| {
+            p.first().is_some_and(|f| f == "_start")
+                && (has_run(p, &["main", "outer", "middle", "hot_a"])
+                    || has_run(p, &["main", "outer", "middle", "hot_b"]))
+        })
+        .count();
+    eprintln!(
+        "{test}: {} samples, {walked} walked in the kernel, {full} from _start to hot_a or hot_b",
+        paths.len()
+    );
+    assert!(paths.len() > 300, "{} samples", paths.len());
+    assert!(walked * 100 >= paths.len() * 99, "{}", stderr(&o));
+    assert!(full * 100 >= paths.len() * 99);
+    assert_eq!(target.wait(), Some(0));
+}
+
 fn threads_started_after_attaching_appear_with_their_names() {
     let test = "threads_started_after_attaching_appear_with_their_names";
     // main sleeps 0.6 s before it starts the three named threads.
@@ -374,6 +402,7 @@ fn child_processes_started_after_attaching_are_their_own_processes() {
 fn main() {
     run_tests(tests![
         attach_records_a_running_program_and_leaves_it_running: Need::Perf;
+        the_kernel_walker_has_the_tables_of_a_running_program_from_its_start: Need::Perf;
         threads_started_after_attaching_appear_with_their_names: Need::Perf;
         two_processes_at_once_are_two_processes: Need::Perf;
         process_that_exits_during_recording_ends_it: Need::Perf;

@@ -104,8 +104,10 @@ fn judge_all(what: &str, paths: &[Vec<String>]) -> (usize, usize, [usize; 2]) {
 }
 
 fn handlers_unwind_through_the_signal_frame_to_main() {
-    let runs: [(&str, &[&str]); 4] = [
+    let runs: [(&str, &[&str]); 5] = [
         ("sigloop_nofp", &["--unwind", "hybrid"]),
+        // The kernel's walker reads the signal frame's saved registers itself.
+        ("sigloop_nofp", &["--unwind", "kernel"]),
         ("sigloop", &["--unwind", "hybrid"]),
         ("sigloop_nofp", &["--unwind", "dwarf"]),
         // Frame pointers, with a stack copy that reaches past the signal frame's saved

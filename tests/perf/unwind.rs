@@ -1,5 +1,6 @@
 //! End-to-end unwinding in each mode (docs/design.md §5) on the bench targets built without frame
-//! pointers, through libc's qsort, and down a 2,000-deep recursion. Each test is skipped
+//! pointers, through libc's qsort, down a 2,000-deep recursion, and through frames larger
+//! than a stack copy (which only the walk in the kernel goes through). Each test is skipped
 //! (visibly) where perf recording is not permitted.
 
 #[path = "../common/mod.rs"]
@@ -7,7 +8,10 @@ mod common;
 
 use common::*;
 
-/// The samples' call paths (root first) of `cmd` recorded with `--unwind mode`.
+/// The samples' call paths (root first) of `cmd` recorded with `--unwind mode`. With
+/// `kernel`, the kernel's walker must have walked at least 90% of them to the outermost
+/// frame (the first milliseconds of a process, before its tables are loaded, are
+/// unwound from stack copies).
 fn paths_with(test: &str, mode: &str, cmd: &[&str]) -> Vec<Vec<String>> {
     let (o, path) = record(&["--unwind", mode], cmd);
     assert!(o.status.success(), "{test} {mode}: {}", stderr(&o));
@@ -15,6 +19,19 @@ fn paths_with(test: &str, mode: &str, cmd: &[&str]) -> Vec<Vec<String>> {
         .into_iter()
         .flat_map(|t| t.paths)
         .collect();
+    if mode == "kernel" {
+        let walked = kernel_walked_to_outermost(&stderr(&o));
+        eprintln!(
+            "{test}: kernel: {walked} of {} samples walked in the kernel",
+            paths.len()
+        );
+        assert!(
+            walked * 10 >= paths.len() * 9,
+            "{test}: the kernel walked {walked} of {}: {}",
+            paths.len(),
+            stderr(&o)
+        );
+    }
     // Every sample of the CPU time the command got (a busy machine gives it less than
     // its wall time), whatever the unwinding made of it.
     assert_covers_cpu(
@@ -35,13 +52,13 @@ fn share_with_any(paths: &[Vec<String>], runs: &[&[&str]]) -> f64 {
     100.0 * n as f64 / paths.len().max(1) as f64
 }
 
-fn c_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf() {
-    let test = "c_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf";
+fn c_without_frame_pointers_has_full_paths_in_hybrid_dwarf_and_kernel() {
+    let test = "c_without_frame_pointers_has_full_paths_in_hybrid_dwarf_and_kernel";
     let full: [&[&str]; 2] = [
         &["main", "outer", "middle", "hot_a"],
         &["main", "outer", "middle", "hot_b"],
     ];
-    for mode in ["hybrid", "dwarf"] {
+    for mode in ["hybrid", "dwarf", "kernel"] {
         let paths = paths_with(test, mode, &[&target("nofp"), "1"]);
         let share = share_with_any(&paths, &full);
         eprintln!(
@@ -60,8 +77,8 @@ fn c_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf() {
     );
 }
 
-fn rust_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf() {
-    let test = "rust_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf";
+fn rust_without_frame_pointers_has_full_paths_in_hybrid_dwarf_and_kernel() {
+    let test = "rust_without_frame_pointers_has_full_paths_in_hybrid_dwarf_and_kernel";
     let full: [&[&str]; 2] = [
         &["rust_inline::main", "rust_inline::run", "rust_inline::work"],
         &[
@@ -70,7 +87,7 @@ fn rust_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf() {
             "<rust_inline::Squares<u64> as rust_inline::Summer>::total",
         ],
     ];
-    for mode in ["hybrid", "dwarf"] {
+    for mode in ["hybrid", "dwarf", "kernel"] {
         let paths = paths_with(test, mode, &[&target("rust_nofp"), "1"]);
         let share = share_with_any(&paths, &full);
         eprintln!(
@@ -85,7 +102,7 @@ fn rust_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf() {
 
 fn comparator_called_from_libc_qsort_has_the_path_from_main() {
     let test = "comparator_called_from_libc_qsort_has_the_path_from_main";
-    for mode in ["hybrid", "dwarf"] {
+    for mode in ["hybrid", "dwarf", "kernel"] {
         let paths = paths_with(test, mode, &[&target("qsorter"), "1"]);
         let in_compare: Vec<&Vec<String>> = paths
             .iter()
@@ -137,11 +154,45 @@ fn recursion_2000_deep_keeps_every_level_in_hybrid_and_fp() {
     );
 }
 
+fn frames_larger_than_a_stack_copy_are_walked_whole_in_the_kernel() {
+    // bigframe's `big` keeps 96 KiB on its stack, more than the largest stack copy: CFI
+    // through the copy stops inside its frame (marked), the walk in the kernel goes on.
+    let test = "frames_larger_than_a_stack_copy_are_walked_whole_in_the_kernel";
+    let full: [&[&str]; 1] = [&["main", "outer", "big", "hot"]];
+    let (o, path) = record(
+        &["--unwind", "hybrid", "--stack-size", "65528"],
+        &[&target("bigframe"), "1"],
+    );
+    assert!(o.status.success(), "{test}: {}", stderr(&o));
+    let copied: Vec<Vec<String>> = thread_paths(&load_checked(&path))
+        .into_iter()
+        .flat_map(|t| t.paths)
+        .collect();
+    let marked = copied
+        .iter()
+        .filter(|p| p.first().is_some_and(|f| f == "[truncated]"))
+        .count();
+    assert!(
+        marked * 10 >= copied.len() * 9,
+        "hybrid: {marked} of {} marked",
+        copied.len()
+    );
+    let walked = paths_with(test, "kernel", &[&target("bigframe"), "1"]);
+    let share = share_with_any(&walked, &full);
+    eprintln!(
+        "{test}: hybrid with a 65,528-byte copy: {marked} of {} marked; kernel: {share:.1}% of {} from main to hot",
+        copied.len(),
+        walked.len()
+    );
+    assert!(share > 95.0, "kernel: {share:.1}%");
+}
+
 fn main() {
     run_tests(tests![
-        c_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf: Need::Perf;
-        rust_without_frame_pointers_has_full_paths_in_hybrid_and_dwarf: Need::Perf;
+        c_without_frame_pointers_has_full_paths_in_hybrid_dwarf_and_kernel: Need::Perf;
+        rust_without_frame_pointers_has_full_paths_in_hybrid_dwarf_and_kernel: Need::Perf;
         comparator_called_from_libc_qsort_has_the_path_from_main: Need::Perf;
         recursion_2000_deep_keeps_every_level_in_hybrid_and_fp: Need::Perf;
+        frames_larger_than_a_stack_copy_are_walked_whole_in_the_kernel: Need::Perf;
     ]);
 }
