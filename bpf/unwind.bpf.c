@@ -188,8 +188,8 @@ struct walk {
 	__u32 bp_ok;
 	__u32 is_ip; // `ip` is an instruction (the sampled one, or an interrupted one)
 	__u32 stop;
-	// The last frame's address and the row found for it: a recursion returns to one
-	// address over and over.
+	// The last frame's address (with a table) and the row found for it: a recursion
+	// returns to one address over and over, and its mapping and row are searched once.
 	__u64 last_pc;
 	struct row last_row;
 };
@@ -281,32 +281,32 @@ static long step(__u32 index, struct walk *w)
 		w->stop = STOP_LIMIT;
 		return 1;
 	}
-	struct process *p = bpf_map_lookup_elem(&processes, &w->tgid);
-	if (!p) {
-		w->stop = STOP_NO_PROCESS;
-		return 1;
-	}
 	// A return address's call is the byte before it.
 	__u64 pc = w->is_ip ? w->ip : w->ip - 1;
-	struct mapping *m = mapping_at(p, pc);
-	int failed = 0;
-	if (!m || m->rows == 0) {
-		// Code without a table (JIT code, a file without CFI): its frame pointer, when
-		// there is one to follow.
-		if (!w->bp_ok || w->bp <= w->sp || (w->bp & 7)) {
-			w->stop = STOP_NO_MAPPING;
-			return 1;
-		}
-		__u64 ip = read_word(w->bp + 8, &failed);
-		__u64 bp = read_word(w->bp, &failed);
-		if (failed) {
-			w->stop = STOP_UNREADABLE;
-			return 1;
-		}
-		return to_caller(w, ip, w->bp + 16, bp, 0);
-	}
 	struct row *r = &w->last_row;
+	int failed = 0;
 	if (pc != w->last_pc) {
+		struct process *p = bpf_map_lookup_elem(&processes, &w->tgid);
+		if (!p) {
+			w->stop = STOP_NO_PROCESS;
+			return 1;
+		}
+		struct mapping *m = mapping_at(p, pc);
+		if (!m || m->rows == 0) {
+			// Code without a table (JIT code, a file without CFI): its frame pointer,
+			// when there is one to follow.
+			if (!w->bp_ok || w->bp <= w->sp || (w->bp & 7)) {
+				w->stop = STOP_NO_MAPPING;
+				return 1;
+			}
+			__u64 ip = read_word(w->bp + 8, &failed);
+			__u64 bp = read_word(w->bp, &failed);
+			if (failed) {
+				w->stop = STOP_UNREADABLE;
+				return 1;
+			}
+			return to_caller(w, ip, w->bp + 16, bp, 0);
+		}
 		__u64 offset = pc - m->to_table;
 		if (offset >> 32) {
 			w->stop = STOP_NO_ENTRY;

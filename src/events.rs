@@ -292,6 +292,9 @@ pub struct RecordingInfo {
     /// the loss, not whose samples were lost, so these may be the followed processes'
     /// or anyone's; they are not in `lost_samples`.
     pub lost_elsewhere: u64,
+    /// Whether sampler's unwinder in the kernel walked the user stacks (samples it could
+    /// not finish were unwound from their stack copies, as in hybrid mode).
+    pub walked_in_kernel: bool,
 }
 
 /// What a recording followed, and how.
@@ -382,6 +385,7 @@ impl RecordingInfo {
             command_cpu: None,
             own_samples: 0,
             lost_elsewhere: 0,
+            walked_in_kernel: false,
         }
     }
 }

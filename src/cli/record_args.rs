@@ -65,12 +65,12 @@ pub struct RecordArgs {
     /// kernel.perf_event_mlock_kb allows, 128 with its default of 516]
     #[arg(short = 'm', long = "mmap-pages")]
     pub mmap_pages: Option<usize>,
-    /// How user stacks are unwound: hybrid (CFI through a stack copy, then the frame
-    /// pointer chain), fp (frame pointers only, cheapest), dwarf (CFI only), kernel (CFI
-    /// tables walked in the kernel at each sample by an eBPF program, hybrid where it
-    /// cannot finish; needs root).
-    #[arg(long = "unwind", value_enum, default_value_t = UnwindArg::Hybrid)]
-    pub unwind: UnwindArg,
+    /// How user stacks are unwound: kernel (CFI tables walked in the kernel at each
+    /// sample by an eBPF program; needs root), hybrid (CFI through a stack copy, then the
+    /// frame-pointer chain), fp (frame pointers only, cheapest), dwarf (CFI only)
+    /// [default: kernel where it can run (a command or -p, as root), else hybrid].
+    #[arg(long = "unwind", value_enum)]
+    pub unwind: Option<UnwindArg>,
     /// Bytes of user stack copied with each sample [default: fp 512, hybrid 16384, dwarf
     /// 16384].
     #[arg(long = "stack-size", value_name = "BYTES")]
@@ -243,7 +243,7 @@ impl RecordArgs {
             (None, None) => Rate::Frequency(DEFAULT_FREQUENCY_HZ),
         };
         let duration = self.duration(&target)?;
-        let mode = self.unwind.mode();
+        let mode = self.unwind.map_or(UnwindMode::Hybrid, UnwindArg::mode);
         let stack_bytes = self
             .stack_size
             .unwrap_or_else(|| mode.default_stack_bytes());
@@ -288,8 +288,9 @@ impl RecordArgs {
                 off_cpu: self.off_cpu.then_some(self.off_cpu_every.unwrap_or(1)),
                 every: continuous.as_ref().map(|c| c.every),
                 kernel_unwind: match self.unwind {
-                    UnwindArg::Kernel => record::KernelUnwind::Require,
-                    _ => record::KernelUnwind::Off,
+                    Some(UnwindArg::Kernel) => record::KernelUnwind::Require,
+                    Some(_) => record::KernelUnwind::Off,
+                    None => record::KernelUnwind::Prefer,
                 },
             },
             mode,

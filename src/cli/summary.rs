@@ -33,6 +33,28 @@ pub struct Summary<'a> {
     pub debuginfod: Option<String>,
 }
 
+/// Runtimes whose JIT code keeps no frame pointers unless told to, by a library they map,
+/// with what tells them.
+const JIT_FLAGS: [(&str, &str); 1] = [(
+    "libjvm.so",
+    "the JVM's compiled code keeps no frame pointers: run java with -XX:+PreserveFramePointer, and stacks go on through it",
+)];
+
+/// The flag that gives frame pointers to the JIT code stacks were cut in (code named by
+/// a perf map), when the profile's processes run a runtime that has one.
+fn jit_flag_hint(cut_in: &[(String, u64)], profile: &Profile) -> Option<String> {
+    let in_jit_code = cut_in
+        .iter()
+        .any(|(lib, _)| lib.starts_with("perf-") && lib.ends_with(".map"));
+    if !in_jit_code {
+        return None;
+    }
+    JIT_FLAGS
+        .iter()
+        .find(|(lib, _)| profile.libs.iter().any(|l| l.name == *lib))
+        .map(|(_, hint)| hint.to_string())
+}
+
 impl Summary<'_> {
     /// With `--off-cpu`: how much time the threads spent off the CPU, and how often they
     /// left it.
@@ -139,7 +161,10 @@ impl Summary<'_> {
         if samples > 0 {
             out.push(format!(
                 "{} unwinding, {:.1} MB of samples ({} bytes per sample)",
-                self.mode.name(),
+                match info.walked_in_kernel {
+                    true => "kernel (eBPF)",
+                    false => self.mode.name(),
+                },
                 info.sample_bytes as f64 / 1e6,
                 info.sample_bytes / samples as u64
             ));
@@ -200,6 +225,7 @@ impl Summary<'_> {
                 t.no_unwind_info,
                 places.join(", ")
             ));
+            out.extend(jit_flag_hint(self.no_unwind_info_in, self.profile));
         }
         if t.memory_gone > 0 {
             out.push(format!(
@@ -468,6 +494,33 @@ mod tests {
         assert!(line("3 stacks were deeper").contains("--max-stack 127"));
         let none = lines(&info, &profile);
         assert!(!none.iter().any(|l| l.contains("[truncated]")), "{none:#?}");
+        // Cut in JIT code of a process that is no JVM: no flag to name.
+        assert!(!out.iter().any(|l| l.contains("PreserveFramePointer")));
+    }
+
+    #[test]
+    fn stacks_cut_in_a_jvm_s_jit_code_name_its_frame_pointer_flag() {
+        let mut profile = Profile::from_named_stacks(&[&["main"]]);
+        profile.libs.push(crate::profile::Lib {
+            name: "libjvm.so".into(),
+            path: "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so".into(),
+            build_id: None,
+            kind: crate::profile::LibKind::File,
+            base: 0,
+        });
+        let info = info(RecordingGaps::default());
+        let truncated = TruncatedBy {
+            no_unwind_info: 7,
+            ..TruncatedBy::default()
+        };
+        let hint = |places: &[(String, u64)]| {
+            lines_truncated(&info, &profile, truncated, places)
+                .iter()
+                .any(|l| l.contains("run java with -XX:+PreserveFramePointer"))
+        };
+        assert!(hint(&[("perf-12.map".to_string(), 7)]));
+        // Cut in a file's code: its flag would not help.
+        assert!(!hint(&[("libfoo.so".to_string(), 7)]));
     }
 
     #[test]

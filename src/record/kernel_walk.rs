@@ -92,10 +92,7 @@ pub(super) struct KernelWalker {
     /// Each file's rows (`None`: it has none, or they do not fit), by its identity.
     rows_of: HashMap<FileKey, Option<FileRows>>,
     next_row: u32,
-    processes: HashMap<i32, Vec<Entry>>,
-    /// Each walked process's slot in the program's mappings, and the slots free.
-    slots: HashMap<i32, u32>,
-    free_slots: Vec<u32>,
+    followed: Followed,
     /// Why files got no rows, said once each at the end.
     pub(super) refused: Vec<String>,
 }
@@ -179,9 +176,7 @@ impl KernelWalker {
             files: FileFinder::default(),
             rows_of: HashMap::new(),
             next_row: 0,
-            processes: HashMap::new(),
-            slots: HashMap::new(),
-            free_slots: (0..MAX_PROCESSES).rev().collect(),
+            followed: Followed::new(MAX_PROCESSES),
             refused: Vec::new(),
         })
     }
@@ -206,47 +201,55 @@ impl KernelWalker {
     /// Walks process `pid` and the processes it starts from now on (its mappings come
     /// as events).
     pub(super) fn follow(&mut self, pid: i32) {
-        self.processes.entry(pid).or_default();
+        self.followed.follow(pid);
     }
 
     /// Follows what `event` changes of the followed processes' mappings (events in time
     /// order; those of other processes change nothing).
     pub(super) fn on_event(&mut self, event: &Event) {
-        match &event.kind {
-            EventKind::Mmap(m) if m.executable && self.processes.contains_key(&m.pid) => {
-                self.on_mmap(m)
+        let changed = match &event.kind {
+            EventKind::Mmap(m) if m.executable && self.followed.is_followed(m.pid) => {
+                self.on_mmap(m).then_some(m.pid)
             }
             EventKind::Fork { pid, ppid, tid, .. } if pid == tid && pid != ppid => {
-                if let Some(parent) = self.processes.get(ppid).cloned() {
-                    self.processes.insert(*pid, parent);
-                    self.write_process(*pid);
-                }
+                self.followed.fork(*pid, *ppid).then_some(*pid)
             }
             EventKind::Comm {
                 pid, exec: true, ..
-            } if self.processes.contains_key(pid) => {
-                self.processes.insert(*pid, Vec::new());
-                self.write_process(*pid);
-            }
-            EventKind::Exit { pid, tid } if pid == tid && self.processes.remove(pid).is_some() => {
-                self.write_process(*pid);
-            }
-            _ => {}
+            } => self.followed.exec(*pid).then_some(*pid),
+            EventKind::Exit { pid, tid } if pid == tid => self.followed.exit(*pid).then_some(*pid),
+            _ => None,
+        };
+        if let Some(pid) = changed {
+            self.write_process(pid);
         }
     }
 
-    fn on_mmap(&mut self, m: &Mapping) {
-        let end = m.start + m.len;
-        let is_file = !m.path.starts_with('[') && !m.path.starts_with("//anon");
-        if !is_file && m.path != VDSO_NAME {
-            return;
+    /// Puts the mapping `m` of a followed process in its list, with its file's rows, in
+    /// place of what it overlaps (a mapping without rows, or anonymous memory, only
+    /// takes the place of what was there); whether the list changed.
+    fn on_mmap(&mut self, m: &Mapping) -> bool {
+        match self.entry_of(m) {
+            Some(entry) => self.followed.map(m.pid, entry),
+            None => self.followed.unmap(m.pid, m.start..m.start + m.len),
         }
-        let key = match (m.file, m.path == VDSO_NAME) {
+    }
+
+    /// The list entry of mapping `m`: its file's rows (compiled and given to the kernel
+    /// the first time the file is mapped) and where they lie in the process.
+    fn entry_of(&mut self, m: &Mapping) -> Option<Entry> {
+        let end = m.start + m.len;
+        let vdso = m.path == VDSO_NAME;
+        let is_file = !m.path.starts_with('[') && !m.path.starts_with("//anon");
+        if !is_file && !vdso {
+            return None;
+        }
+        let key = match (m.file, vdso) {
             (_, true) => FileKey::Path(VDSO_NAME.into()),
             (Some(file), false) => FileKey::File(file),
             (None, false) => FileKey::Path(m.path.clone()),
         };
-        let found = match m.path == VDSO_NAME {
+        let found = match vdso {
             true => self.files.vdso(m.pid, m.start, end),
             false => self.files.mapped(&MappedFile {
                 pid: m.pid,
@@ -256,17 +259,9 @@ impl KernelWalker {
                 file: m.file,
             }),
         };
-        let Ok((binary, _)) = found else {
-            return;
-        };
-        let file_offset = if m.path == VDSO_NAME {
-            0
-        } else {
-            m.file_offset
-        };
-        let Some(delta) = binary.code_svma_delta(file_offset, m.len) else {
-            return;
-        };
+        let (binary, _) = found.ok()?;
+        let file_offset = if vdso { 0 } else { m.file_offset };
+        let delta = binary.code_svma_delta(file_offset, m.len)?;
         let rows = match self.rows_of.get(&key) {
             Some(known) => *known,
             None => {
@@ -274,23 +269,14 @@ impl KernelWalker {
                 self.rows_of.insert(key, rows);
                 rows
             }
-        };
-        let Some(rows) = rows else {
-            return;
-        };
+        }?;
         let bias = m.start.wrapping_sub(file_offset).wrapping_sub(delta as u64);
-        let entry = Entry {
+        Some(Entry {
             start: m.start,
             end,
             to_table: bias.wrapping_add(rows.base),
             rows,
-        };
-        let list = self.processes.entry(m.pid).or_default();
-        list.retain(|e| e.end <= m.start || e.start >= end);
-        let at = list.partition_point(|e| e.start < m.start);
-        list.insert(at, entry);
-        list.truncate(MAX_MAPPINGS);
-        self.write_process(m.pid);
+        })
     }
 
     /// Compiles `binary`'s table and appends its rows to the kernel's.
@@ -349,22 +335,11 @@ impl KernelWalker {
     /// then where they are. A process with none (or no slot free) is not walked.
     fn write_process(&mut self, pid: i32) {
         let key = pid.to_ne_bytes();
-        let list = self.processes.get(&pid).filter(|l| !l.is_empty());
-        let Some(list) = list else {
-            if let Some(slot) = self.slots.remove(&pid) {
-                self.free_slots.push(slot);
-                if let Some(map) = self.map("processes") {
-                    let _ = map.delete(&key);
-                }
+        let Some((slot, list)) = self.followed.slot_and_list(pid) else {
+            if let Some(map) = self.map("processes") {
+                let _ = map.delete(&key);
             }
             return;
-        };
-        let slot = match self.slots.get(&pid) {
-            Some(&slot) => slot,
-            None => match self.free_slots.pop() {
-                Some(slot) => *self.slots.entry(pid).or_insert(slot),
-                None => return,
-            },
         };
         let first = slot * MAX_MAPPINGS as u32;
         let mut keys = Vec::with_capacity(list.len() * 4);
@@ -417,6 +392,111 @@ impl KernelWalker {
             }
         }
         out
+    }
+}
+
+/// Which mappings with tables each followed process has, and each walked process's slot
+/// in the program's array of mappings: the bookkeeping of [`KernelWalker`], which writes
+/// a process's list to the program whenever it changes.
+///
+/// Invariants: a list is sorted by start, its mappings do not overlap, and it holds at
+/// most [`MAX_MAPPINGS`]; a process has a slot exactly while its list is not empty (and
+/// a slot was free), and no two processes share one.
+struct Followed {
+    lists: HashMap<i32, Vec<Entry>>,
+    slots: HashMap<i32, u32>,
+    free_slots: Vec<u32>,
+}
+
+impl Followed {
+    fn new(slots: u32) -> Followed {
+        Followed {
+            lists: HashMap::new(),
+            slots: HashMap::new(),
+            free_slots: (0..slots).rev().collect(),
+        }
+    }
+
+    fn follow(&mut self, pid: i32) {
+        self.lists.entry(pid).or_default();
+    }
+
+    fn is_followed(&self, pid: i32) -> bool {
+        self.lists.contains_key(&pid)
+    }
+
+    /// Puts `entry` in `pid`'s list in place of what it overlaps (as `mmap` replaces
+    /// what was mapped there); whether `pid` is followed.
+    fn map(&mut self, pid: i32, entry: Entry) -> bool {
+        let Some(list) = self.lists.get_mut(&pid) else {
+            return false;
+        };
+        list.retain(|e| e.end <= entry.start || e.start >= entry.end);
+        let at = list.partition_point(|e| e.start < entry.start);
+        if at < MAX_MAPPINGS {
+            list.insert(at, entry);
+            list.truncate(MAX_MAPPINGS);
+        }
+        true
+    }
+
+    /// Takes out of `pid`'s list what `range` overlaps (mapped anew with no rows);
+    /// whether the list changed.
+    fn unmap(&mut self, pid: i32, range: std::ops::Range<u64>) -> bool {
+        let Some(list) = self.lists.get_mut(&pid) else {
+            return false;
+        };
+        let before = list.len();
+        list.retain(|e| e.end <= range.start || e.start >= range.end);
+        list.len() != before
+    }
+
+    /// A new process `pid` forked by `ppid`: followed, with its parent's mappings, when
+    /// the parent is.
+    fn fork(&mut self, pid: i32, ppid: i32) -> bool {
+        let Some(parent) = self.lists.get(&ppid).cloned() else {
+            return false;
+        };
+        self.lists.insert(pid, parent);
+        true
+    }
+
+    /// Process `pid` ran a new program: its mappings are gone (the new ones follow).
+    fn exec(&mut self, pid: i32) -> bool {
+        match self.lists.get_mut(&pid) {
+            Some(list) => {
+                list.clear();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Process `pid` exited: no longer followed.
+    fn exit(&mut self, pid: i32) -> bool {
+        self.lists.remove(&pid).is_some()
+    }
+
+    /// `pid`'s slot and mappings, when it has mappings to walk by; its slot is taken
+    /// now if it had none (`None` when none is free), and given back when its list is
+    /// empty or it is no longer followed.
+    fn slot_and_list(&mut self, pid: i32) -> Option<(u32, &[Entry])> {
+        let list = self.lists.get(&pid).filter(|l| !l.is_empty());
+        if list.is_none() {
+            if let Some(slot) = self.slots.remove(&pid) {
+                self.free_slots.push(slot);
+            }
+            return None;
+        }
+        let slot = match self.slots.get(&pid) {
+            Some(&slot) => slot,
+            None => {
+                let slot = self.free_slots.pop()?;
+                self.slots.insert(pid, slot);
+                slot
+            }
+        };
+        Some((slot, self.lists.get(&pid).map(Vec::as_slice)?))
     }
 }
 
@@ -478,6 +558,73 @@ fn parse_record(data: &[u8]) -> Option<Event> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entry(start: u64, end: u64) -> Entry {
+        Entry {
+            start,
+            end,
+            to_table: start,
+            rows: FileRows {
+                first_row: 0,
+                rows: 1,
+                base: 0,
+            },
+        }
+    }
+
+    fn starts(f: &mut Followed, pid: i32) -> Vec<u64> {
+        f.slot_and_list(pid)
+            .map(|(_, l)| l.iter().map(|e| e.start).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn mappings_follow_forks_execs_and_exits() {
+        let mut f = Followed::new(2);
+        assert!(!f.map(7, entry(0x1000, 0x2000)), "7 is not followed");
+        f.follow(1);
+        assert!(f.map(1, entry(0x5000, 0x6000)));
+        assert!(f.map(1, entry(0x1000, 0x2000)));
+        assert!(f.map(1, entry(0x3000, 0x4000)));
+        assert_eq!(starts(&mut f, 1), [0x1000, 0x3000, 0x5000]);
+        // A mapping over others replaces what it overlaps, as mmap does.
+        assert!(f.map(1, entry(0x1800, 0x3800)));
+        assert_eq!(starts(&mut f, 1), [0x1800, 0x5000]);
+        // One without rows (JIT code, a file without CFI) only takes their place.
+        assert!(f.unmap(1, 0x1000..0x2000));
+        assert!(!f.unmap(1, 0x1000..0x2000), "nothing left there");
+        assert_eq!(starts(&mut f, 1), [0x5000]);
+        assert!(f.map(1, entry(0x1800, 0x3800)));
+        // A fork starts with its parent's mappings; an exec empties the list.
+        assert!(f.fork(2, 1));
+        assert_eq!(starts(&mut f, 2), [0x1800, 0x5000]);
+        assert!(!f.fork(9, 8), "8 is not followed");
+        assert!(f.exec(2));
+        assert!(f.slot_and_list(2).is_none());
+        assert!(f.map(2, entry(0x9000, 0xa000)));
+        assert_eq!(starts(&mut f, 2), [0x9000]);
+        // Two slots: a third process waits for one.
+        assert!(f.fork(3, 1));
+        assert!(f.slot_and_list(3).is_none(), "no slot free");
+        assert!(f.exit(1));
+        assert!(f.slot_and_list(1).is_none());
+        let (slot, _) = f.slot_and_list(3).unwrap();
+        let (other, _) = f.slot_and_list(2).unwrap();
+        assert_ne!(slot, other);
+        assert!(!f.exit(1), "already gone");
+    }
+
+    #[test]
+    fn a_list_holds_at_most_max_mappings() {
+        let mut f = Followed::new(1);
+        f.follow(1);
+        for i in 0..MAX_MAPPINGS as u64 + 10 {
+            f.map(1, entry(0x1000 * (i + 1), 0x1000 * (i + 1) + 0x800));
+        }
+        let list = starts(&mut f, 1);
+        assert_eq!(list.len(), MAX_MAPPINGS);
+        assert!(list.windows(2).all(|w| w[0] < w[1]));
+    }
 
     #[test]
     fn a_record_becomes_a_sample_with_its_kernel_and_user_frames() {

@@ -116,6 +116,10 @@ pub(super) struct Session {
     /// Declared before `deeper`: fields drop in order, and the frame limit can be put
     /// back only once the events are closed.
     events: OpenEvents,
+    /// The unwinder in the kernel, when it walks the user stacks. Declared before
+    /// `deeper` too: its program holds the kernel's callchain buffers (for its kernel
+    /// frames), and while any are held the frame limit cannot be changed.
+    walker: Option<KernelWalker>,
     /// The frame limit raised for this session (put back when it is dropped).
     deeper: stack_limit::DeeperStacks,
     signal_fd: SignalFd,
@@ -143,8 +147,6 @@ pub(super) struct Session {
     kernel_text: Option<u64>,
     /// In a continuous recording, the window under way.
     window: Option<Window>,
-    /// The unwinder in the kernel, when it walks the user stacks.
-    walker: Option<KernelWalker>,
 }
 
 /// A continuous recording's current window (see [`RecordOptions::every`]).
@@ -200,7 +202,7 @@ impl Session {
         // Per-CPU events, where allowed: they sample on across thread births, which
         // per-task events (each new thread starting a fresh period) do not.
         let per_cpu = may_watch_cpus(request.cpus[0]);
-        let mut walker = kernel_walker(opts)?;
+        let (mut walker, walker_note) = kernel_walker(opts)?;
         let started = match &opts.target {
             Target::Command(command) => start_command(
                 command,
@@ -230,6 +232,9 @@ impl Session {
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
         announce(opts, &events, request.rate, stopped_for);
+        if let Some(note) = walker_note {
+            say!("sampler: {note}");
+        }
         let kernel_text = match events.kernel_included {
             true => super::kernel_text_start(),
             false => None,
@@ -510,33 +515,40 @@ impl Session {
             command_cpu: None,
             own_samples: counts.own_samples,
             lost_elsewhere: counts.lost_elsewhere,
+            walked_in_kernel: self.walker.is_some(),
         }
     }
 }
 
 /// The unwinder in the kernel, loaded when the options ask for it and it can walk this
-/// target: an error when `--unwind kernel` requires it and it cannot, else said.
-fn kernel_walker(opts: &RecordOptions) -> Result<Option<KernelWalker>> {
-    if opts.kernel_unwind == KernelUnwind::Off {
-        return Ok(None);
-    }
-    let loaded = match (&opts.target, opts.off_cpu) {
-        (Target::System, _) => Err("it walks a command or attached processes, not -a yet".into()),
-        (_, Some(_)) => Err("it does not record off-CPU time yet".into()),
-        _ => KernelWalker::load(true),
+/// target: an error when `--unwind kernel` requires it and it cannot; else, with what to
+/// say of it once the recording has started (not before: a recording that fails to
+/// start says only why).
+fn kernel_walker(opts: &RecordOptions) -> Result<(Option<KernelWalker>, Option<String>)> {
+    let not_here = match (&opts.target, opts.off_cpu) {
+        (Target::System, _) => Some("it walks a command or attached processes, not -a yet"),
+        (_, Some(_)) => Some("it does not record off-CPU time yet"),
+        _ => None,
+    };
+    let loaded = match (opts.kernel_unwind, not_here) {
+        (KernelUnwind::Off, _) => return Ok((None, None)),
+        // By default it is used where it can be, without a word where it cannot be.
+        (KernelUnwind::Prefer, Some(_)) => return Ok((None, None)),
+        (KernelUnwind::Require, Some(why)) => Err(why.to_string()),
+        (_, None) => KernelWalker::load(true),
     };
     match loaded {
-        Ok(walker) => {
-            say!("sampler: user stacks are walked in the kernel (eBPF), with stack copies where it cannot finish");
-            Ok(Some(walker))
-        }
+        Ok(walker) => Ok((
+            Some(walker),
+            Some("user stacks are walked in the kernel (eBPF), with stack copies where it cannot finish".into()),
+        )),
         Err(why) if opts.kernel_unwind == KernelUnwind::Require => {
             bail!("--unwind kernel: {why}")
         }
-        Err(why) => {
-            say!("sampler: user stacks are unwound from stack copies: the kernel walker cannot run: {why}");
-            Ok(None)
-        }
+        Err(why) => Ok((
+            None,
+            Some(format!("user stacks are unwound from stack copies (hybrid): the kernel walker cannot run here: {why}")),
+        )),
     }
 }
 
