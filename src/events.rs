@@ -113,6 +113,27 @@ pub enum KernelWalk {
     NotUp,
 }
 
+/// A file's unwind table as sampler's unwinder in the kernel loads it: `count` rows of
+/// [`KernelTable::ROW_BYTES`] bytes each (see `unwind::table::Row::to_bytes`), whose
+/// starts are offsets from the file address `base`.
+pub struct KernelTable {
+    pub base: u64,
+    pub count: usize,
+    pub rows: Vec<u8>,
+}
+
+impl KernelTable {
+    pub const ROW_BYTES: usize = 12;
+}
+
+/// Compiles the unwind table of the file at a path, read through the reader: what the
+/// caller of recording gives it for the unwinder in the kernel (the compiler belongs to
+/// `unwind`, which comes after recording). `Err` is one line naming the file.
+pub type CompileKernelTable = fn(
+    &std::path::Path,
+    &object::ReadCache<crate::files::image::At>,
+) -> Result<KernelTable, String>;
+
 impl KernelWalk {
     /// The bit of a frame address in a walk that marks an interrupted instruction (user
     /// addresses are below 2^47).

@@ -287,11 +287,8 @@ impl RecordArgs {
                 run_as,
                 off_cpu: self.off_cpu.then_some(self.off_cpu_every.unwrap_or(1)),
                 every: continuous.as_ref().map(|c| c.every),
-                kernel_unwind: match self.unwind {
-                    Some(UnwindArg::Kernel) => record::KernelUnwind::Require,
-                    Some(_) => record::KernelUnwind::Off,
-                    None => record::KernelUnwind::Prefer,
-                },
+                kernel_unwind: UnwindArg::kernel_unwind(self.unwind),
+                kernel_tables: crate::unwind::table::kernel_table,
             },
             mode,
             format,
@@ -410,6 +407,16 @@ fn check_ring_pages(pages: usize, sample: Option<(u32, UnwindMode)>) -> Result<(
 }
 
 impl UnwindArg {
+    /// Whether the kernel walks user stacks: required with `--unwind kernel`, where it
+    /// can without `--unwind`, not with another mode.
+    fn kernel_unwind(arg: Option<UnwindArg>) -> record::KernelUnwind {
+        match arg {
+            Some(UnwindArg::Kernel) => record::KernelUnwind::Require,
+            Some(_) => record::KernelUnwind::Off,
+            None => record::KernelUnwind::Prefer,
+        }
+    }
+
     pub fn mode(self) -> UnwindMode {
         match self {
             UnwindArg::Hybrid => UnwindMode::Hybrid,

@@ -18,12 +18,18 @@ use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
+use anyhow::{bail, Result};
 use libbpf_rs::{MapCore, MapFlags, ObjectBuilder, RingBufferBuilder};
 
-use crate::events::{Event, EventKind, KernelWalk, Mapping, Sample};
+use super::options::{KernelUnwind, RecordOptions, Target};
+
+use crate::events::{
+    CompileKernelTable, Event, EventKind, KernelTable, KernelWalk, Mapping, Sample,
+};
 use crate::files::locate::{FileFinder, MappedFile};
-use crate::profile::VDSO_NAME;
-use crate::unwind::table::{compile, ROW_BYTES};
+
+/// How the kernel names the vdso's mapping.
+const VDSO_NAME: &str = "[vdso]";
 
 /// The program, compiled from `bpf/unwind.bpf.c` by build.rs.
 const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/unwind.bpf.o"));
@@ -89,6 +95,7 @@ pub(super) struct KernelWalker {
     /// The records the ring's callback parsed, until the session takes them.
     received: Arc<Mutex<Received>>,
     files: FileFinder,
+    compile: CompileKernelTable,
     /// Each file's rows (`None`: it has none, or they do not fit), by its identity.
     rows_of: HashMap<FileKey, Option<FileRows>>,
     next_row: u32,
@@ -113,7 +120,10 @@ enum FileKey {
 impl KernelWalker {
     /// Loads the program (the kernel verifies it) with its maps; `with_kernel`: whether
     /// samples keep their kernel frames. `Err` is one line saying why it cannot run here.
-    pub(super) fn load(with_kernel: bool) -> Result<KernelWalker, String> {
+    pub(super) fn load(
+        with_kernel: bool,
+        compile: CompileKernelTable,
+    ) -> Result<KernelWalker, String> {
         // libbpf's messages (the verifier's log among them) only when asked for.
         match std::env::var_os("SAMPLER_BPF_LOG") {
             Some(_) => {
@@ -174,6 +184,7 @@ impl KernelWalker {
             ring,
             received,
             files: FileFinder::default(),
+            compile,
             rows_of: HashMap::new(),
             next_row: 0,
             followed: Followed::new(MAX_PROCESSES),
@@ -281,14 +292,14 @@ impl KernelWalker {
 
     /// Compiles `binary`'s table and appends its rows to the kernel's.
     fn load_rows(&mut self, binary: &crate::files::binary::Binary) -> Option<FileRows> {
-        let table = match compile(&binary.path, &binary.reader()) {
+        let table = match (self.compile)(&binary.path, &binary.reader()) {
             Ok(table) => table,
             Err(why) => {
                 self.refused.push(why);
                 return None;
             }
         };
-        let count = u32::try_from(table.rows.len()).ok()?;
+        let count = u32::try_from(table.count).ok()?;
         if count == 0 {
             return None;
         }
@@ -302,20 +313,12 @@ impl KernelWalker {
         }
         let first_row = self.next_row;
         let map = self.map("rows")?;
-        for (chunk_index, chunk) in table.rows.chunks(ROWS_PER_BATCH).enumerate() {
+        let batch_bytes = ROWS_PER_BATCH * KernelTable::ROW_BYTES;
+        for (chunk_index, values) in table.rows.chunks(batch_bytes).enumerate() {
             let from = first_row + (chunk_index * ROWS_PER_BATCH) as u32;
-            let keys: Vec<u8> = (0..chunk.len() as u32)
-                .flat_map(|i| (from + i).to_ne_bytes())
-                .collect();
-            let values: Vec<u8> = chunk.iter().flat_map(|r| r.to_bytes()).collect();
-            debug_assert_eq!(values.len(), chunk.len() * ROW_BYTES);
-            if let Err(e) = map.update_batch(
-                &keys,
-                &values,
-                chunk.len() as u32,
-                MapFlags::ANY,
-                MapFlags::ANY,
-            ) {
+            let rows = (values.len() / KernelTable::ROW_BYTES) as u32;
+            let keys: Vec<u8> = (0..rows).flat_map(|i| (from + i).to_ne_bytes()).collect();
+            if let Err(e) = map.update_batch(&keys, values, rows, MapFlags::ANY, MapFlags::ANY) {
                 self.refused.push(format!(
                     "{}: its rows could not be given to the kernel: {e}",
                     binary.path.display()
@@ -497,6 +500,70 @@ impl Followed {
             }
         };
         Some((slot, self.lists.get(&pid).map(Vec::as_slice)?))
+    }
+}
+
+/// The unwinder in the kernel, loaded when the options ask for it and it can walk this
+/// target: an error when `--unwind kernel` requires it and it cannot; else, with what to
+/// say of it once the recording has started (not before: a recording that fails to
+/// start says only why).
+pub(super) fn kernel_walker(
+    opts: &RecordOptions,
+) -> Result<(Option<KernelWalker>, Option<String>)> {
+    let not_here = match (&opts.target, opts.off_cpu) {
+        (Target::System, _) => Some("it walks a command or attached processes, not -a yet"),
+        (_, Some(_)) => Some("it does not record off-CPU time yet"),
+        _ => None,
+    };
+    let loaded = match (opts.kernel_unwind, not_here) {
+        (KernelUnwind::Off, _) => return Ok((None, None)),
+        // By default it is used where it can be, without a word where it cannot be.
+        (KernelUnwind::Prefer, Some(_)) => return Ok((None, None)),
+        (KernelUnwind::Require, Some(why)) => Err(why.to_string()),
+        (_, None) => KernelWalker::load(true, opts.kernel_tables),
+    };
+    match loaded {
+        Ok(walker) => Ok((
+            Some(walker),
+            Some("user stacks are walked in the kernel (eBPF), with stack copies where it cannot finish".into()),
+        )),
+        Err(why) if opts.kernel_unwind == KernelUnwind::Require => {
+            bail!("--unwind kernel: {why}")
+        }
+        Err(why) => Ok((
+            None,
+            Some(format!("user stacks are unwound from stack copies (hybrid): the kernel walker cannot run here: {why}")),
+        )),
+    }
+}
+
+/// Says how the kernel's walks ended: how many it sent, and why the others came back as
+/// stack copies.
+pub(super) fn say_kernel_walks(walker: &KernelWalker) {
+    let stops = walker.stops();
+    // 0: the outermost frame, 2: a loop (both sent); 9: a process without tables (not
+    // walked at all).
+    let walked: u64 = stops[..STOP_NAMES.len() - 1].iter().sum();
+    let sent = stops[0] + stops[2];
+    let handed_back: Vec<String> = (0..STOP_NAMES.len() - 1)
+        .filter(|&i| i != 0 && i != 2 && stops[i] > 0)
+        .map(|i| format!("{}: {}", STOP_NAMES[i], stops[i]))
+        .collect();
+    say!(
+        "sampler: the kernel walked {walked} user stacks: {} to the outermost frame, {} ending in a loop{}",
+        stops[0],
+        stops[2],
+        match handed_back.is_empty() {
+            true => String::new(),
+            false => format!(
+                "; {} unwound from stack copies instead, the walk having met {}",
+                walked - sent,
+                handed_back.join("; ")
+            ),
+        }
+    );
+    for why in &walker.refused {
+        say!("sampler: no kernel unwind table for {why}");
     }
 }
 

@@ -50,8 +50,10 @@ pub struct RecordOptions {
     /// A continuous recording: cut into windows of this length, each handed on as it
     /// closes (see [`super::Sink::window`]).
     pub every: Option<Duration>,
-    /// Whether user stacks are walked in the kernel (see [`KernelUnwind`]).
+    /// Whether user stacks are walked in the kernel (see [`KernelUnwind`]), and what
+    /// compiles the files' tables for it.
     pub kernel_unwind: KernelUnwind,
+    pub kernel_tables: crate::events::CompileKernelTable,
 }
 
 /// Whether user stacks are walked in the kernel by sampler's eBPF program at each

@@ -17,12 +17,10 @@ use perf_event_open_sys::bindings as pb;
 use super::attr::{switch_attr, NANOS_PER_SECOND};
 use super::cpus::online_cpus;
 use super::host::{monotonic_ns, raise_open_file_limit, read_sysctl, RECORDER_NICE};
-use super::kernel_walk::{KernelWalker, STOP_NAMES};
+use super::kernel_walk::{kernel_walker, say_kernel_walks, KernelWalker};
 use super::launch;
 use super::open::{may_watch_cpus, EventRequest, OpenEvents};
-use super::options::{
-    CommandExit, DetachReason, Ended, KernelUnwind, RecordOptions, Target, STOP_SIGNALS,
-};
+use super::options::{CommandExit, DetachReason, Ended, RecordOptions, Target, STOP_SIGNALS};
 use super::program::set_id_program;
 use super::rings::default_ring_pages;
 use super::start::{start_attached, start_command, start_system, Started};
@@ -517,68 +515,6 @@ impl Session {
             lost_elsewhere: counts.lost_elsewhere,
             walked_in_kernel: self.walker.is_some(),
         }
-    }
-}
-
-/// The unwinder in the kernel, loaded when the options ask for it and it can walk this
-/// target: an error when `--unwind kernel` requires it and it cannot; else, with what to
-/// say of it once the recording has started (not before: a recording that fails to
-/// start says only why).
-fn kernel_walker(opts: &RecordOptions) -> Result<(Option<KernelWalker>, Option<String>)> {
-    let not_here = match (&opts.target, opts.off_cpu) {
-        (Target::System, _) => Some("it walks a command or attached processes, not -a yet"),
-        (_, Some(_)) => Some("it does not record off-CPU time yet"),
-        _ => None,
-    };
-    let loaded = match (opts.kernel_unwind, not_here) {
-        (KernelUnwind::Off, _) => return Ok((None, None)),
-        // By default it is used where it can be, without a word where it cannot be.
-        (KernelUnwind::Prefer, Some(_)) => return Ok((None, None)),
-        (KernelUnwind::Require, Some(why)) => Err(why.to_string()),
-        (_, None) => KernelWalker::load(true),
-    };
-    match loaded {
-        Ok(walker) => Ok((
-            Some(walker),
-            Some("user stacks are walked in the kernel (eBPF), with stack copies where it cannot finish".into()),
-        )),
-        Err(why) if opts.kernel_unwind == KernelUnwind::Require => {
-            bail!("--unwind kernel: {why}")
-        }
-        Err(why) => Ok((
-            None,
-            Some(format!("user stacks are unwound from stack copies (hybrid): the kernel walker cannot run here: {why}")),
-        )),
-    }
-}
-
-/// Says how the kernel's walks ended: how many it sent, and why the others came back as
-/// stack copies.
-fn say_kernel_walks(walker: &KernelWalker) {
-    let stops = walker.stops();
-    // 0: the outermost frame, 2: a loop (both sent); 9: a process without tables (not
-    // walked at all).
-    let walked: u64 = stops[..STOP_NAMES.len() - 1].iter().sum();
-    let sent = stops[0] + stops[2];
-    let handed_back: Vec<String> = (0..STOP_NAMES.len() - 1)
-        .filter(|&i| i != 0 && i != 2 && stops[i] > 0)
-        .map(|i| format!("{}: {}", STOP_NAMES[i], stops[i]))
-        .collect();
-    say!(
-        "sampler: the kernel walked {walked} user stacks: {} to the outermost frame, {} ending in a loop{}",
-        stops[0],
-        stops[2],
-        match handed_back.is_empty() {
-            true => String::new(),
-            false => format!(
-                "; {} unwound from stack copies instead, the walk having met {}",
-                walked - sent,
-                handed_back.join("; ")
-            ),
-        }
-    );
-    for why in &walker.refused {
-        say!("sampler: no kernel unwind table for {why}");
     }
 }
 

@@ -79,5 +79,22 @@ impl UnwindTable {
     }
 }
 
+/// The table of the file at `path` (read through `data`) as the unwinder in the kernel
+/// loads it: what the command line gives recording (see
+/// [`crate::events::CompileKernelTable`]).
+pub fn kernel_table(
+    path: &std::path::Path,
+    data: &object::ReadCache<crate::files::image::At>,
+) -> Result<crate::events::KernelTable, String> {
+    let table = compile(path, data)?;
+    Ok(crate::events::KernelTable {
+        base: table.base,
+        count: table.rows.len(),
+        rows: table.to_bytes(),
+    })
+}
+
+const _: () = assert!(ROW_BYTES == crate::events::KernelTable::ROW_BYTES);
+
 #[cfg(test)]
 mod tests;
