@@ -484,6 +484,15 @@ pub fn thread_named<'a>(threads: &'a [ThreadPaths], name: &str) -> &'a ThreadPat
 }
 
 /// For every thread, every sample's path of function names, root first.
+/// Every sample's call path (root first) of the profile at `path`, checked by the
+/// Firefox Profiler's loader, all threads together.
+pub fn all_paths(path: &Path) -> Vec<Vec<String>> {
+    thread_paths(&load_checked(path))
+        .into_iter()
+        .flat_map(|t| t.paths)
+        .collect()
+}
+
 pub fn thread_paths(p: &Value) -> Vec<ThreadPaths> {
     thread_frames(p).into_iter().map(|(t, _)| t).collect()
 }

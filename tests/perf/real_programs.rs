@@ -76,13 +76,6 @@ fn rooted_share(paths: &[Vec<String>]) -> f64 {
     100.0 * n as f64 / paths.len().max(1) as f64
 }
 
-fn all_paths(path: &std::path::Path) -> Vec<Vec<String>> {
-    thread_paths(&load_checked(path))
-        .into_iter()
-        .flat_map(|t| t.paths)
-        .collect()
-}
-
 /// What [`assert_roots_honest`] found among the stacks marked `[truncated]`.
 struct Marked {
     /// Their percentage of all stacks.

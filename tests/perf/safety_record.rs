@@ -14,14 +14,6 @@ use common::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-/// Every sample's stack in every thread, as frame names root first.
-fn all_paths(path: &std::path::Path) -> Vec<Vec<String>> {
-    thread_paths(&load_checked(path))
-        .into_iter()
-        .flat_map(|t| t.paths)
-        .collect()
-}
-
 fn stop_signals_write_the_profile_and_reach_the_command() {
     let test = "stop_signals_write_the_profile_and_reach_the_command";
     let signals = [

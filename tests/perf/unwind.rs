@@ -15,10 +15,7 @@ use common::*;
 fn paths_with(test: &str, mode: &str, cmd: &[&str]) -> Vec<Vec<String>> {
     let (o, path) = record(&["--unwind", mode], cmd);
     assert!(o.status.success(), "{test} {mode}: {}", stderr(&o));
-    let paths: Vec<Vec<String>> = thread_paths(&load_checked(&path))
-        .into_iter()
-        .flat_map(|t| t.paths)
-        .collect();
+    let paths = all_paths(&path);
     if mode == "kernel" {
         let walked = kernel_walked_to_outermost(&stderr(&o));
         eprintln!(
@@ -164,10 +161,7 @@ fn frames_larger_than_a_stack_copy_are_walked_whole_in_the_kernel() {
         &[&target("bigframe"), "1"],
     );
     assert!(o.status.success(), "{test}: {}", stderr(&o));
-    let copied: Vec<Vec<String>> = thread_paths(&load_checked(&path))
-        .into_iter()
-        .flat_map(|t| t.paths)
-        .collect();
+    let copied = all_paths(&path);
     let marked = copied
         .iter()
         .filter(|p| p.first().is_some_and(|f| f == "[truncated]"))
