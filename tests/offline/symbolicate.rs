@@ -570,72 +570,165 @@ fn probing_addresses(data: &[u8], every: usize) -> Vec<u64> {
 
 fn symbol_tables_read_for_some_addresses_answer_as_the_whole_tables() {
     // libc (its separate debug file from libc6-dbg when installed: DWARF, a full symbol
-    // table, IFUNCs behind its PLT) and this test's own executable (Rust, with DWARF).
+    // table, IFUNCs behind its PLT), this test's own executable (Rust, with DWARF), and a
+    // copy of it without `.debug_aranges` (as Go and clang's DWARF 5 write them), whose
+    // units are found by the ranges their roots give.
     let exe = std::env::current_exe().unwrap();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join("test-tmp")
+        .join(format!("sym-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let no_aranges = dir.join("no-aranges");
+    binutils(
+        &dir,
+        "objcopy",
+        &[
+            "--remove-section=.debug_aranges",
+            exe.to_str().unwrap(),
+            no_aranges.to_str().unwrap(),
+        ],
+    );
     for (path, every) in [
         (PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"), 1),
         (exe, 5),
+        (no_aranges, 5),
     ] {
-        let binary = sampler::files::binary::Binary::open(&path).unwrap();
-        let data = std::fs::read(&path).unwrap();
-        let addresses = probing_addresses(&data, every);
+        some_addresses_answer_as_the_whole_file(&path, every);
+    }
+}
+
+/// A Go program (stdlib only): Go writes no `.debug_aranges`, and an inlined function's
+/// abstract entry lies in its package's unit, which a unit looked up refers to.
+fn go_programs_read_for_some_addresses_answer_as_the_whole_file() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join("test-tmp")
+        .join(format!("go-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("main.go"),
+        "package main\n\nimport (\n\t\"encoding/json\"\n\t\"fmt\"\n\t\"os\"\n)\n\n\
+         func main() {\n\tout, _ := json.Marshal(map[string]int{\"a\": len(os.Args)})\n\
+         \tfmt.Println(string(out))\n}\n",
+    )
+    .unwrap();
+    let status = Command::new("go")
+        .args(["build", "-o", "jsonout", "main.go"])
+        .current_dir(&dir)
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "")
+        .status()
+        .unwrap();
+    assert!(status.success(), "go build");
+    let bin = dir.join("jsonout");
+    let data = std::fs::read(&bin).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    use object::Object;
+    assert!(
+        file.section_by_name(".debug_aranges").is_none(),
+        "Go writes no aranges"
+    );
+    some_addresses_answer_as_the_whole_file(&bin, 3);
+
+    // Each address where a function of another package is inlined, looked up alone:
+    // the unit of that package (where the inlined function's entry lies) is read too.
+    let opts = sampler::symbolicate::SymbolOptions::default();
+    let name = bin.to_str().unwrap();
+    let binary = sampler::files::binary::Binary::open(&bin).unwrap();
+    let whole = LibSymbols::load(&binary, name, &opts).unwrap();
+    let package = |function: &str| function.split('.').next().unwrap_or("").to_string();
+    let across: Vec<u64> = probing_addresses(&data, 1)
+        .into_iter()
+        .filter(|&a| {
+            let frames = whole.lookup(a).frames;
+            frames.len() > 1 && package(&frames[0].function) != package(&frames[1].function)
+        })
+        .step_by(7)
+        .take(12)
+        .collect();
+    assert!(
+        across.len() >= 5,
+        "{} addresses inline across packages",
+        across.len()
+    );
+    for a in across {
+        let alone = LibSymbols::load_for(&binary, name, &opts, Some(&[a])).unwrap();
+        assert!(alone.dwarf.as_ref().unwrap().units_left_out() > 0);
+        assert_eq!(alone.lookup(a), whole.lookup(a), "at {a:#x}");
+    }
+}
+
+/// Symbols and DWARF read for some addresses of `path` (every `every`th function's
+/// edges, then a profile's few) answer each as the whole file read does, with DWARF
+/// units left out for the few.
+fn some_addresses_answer_as_the_whole_file(path: &Path, every: usize) {
+    let binary = sampler::files::binary::Binary::open(path).unwrap();
+    let data = std::fs::read(path).unwrap();
+    let addresses = probing_addresses(&data, every);
+    assert!(
+        addresses.len() > 2000,
+        "{}: {} addresses",
+        path.display(),
+        addresses.len()
+    );
+    let opts = sampler::symbolicate::SymbolOptions::default();
+    let name = path.to_str().unwrap();
+    let whole = LibSymbols::load(&binary, name, &opts).unwrap();
+    let some = LibSymbols::load_for(&binary, name, &opts, Some(&addresses)).unwrap();
+    assert!(some.symbols.len() < whole.symbols.len());
+    let mut inlined = 0;
+    for &a in &addresses {
+        let expected = whole.lookup(a);
+        inlined += expected.frame_symbols.iter().skip(1).flatten().count();
+        assert_eq!(some.lookup(a), expected, "{} at {a:#x}", path.display());
+    }
+    assert_eq!(some.facts(), whole.facts());
+    assert!(
+        inlined > 0,
+        "{}: no inlined function also called",
+        path.display()
+    );
+
+    // A profile's few addresses: the symbols, and the DWARF units `.debug_aranges`
+    // places none of them in left out, answer them as the whole file does.
+    let few: Vec<u64> = addresses.iter().step_by(97).copied().collect();
+    let some = LibSymbols::load_for(&binary, name, &opts, Some(&few)).unwrap();
+    if let Some(dwarf) = &some.dwarf {
         assert!(
-            addresses.len() > 2000,
-            "{}: {} addresses",
-            path.display(),
-            addresses.len()
-        );
-        let opts = sampler::symbolicate::SymbolOptions::default();
-        let name = path.to_str().unwrap();
-        let whole = LibSymbols::load(&binary, name, &opts).unwrap();
-        let some = LibSymbols::load_for(&binary, name, &opts, Some(&addresses)).unwrap();
-        assert!(some.symbols.len() < whole.symbols.len());
-        let mut inlined = 0;
-        for &a in &addresses {
-            let expected = whole.lookup(a);
-            inlined += expected.frame_symbols.iter().skip(1).flatten().count();
-            assert_eq!(some.lookup(a), expected, "{} at {a:#x}", path.display());
-        }
-        assert_eq!(some.facts(), whole.facts());
-        assert!(
-            inlined > 0,
-            "{}: no inlined function also called",
+            dwarf.units_left_out() > 0,
+            "{}: no unit left out",
             path.display()
         );
+    }
+    let mut with_lines = 0;
+    for &a in &few {
+        let expected = whole.lookup(a);
+        with_lines += usize::from(expected.frames.iter().any(|f| f.line.is_some()));
+        assert_eq!(some.lookup(a), expected, "{} at {a:#x}", path.display());
+    }
+    assert!(
+        with_lines * 2 > few.len(),
+        "{}: {with_lines} of {} with lines",
+        path.display(),
+        few.len()
+    );
 
-        // A profile's few addresses: the symbols, and the DWARF units `.debug_aranges`
-        // places none of them in left out, answer them as the whole file does.
-        let few: Vec<u64> = addresses.iter().step_by(97).copied().collect();
-        let some = LibSymbols::load_for(&binary, name, &opts, Some(&few)).unwrap();
-        let mut with_lines = 0;
-        for &a in &few {
+    // Continuous mode's memo: the first load streams the tables, the second scans
+    // and keeps them, the third (for other addresses) finds its symbols and index by
+    // name there; all answer as the whole file does.
+    let memo = std::sync::Arc::new(sampler::symbolicate::ScanMemo::default());
+    let memo_opts = sampler::symbolicate::SymbolOptions {
+        scan_memo: Some(memo.clone()),
+        ..Default::default()
+    };
+    for (set, kept_files) in [(&few, 0), (&addresses, 1), (&few, 1)] {
+        let kept = LibSymbols::load_for(&binary, name, &memo_opts, Some(set)).unwrap();
+        for &a in set {
             let expected = whole.lookup(a);
-            with_lines += usize::from(expected.frames.iter().any(|f| f.line.is_some()));
-            assert_eq!(some.lookup(a), expected, "{} at {a:#x}", path.display());
+            assert_eq!(kept.lookup(a), expected, "{} at {a:#x}", path.display());
         }
-        assert!(
-            with_lines * 2 > few.len(),
-            "{}: {with_lines} of {} with lines",
-            path.display(),
-            few.len()
-        );
-
-        // Continuous mode's memo: the first load streams the tables, the second scans
-        // and keeps them, the third (for other addresses) finds its symbols and index by
-        // name there; all answer as the whole file does.
-        let memo = std::sync::Arc::new(sampler::symbolicate::ScanMemo::default());
-        let memo_opts = sampler::symbolicate::SymbolOptions {
-            scan_memo: Some(memo.clone()),
-            ..Default::default()
-        };
-        for (set, kept_files) in [(&few, 0), (&addresses, 1), (&few, 1)] {
-            let kept = LibSymbols::load_for(&binary, name, &memo_opts, Some(set)).unwrap();
-            for &a in set {
-                let expected = whole.lookup(a);
-                assert_eq!(kept.lookup(a), expected, "{} at {a:#x}", path.display());
-            }
-            assert_eq!(memo.files(), kept_files, "{}", path.display());
-        }
+        assert_eq!(memo.files(), kept_files, "{}", path.display());
     }
 }
 
@@ -653,5 +746,7 @@ pub fn tests() -> Vec<crate::common::Test> {
         plt_stubs_of_cpp_functions_are_demangled;
         symbolize_names_an_address_as_the_profile_does;
         symbol_tables_read_for_some_addresses_answer_as_the_whole_tables;
+        go_programs_read_for_some_addresses_answer_as_the_whole_file:
+            crate::common::Need::Program("go", &["version"]);
     ]
 }

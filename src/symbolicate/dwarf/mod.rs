@@ -10,6 +10,9 @@ use gimli::{EndianArcSlice, RunTimeEndian};
 
 use crate::files::elf::{Elf, Section, UNIT_HEAD_BYTES};
 
+mod units;
+use units::{keep_only, line_programs_read, InfoRead, ReadUnits, Units};
+
 /// One function level at an address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourceFrame {
@@ -30,186 +33,14 @@ type Reader = EndianArcSlice<RunTimeEndian>;
 /// section was read into one of its own.
 type Loaded = (Reader, Option<Arc<[u8]>>);
 
-/// Reads a section made of units keeping whole only those at the offsets it is given,
-/// and the first bytes of the others ([`crate::files::elf::section_units`]); `None` when
-/// the section is not laid out for it.
-type ReadUnits<'d, 'a> =
-    dyn Fn(&Section<'d>, usize, &dyn Fn(usize) -> bool) -> Result<Option<Arc<[u8]>>, String> + 'a;
-
-/// The abbreviation table that units left out of `.debug_info` are pointed at: code 1, a
-/// compilation unit without children or attributes, then the table's end. Appended to
-/// `.debug_abbrev`. A left-out unit's entries become this one entry and zeros, so that
-/// reading its root (which `addr2line` does for every unit as it starts) stops at once:
-/// zeroed entries alone read as null entries, which the search for the root steps over
-/// one byte at a time, through the whole unit (for libc's debug file, all 5.8 MB of
-/// `.debug_info`: a fifth of the CPU of a first run).
-const LEFT_OUT_ABBREVIATIONS: [u8; 6] = [1, 0x11, 0, 0, 0, 0];
-
-/// The compilation units of `.debug_info`, by offset, that `.debug_aranges` lists, and
-/// of those the ones whose ranges hold an address looked up.
-struct Units {
-    listed: HashSet<usize>,
-    needed: HashSet<usize>,
-}
-
-impl Units {
-    /// The units for `addresses`; `None` when the table lists none.
-    fn of(aranges: &gimli::DebugAranges<Reader>, addresses: &[u64]) -> Option<Units> {
-        // The units by the address ranges the table gives them.
-        let mut listed: Vec<(u64, u64, usize)> = Vec::new();
-        let mut headers = aranges.headers();
-        while let Ok(Some(header)) = headers.next() {
-            let unit = header.debug_info_offset().0;
-            let mut entries = header.entries();
-            while let Ok(Some(entry)) = entries.next() {
-                let range = entry.range();
-                listed.push((range.begin, range.end, unit));
-            }
-        }
-        if listed.is_empty() {
-            return None;
-        }
-        let mut needed: HashSet<usize> = HashSet::new();
-        listed.sort_unstable();
-        for &address in addresses {
-            // Ranges do not overlap in real files; a few before the address are checked.
-            let i = listed.partition_point(|&(begin, _, _)| begin <= address);
-            for &(begin, end, unit) in listed[..i].iter().rev().take(8) {
-                if (begin..end).contains(&address) {
-                    needed.insert(unit);
-                }
-            }
-        }
-        let listed = listed.iter().map(|&(_, _, unit)| unit).collect();
-        Some(Units { listed, needed })
-    }
-
-    /// Whether lookups read the unit at `offset`: a unit the table does not list may
-    /// hold any address.
-    fn kept(&self, offset: usize) -> bool {
-        !self.listed.contains(&offset) || self.needed.contains(&offset)
-    }
-}
-
-/// `.debug_info` with only the compilation units `kept` (those lookups of a set of addresses need) left
-/// as they are: each unit that `.debug_aranges` lists, for ranges holding none of the
-/// addresses, keeps its place and header but points at [`LEFT_OUT_ABBREVIATIONS`] and
-/// has its entries reduced to that table's one entry, so that `addr2line` passes over it
-/// (a unit with an empty root) without parsing its abbreviations and line program.
-/// libc's debug file has some 1,800 units, whose abbreviations alone take about 15 MB
-/// once parsed, and a profile's addresses lie in a few dozen. Units that the table does
-/// not list (it may miss some), and references between units, which keep their offsets,
-/// are untouched. Returned as the changes to make (see [`LeaveOut::apply`]); `None` when
-/// nothing would be left out, or the layout is not the usual one (32-bit DWARF).
-fn only_units_for(dwarf: &gimli::Dwarf<Reader>, kept: &Units) -> Option<LeaveOut> {
-    // Where each unit left out starts, has its abbreviation offset and its entries.
-    let mut left_out: Vec<LeftOut> = Vec::new();
-    let mut units = dwarf.units();
-    while let Ok(Some(header)) = units.next() {
-        let offset = header.debug_info_offset()?.0;
-        if kept.kept(offset) {
-            continue;
-        }
-        let encoding = header.encoding();
-        if encoding.format != gimli::Format::Dwarf32 {
-            return None;
-        }
-        let abbrev_at = offset + if encoding.version >= 5 { 8 } else { 6 };
-        let entries = offset + header.header_size()..offset + 4 + header.unit_length();
-        if !entries.is_empty() {
-            left_out.push(LeftOut {
-                unit: offset,
-                abbrev_at,
-                entries,
-            });
-        }
-    }
-    use gimli::Section as _;
-    let table = u32::try_from(dwarf.debug_abbrev.reader().len()).ok()?;
-    (!left_out.is_empty()).then_some(LeaveOut { table, left_out })
-}
-
-/// The offsets in `.debug_line` of the line programs of the units of `dwarf` (the units
-/// left out have none); `None` when a unit's root cannot be read, and every program is
-/// to be kept.
-fn line_programs(dwarf: &gimli::Dwarf<Reader>) -> Option<HashSet<usize>> {
-    let mut programs = HashSet::new();
-    let mut units = dwarf.units();
-    while let Some(header) = units.next().ok()? {
-        let abbreviations = dwarf.abbreviations(&header).ok()?;
-        let mut entries = header.entries(&abbreviations);
-        let root = entries.next_dfs().ok()??;
-        if let Some(gimli::AttributeValue::DebugLineRef(at)) =
-            root.attr_value(gimli::DW_AT_stmt_list)
-        {
-            programs.insert(at.0);
-        }
-    }
-    Some(programs)
-}
-
-/// The units [`only_units_for`] leaves out of `.debug_info`: where in `.debug_abbrev`
-/// [`LEFT_OUT_ABBREVIATIONS`] is appended (its end), and for each unit where its
-/// abbreviation offset lies and its entries.
-struct LeaveOut {
-    table: u32,
-    left_out: Vec<LeftOut>,
-}
-
-/// One unit left out of `.debug_info`: where it starts, where its abbreviation offset
-/// lies, and its entries (after its header, to its end).
-struct LeftOut {
-    unit: usize,
-    abbrev_at: usize,
-    entries: Range<usize>,
-}
-
-impl LeaveOut {
-    /// Makes the changes in `info` (`.debug_info`), or none when it is not the section
-    /// they were found in (one of them would lie outside it). `sparse`: `info` was read
-    /// by [`crate::files::elf::section_units`], which left the units left out zero past
-    /// their first [`UNIT_HEAD_BYTES`]; only those bytes are cleared, and the rest of the
-    /// buffer stays unwritten.
-    fn apply(&self, info: &mut [u8], sparse: bool) {
-        let fits = |r: &Range<usize>| r.start < r.end && r.end <= info.len();
-        if !self
-            .left_out
-            .iter()
-            .all(|u| fits(&(u.abbrev_at..u.abbrev_at + 4)) && fits(&u.entries))
-        {
-            return;
-        }
-        for LeftOut {
-            unit,
-            abbrev_at,
-            entries,
-        } in &self.left_out
-        {
-            info[*abbrev_at..abbrev_at + 4].copy_from_slice(&self.table.to_le_bytes());
-            let written_to = match sparse {
-                true => entries.end.min(unit + UNIT_HEAD_BYTES).max(entries.start),
-                false => entries.end,
-            };
-            info[entries.start..written_to].fill(0);
-            info[entries.start] = LEFT_OUT_ABBREVIATIONS[0];
-        }
-    }
-
-    /// `.debug_abbrev` (`abbrev`) with [`LEFT_OUT_ABBREVIATIONS`] appended.
-    fn abbreviations(&self, abbrev: &[u8]) -> Arc<[u8]> {
-        abbrev
-            .iter()
-            .chain(&LEFT_OUT_ABBREVIATIONS)
-            .copied()
-            .collect()
-    }
-}
-
 /// The DWARF of one file: the sections, shared, and a lookup context over them (which
 /// parses units lazily and caches them, so it is used by one thread at a time).
 pub struct DwarfInfo {
     sections: Arc<gimli::Dwarf<Reader>>,
     context: addr2line::Context<Reader>,
+    /// How many compilation units were left out, as none of the addresses it was loaded
+    /// for lies in them (0 when loaded for every address).
+    units_left_out: usize,
 }
 
 impl DwarfInfo {
@@ -298,7 +129,6 @@ impl DwarfInfo {
             }),
             _ => None,
         };
-        let read_units = read_units.filter(|_| kept.is_some());
         let sparse_info = std::cell::Cell::new(false);
         let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
             // Location lists say where variables live, which naming code never needs;
@@ -333,7 +163,7 @@ impl DwarfInfo {
                     }
                 }
                 // Read once the units kept say which line programs they use.
-                (gimli::SectionId::DebugLine, Some(_), Some(_)) => return Ok(empty()),
+                (gimli::SectionId::DebugLine, Some(_), _) => return Ok(empty()),
                 _ => {}
             }
             let (reader, own) = read(&section).map_err(refuse)?;
@@ -349,38 +179,53 @@ impl DwarfInfo {
                 .unwrap_or_else(|| format!("its DWARF cannot be read: {e}"))
         };
         let mut sections = gimli::Dwarf::load(load).map_err(unreadable)?;
-        // The units found before `.debug_info` was read, else from the sections loaded.
-        let kept = kept.or_else(|| addresses.and_then(|a| Units::of(&sections.debug_aranges, a)));
-        if let Some(leave_out) = kept.as_ref().and_then(|k| only_units_for(&sections, k)) {
-            // Changed in place when the section is a buffer of its own (once the reader
-            // is taken out of the sections, the only reference to it), else in a copy.
-            use gimli::Section as _;
-            let reader = std::mem::replace(&mut sections.debug_info, empty().into());
-            let mut info = own_info
-                .take()
-                .unwrap_or_else(|| Arc::from(reader.reader().bytes()));
-            drop(reader);
-            leave_out.apply(Arc::make_mut(&mut info), sparse_info.get());
-            sections.debug_info = EndianArcSlice::new(info, endian).into();
-            let abbrev = leave_out.abbreviations(sections.debug_abbrev.reader().bytes());
-            sections.debug_abbrev = EndianArcSlice::new(abbrev, endian).into();
-        }
-        if let (Some(read_units), Some(section)) = (read_units, file.section(".debug_line")) {
-            let programs = line_programs(&sections);
-            let sparse = match &programs {
-                Some(programs) => read_units(&section, 0, &|at| programs.contains(&at))?,
+        // Units sharing one abbreviation table (all of Go's) parse it once, not each.
+        sections.populate_abbreviations_cache(gimli::AbbreviationsCacheStrategy::Duplicates);
+        // The units found before `.debug_info` was read, else from the sections loaded:
+        // their `.debug_aranges`, else the ranges their roots give.
+        let mut kept = kept.or_else(|| {
+            let addresses = addresses?;
+            Units::of(&sections.debug_aranges, addresses)
+                .or_else(|| Units::of_roots(&sections, addresses))
+        });
+        let reread = |kept: &Units| -> Result<InfoRead, String> {
+            let section = file.section(".debug_info").ok_or("no .debug_info")?;
+            let sparse = match read_units {
+                Some(read_units) => read_units(&section, UNIT_HEAD_BYTES, &|u| kept.kept(u))?,
                 None => None,
             };
-            let reader = match sparse {
-                Some(own) => EndianArcSlice::new(own, endian),
-                None => read(&section)?.0,
-            };
-            sections.debug_line = reader.into();
+            if let Some(own) = sparse {
+                return Ok((own, true));
+            }
+            Ok(match read(&section)? {
+                (_, Some(own)) => (own, false),
+                (whole, None) => (Arc::from(whole.bytes()), false),
+            })
+        };
+        let units_left_out = match kept.as_mut() {
+            Some(kept) => {
+                let (own, sparse) = (own_info.take(), sparse_info.get());
+                keep_only(&mut sections, kept, (own, sparse), &reread, endian)?
+            }
+            None => 0,
+        };
+        if let (Some(read_units), Some(section)) = (read_units, file.section(".debug_line")) {
+            sections.debug_line = line_programs_read(&sections, &section, read_units, read)?;
         }
         let sections = Arc::new(sections);
         let context = addr2line::Context::from_arc_dwarf(sections.clone())
             .map_err(|e| format!("its DWARF cannot be read: {e}"))?;
-        Ok(DwarfInfo { sections, context })
+        Ok(DwarfInfo {
+            sections,
+            context,
+            units_left_out,
+        })
+    }
+
+    /// How many compilation units were left out, as none of the addresses the DWARF was
+    /// loaded for lies in them.
+    pub fn units_left_out(&self) -> usize {
+        self.units_left_out
     }
 
     /// A second, independent lookup context over the same sections, for another thread.
@@ -389,6 +234,7 @@ impl DwarfInfo {
         Some(DwarfInfo {
             sections: self.sections.clone(),
             context,
+            units_left_out: self.units_left_out,
         })
     }
 

@@ -1,0 +1,472 @@
+//! Which compilation units a lookup of some addresses reads, and `.debug_info` and
+//! `.debug_line` read keeping only those: the units are found by `.debug_aranges`, else
+//! by the ranges their roots give, with the units they refer to for names; the others
+//! are left out, so that their entries, abbreviations and line programs cost neither
+//! memory nor time.
+
+use std::collections::HashSet;
+use std::ops::Range;
+use std::sync::Arc;
+
+use gimli::{EndianArcSlice, RunTimeEndian};
+
+use super::{Loaded, Reader};
+use crate::files::elf::{Section, UNIT_HEAD_BYTES};
+
+/// Reads a section made of units keeping whole only those at the offsets it is given,
+/// and the first bytes of the others ([`crate::files::elf::section_units`]); `None` when
+/// the section is not laid out for it.
+pub(super) type ReadUnits<'d, 'a> =
+    dyn Fn(&Section<'d>, usize, &dyn Fn(usize) -> bool) -> Result<Option<Arc<[u8]>>, String> + 'a;
+
+/// Reads `.debug_info` again, keeping whole only the units kept by the [`Units`] given
+/// where it can (the others zero past their heads, costing no memory), else whole; and
+/// whether it could.
+pub(super) type Reread<'a> = dyn Fn(&Units) -> Result<InfoRead, String> + 'a;
+
+/// The bytes of `.debug_info` as read, and whether only the units kept were read whole.
+pub(super) type InfoRead = (Arc<[u8]>, bool);
+
+/// The abbreviation table that units left out of `.debug_info` are pointed at: code 1, a
+/// compilation unit without children or attributes, then the table's end. Appended to
+/// `.debug_abbrev`. A left-out unit's entries become this one entry and zeros, so that
+/// reading its root (which `addr2line` does for every unit as it starts) stops at once:
+/// zeroed entries alone read as null entries, which the search for the root steps over
+/// one byte at a time, through the whole unit (for libc's debug file, all 5.8 MB of
+/// `.debug_info`: a fifth of the CPU of a first run).
+const LEFT_OUT_ABBREVIATIONS: [u8; 6] = [1, 0x11, 0, 0, 0, 0];
+
+/// The compilation units of `.debug_info`, by offset, whose address ranges are listed
+/// (by `.debug_aranges`, else by their roots), and of those the ones whose ranges hold
+/// an address looked up, or that such units refer to.
+pub(super) struct Units {
+    listed: HashSet<usize>,
+    needed: HashSet<usize>,
+}
+
+impl Units {
+    /// The units for `addresses`; `None` when the table lists none.
+    pub(super) fn of(aranges: &gimli::DebugAranges<Reader>, addresses: &[u64]) -> Option<Units> {
+        // The units by the address ranges the table gives them.
+        let mut listed: Vec<(u64, u64, usize)> = Vec::new();
+        let mut headers = aranges.headers();
+        while let Ok(Some(header)) = headers.next() {
+            let unit = header.debug_info_offset().0;
+            let mut entries = header.entries();
+            while let Ok(Some(entry)) = entries.next() {
+                let range = entry.range();
+                listed.push((range.begin, range.end, unit));
+            }
+        }
+        Units::from_listed(listed, addresses)
+    }
+
+    /// The units for `addresses` by the ranges each unit's root gives, for files
+    /// without `.debug_aranges` (Go's, and clang's DWARF 5): a unit whose ranges cannot
+    /// be read is not listed, and so is kept. `None` when no unit gives its ranges.
+    pub(super) fn of_roots(dwarf: &gimli::Dwarf<Reader>, addresses: &[u64]) -> Option<Units> {
+        let mut listed: Vec<(u64, u64, usize)> = Vec::new();
+        let mut units = dwarf.units();
+        while let Ok(Some(header)) = units.next() {
+            let Some(unit) = header.debug_info_offset().map(|o| o.0) else {
+                continue;
+            };
+            for range in root_ranges(dwarf, &header).unwrap_or_default() {
+                listed.push((range.begin, range.end, unit));
+            }
+        }
+        Units::from_listed(listed, addresses)
+    }
+
+    /// The units of `listed` (address ranges and the offset of the unit that holds each)
+    /// and those that hold one of `addresses`; `None` when nothing is listed.
+    fn from_listed(mut listed: Vec<(u64, u64, usize)>, addresses: &[u64]) -> Option<Units> {
+        if listed.is_empty() {
+            return None;
+        }
+        let mut needed: HashSet<usize> = HashSet::new();
+        listed.sort_unstable();
+        for &address in addresses {
+            // Ranges do not overlap in real files; a few before the address are checked.
+            let i = listed.partition_point(|&(begin, _, _)| begin <= address);
+            for &(begin, end, unit) in listed[..i].iter().rev().take(8) {
+                if (begin..end).contains(&address) {
+                    needed.insert(unit);
+                }
+            }
+        }
+        let listed = listed.iter().map(|&(_, _, unit)| unit).collect();
+        Some(Units { listed, needed })
+    }
+
+    /// Whether lookups read the unit at `offset`: a unit the table does not list may
+    /// hold any address.
+    pub(super) fn kept(&self, offset: usize) -> bool {
+        !self.listed.contains(&offset) || self.needed.contains(&offset)
+    }
+
+    /// Adds to the units kept those that kept units refer to for names: a function's
+    /// `DW_AT_abstract_origin` or `DW_AT_specification` in another unit (Go places an
+    /// inlined function's abstract entry in its own package's unit; LTO does the like),
+    /// whose entries lookups read. Follows references from the units `readable` says
+    /// were read whole, each scanned once (`scanned`), and from the units this adds
+    /// among them. Whether it added a unit that was not read (the section must be read
+    /// again, keeping it, and scanned on).
+    fn add_referenced(
+        &mut self,
+        dwarf: &gimli::Dwarf<Reader>,
+        scanned: &mut HashSet<usize>,
+        readable: &dyn Fn(usize) -> bool,
+    ) -> bool {
+        let mut headers = Vec::new();
+        let mut units = dwarf.units();
+        while let Ok(Some(header)) = units.next() {
+            if let Some(offset) = header.debug_info_offset() {
+                headers.push((offset.0, header));
+            }
+        }
+        let unit_of = |at: usize| {
+            headers
+                .partition_point(|(offset, _)| *offset <= at)
+                .checked_sub(1)
+        };
+        let mut work: Vec<usize> = (0..headers.len())
+            .filter(|&i| self.kept(headers[i].0) && readable(headers[i].0))
+            .collect();
+        let mut unread = false;
+        while let Some(i) = work.pop() {
+            let (offset, header) = &headers[i];
+            if !scanned.insert(*offset) {
+                continue;
+            }
+            let Ok(abbreviations) = dwarf.abbreviations(header) else {
+                continue;
+            };
+            let mut entries = header.entries(&abbreviations);
+            while let Ok(Some(entry)) = entries.next_dfs() {
+                for name in [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification] {
+                    let Some(gimli::AttributeValue::DebugInfoRef(to)) = entry.attr_value(name)
+                    else {
+                        continue;
+                    };
+                    let Some(j) = unit_of(to.0) else { continue };
+                    let target = headers[j].0;
+                    if self.kept(target) {
+                        continue;
+                    }
+                    self.needed.insert(target);
+                    match readable(target) {
+                        true => work.push(j),
+                        false => unread = true,
+                    }
+                }
+            }
+        }
+        unread
+    }
+}
+
+/// The offsets of the units of `dwarf`'s `.debug_info`.
+fn unit_offsets(dwarf: &gimli::Dwarf<Reader>) -> impl Iterator<Item = usize> + '_ {
+    let mut units = dwarf.units();
+    std::iter::from_fn(move || units.next().ok().flatten())
+        .filter_map(|header| header.debug_info_offset().map(|o| o.0))
+}
+
+/// The address ranges of the unit of `header` as its root gives them (`DW_AT_low_pc`
+/// with `DW_AT_high_pc`, or `DW_AT_ranges`), read without parsing its line program (as
+/// `gimli::Unit` would); `None` when the root gives none or they cannot be read.
+fn root_ranges(
+    dwarf: &gimli::Dwarf<Reader>,
+    header: &gimli::UnitHeader<Reader>,
+) -> Option<Vec<gimli::Range>> {
+    use gimli::AttributeValue as Value;
+    let abbreviations = dwarf.abbreviations(header).ok()?;
+    let mut entries = header.entries(&abbreviations);
+    let root = entries.next_dfs().ok()??;
+    let encoding = header.encoding();
+    let addr_base = match root.attr_value(gimli::DW_AT_addr_base) {
+        Some(Value::DebugAddrBase(base)) => base,
+        _ => gimli::DebugAddrBase(0),
+    };
+    let address = |value: Value<Reader>| match value {
+        Value::Addr(address) => Some(address),
+        Value::DebugAddrIndex(index) => dwarf
+            .debug_addr
+            .get_address(encoding.address_size, addr_base, index)
+            .ok(),
+        _ => None,
+    };
+    let low_pc = root.attr_value(gimli::DW_AT_low_pc).and_then(address);
+    let Some(list) = root.attr_value(gimli::DW_AT_ranges) else {
+        let high_pc = match root.attr_value(gimli::DW_AT_high_pc)? {
+            Value::Udata(length) => low_pc?.checked_add(length)?,
+            value => address(value)?,
+        };
+        return Some(vec![gimli::Range {
+            begin: low_pc?,
+            end: high_pc,
+        }]);
+    };
+    let rnglists_base = match root.attr_value(gimli::DW_AT_rnglists_base) {
+        Some(Value::DebugRngListsBase(base)) => base,
+        _ => gimli::DebugRngListsBase::default_for_encoding_and_file(encoding, dwarf.file_type),
+    };
+    let offset = match list {
+        Value::RangeListsRef(raw)
+            if dwarf.file_type == gimli::DwarfFileType::Dwo && encoding.version < 5 =>
+        {
+            gimli::RangeListsOffset(raw.0.wrapping_add(rnglists_base.0))
+        }
+        Value::RangeListsRef(raw) => gimli::RangeListsOffset(raw.0),
+        Value::DebugRngListsIndex(index) => dwarf
+            .ranges
+            .get_offset(encoding, rnglists_base, index)
+            .ok()?,
+        _ => return None,
+    };
+    let mut list = dwarf
+        .ranges
+        .ranges(
+            offset,
+            encoding,
+            low_pc.unwrap_or(0),
+            &dwarf.debug_addr,
+            addr_base,
+        )
+        .ok()?;
+    let mut ranges = Vec::new();
+    while let Some(range) = list.next().ok()? {
+        ranges.push(range);
+    }
+    Some(ranges)
+}
+
+/// `.debug_info` with only the compilation units `kept` keeps (those lookups of a set
+/// of addresses need) left as they are: each other unit listed (see [`Units`]) keeps its
+/// place and header but points at [`LEFT_OUT_ABBREVIATIONS`] and has its entries
+/// reduced to that table's one entry, so that `addr2line` passes over it (a unit with an
+/// empty root) without parsing its abbreviations and line program. libc's debug file
+/// has some 1,800 units, whose abbreviations alone take about 15 MB once parsed, and a
+/// profile's addresses lie in a few dozen. Units not listed (the table may miss some)
+/// are untouched, and offsets are kept, so references between units still point where
+/// they did. Returned as the changes to make (see [`LeaveOut::apply`]); `None` when
+/// nothing would be left out, or the layout is not the usual one (32-bit DWARF).
+fn only_units_for(dwarf: &gimli::Dwarf<Reader>, kept: &Units) -> Option<LeaveOut> {
+    // Where each unit left out starts, has its abbreviation offset and its entries.
+    let mut left_out: Vec<LeftOut> = Vec::new();
+    let mut units = dwarf.units();
+    while let Ok(Some(header)) = units.next() {
+        let offset = header.debug_info_offset()?.0;
+        if kept.kept(offset) {
+            continue;
+        }
+        let encoding = header.encoding();
+        if encoding.format != gimli::Format::Dwarf32 {
+            return None;
+        }
+        let abbrev_at = offset + if encoding.version >= 5 { 8 } else { 6 };
+        let entries = offset + header.header_size()..offset + 4 + header.unit_length();
+        if !entries.is_empty() {
+            left_out.push(LeftOut {
+                unit: offset,
+                abbrev_at,
+                entries,
+            });
+        }
+    }
+    use gimli::Section as _;
+    let table = u32::try_from(dwarf.debug_abbrev.reader().len()).ok()?;
+    (!left_out.is_empty()).then_some(LeaveOut { table, left_out })
+}
+
+/// Leaves out of `sections`' `.debug_info` the units that `kept` does not keep, nor the
+/// units it keeps refer to ([`keep_referenced`]); `read`: the bytes `.debug_info` was
+/// read into when a buffer of its own, and whether only the units kept were read whole.
+/// How many units it left out.
+pub(super) fn keep_only(
+    sections: &mut gimli::Dwarf<Reader>,
+    kept: &mut Units,
+    read: (Option<Arc<[u8]>>, bool),
+    reread: &Reread<'_>,
+    endian: RunTimeEndian,
+) -> Result<usize, String> {
+    let (mut own, mut sparse) = read;
+    if let Some((again, again_sparse)) = keep_referenced(sections, kept, sparse, reread, endian)? {
+        (own, sparse) = (Some(again), again_sparse);
+    }
+    let Some(leave_out) = only_units_for(sections, kept) else {
+        return Ok(0);
+    };
+    leave_out.leave_out_of(sections, kept, own, sparse, reread, endian)?;
+    Ok(leave_out.units())
+}
+
+/// Adds to `kept` the units that kept units refer to ([`Units::add_referenced`]). When
+/// `.debug_info` was read keeping only the units kept then (`sparse`), reads it again
+/// with `reread` while a unit referred to was not read, and gives what it read last
+/// (now `sections`' `.debug_info`).
+fn keep_referenced(
+    sections: &mut gimli::Dwarf<Reader>,
+    kept: &mut Units,
+    sparse: bool,
+    reread: &Reread<'_>,
+    endian: RunTimeEndian,
+) -> Result<Option<InfoRead>, String> {
+    let kept_now = |dwarf: &gimli::Dwarf<Reader>, kept: &Units| -> HashSet<usize> {
+        unit_offsets(dwarf).filter(|&u| kept.kept(u)).collect()
+    };
+    // The units read whole; `None`: all.
+    let mut read_whole = sparse.then(|| kept_now(sections, kept));
+    let mut scanned = HashSet::new();
+    let mut last = None;
+    loop {
+        let readable = |unit: usize| read_whole.as_ref().is_none_or(|r| r.contains(&unit));
+        if !kept.add_referenced(sections, &mut scanned, &readable) {
+            return Ok(last);
+        }
+        let (own, sparse) = reread(kept)?;
+        sections.debug_info = EndianArcSlice::new(own.clone(), endian).into();
+        read_whole = sparse.then(|| kept_now(sections, kept));
+        last = Some((own, sparse));
+    }
+}
+
+/// `.debug_line` (`section`) read with `read_units` keeping only the line programs of
+/// the units of `sections` (else whole, with `read`).
+pub(super) fn line_programs_read<'d>(
+    sections: &gimli::Dwarf<Reader>,
+    section: &Section<'d>,
+    read_units: &ReadUnits<'d, '_>,
+    read: &dyn Fn(&Section<'d>) -> Result<Loaded, String>,
+) -> Result<gimli::DebugLine<Reader>, String> {
+    let sparse = match line_programs(sections) {
+        Some(programs) => read_units(section, 0, &|at| programs.contains(&at))?,
+        None => None,
+    };
+    Ok(match sparse {
+        Some(own) => {
+            use gimli::{Reader as _, Section as _};
+            EndianArcSlice::new(own, sections.debug_info.reader().endian()).into()
+        }
+        None => read(section)?.0.into(),
+    })
+}
+
+/// The offsets in `.debug_line` of the line programs of the units of `dwarf` (the units
+/// left out have none); `None` when a unit's root cannot be read, and every program is
+/// to be kept.
+fn line_programs(dwarf: &gimli::Dwarf<Reader>) -> Option<HashSet<usize>> {
+    let mut programs = HashSet::new();
+    let mut units = dwarf.units();
+    while let Some(header) = units.next().ok()? {
+        let abbreviations = dwarf.abbreviations(&header).ok()?;
+        let mut entries = header.entries(&abbreviations);
+        let root = entries.next_dfs().ok()??;
+        if let Some(gimli::AttributeValue::DebugLineRef(at)) =
+            root.attr_value(gimli::DW_AT_stmt_list)
+        {
+            programs.insert(at.0);
+        }
+    }
+    Some(programs)
+}
+
+/// The units [`only_units_for`] leaves out of `.debug_info`: where in `.debug_abbrev`
+/// [`LEFT_OUT_ABBREVIATIONS`] is appended (its end), and for each unit where its
+/// abbreviation offset lies and its entries.
+struct LeaveOut {
+    table: u32,
+    left_out: Vec<LeftOut>,
+}
+
+/// One unit left out of `.debug_info`: where it starts, where its abbreviation offset
+/// lies, and its entries (after its header, to its end).
+struct LeftOut {
+    unit: usize,
+    abbrev_at: usize,
+    entries: Range<usize>,
+}
+
+impl LeaveOut {
+    /// How many units are left out.
+    fn units(&self) -> usize {
+        self.left_out.len()
+    }
+
+    /// Makes the changes in `info` (`.debug_info`), or none when it is not the section
+    /// they were found in (one of them would lie outside it). `sparse`: `info` was read
+    /// by [`crate::files::elf::section_units`], which left the units left out zero past
+    /// their first [`UNIT_HEAD_BYTES`]; only those bytes are cleared, and the rest of the
+    /// buffer stays unwritten.
+    fn apply(&self, info: &mut [u8], sparse: bool) {
+        let fits = |r: &Range<usize>| r.start < r.end && r.end <= info.len();
+        if !self
+            .left_out
+            .iter()
+            .all(|u| fits(&(u.abbrev_at..u.abbrev_at + 4)) && fits(&u.entries))
+        {
+            return;
+        }
+        for LeftOut {
+            unit,
+            abbrev_at,
+            entries,
+        } in &self.left_out
+        {
+            info[*abbrev_at..abbrev_at + 4].copy_from_slice(&self.table.to_le_bytes());
+            let written_to = match sparse {
+                true => entries.end.min(unit + UNIT_HEAD_BYTES).max(entries.start),
+                false => entries.end,
+            };
+            info[entries.start..written_to].fill(0);
+            info[entries.start] = LEFT_OUT_ABBREVIATIONS[0];
+        }
+    }
+
+    /// Leaves the units out of `sections`' `.debug_info`: read again keeping only the
+    /// units `kept` keeps when it was read whole (`sparse` false: the roots said which
+    /// units to keep only once it was read), so that the units left out take no memory;
+    /// else changed in place when the section is a buffer of its own (`own`; once the
+    /// reader is taken out of the sections, the only reference to it), else in a copy.
+    fn leave_out_of(
+        &self,
+        sections: &mut gimli::Dwarf<Reader>,
+        kept: &Units,
+        own: Option<Arc<[u8]>>,
+        sparse: bool,
+        reread: &Reread<'_>,
+        endian: RunTimeEndian,
+    ) -> Result<(), String> {
+        use gimli::Section as _;
+        let empty = EndianArcSlice::new(Arc::from(&[][..]), endian);
+        let reader = std::mem::replace(&mut sections.debug_info, empty.into());
+        let (mut info, sparse) = match sparse {
+            true => (
+                own.unwrap_or_else(|| Arc::from(reader.reader().bytes())),
+                true,
+            ),
+            false => {
+                // The whole section is let go before the units kept are read.
+                drop(reader);
+                drop(own);
+                reread(kept)?
+            }
+        };
+        self.apply(Arc::make_mut(&mut info), sparse);
+        sections.debug_info = EndianArcSlice::new(info, endian).into();
+        let abbrev = self.abbreviations(sections.debug_abbrev.reader().bytes());
+        sections.debug_abbrev = EndianArcSlice::new(abbrev, endian).into();
+        sections.populate_abbreviations_cache(gimli::AbbreviationsCacheStrategy::Duplicates);
+        Ok(())
+    }
+
+    /// `.debug_abbrev` (`abbrev`) with [`LEFT_OUT_ABBREVIATIONS`] appended.
+    fn abbreviations(&self, abbrev: &[u8]) -> Arc<[u8]> {
+        abbrev
+            .iter()
+            .chain(&LEFT_OUT_ABBREVIATIONS)
+            .copied()
+            .collect()
+    }
+}
