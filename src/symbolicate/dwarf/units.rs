@@ -442,10 +442,12 @@ impl LeaveOut {
         let empty = EndianArcSlice::new(Arc::from(&[][..]), endian);
         let reader = std::mem::replace(&mut sections.debug_info, empty.into());
         let (mut info, sparse) = match sparse {
-            true => (
-                own.unwrap_or_else(|| Arc::from(reader.reader().bytes())),
-                true,
-            ),
+            true => {
+                let own = own.unwrap_or_else(|| Arc::from(reader.reader().bytes()));
+                // The reader let go, the buffer has no other owner: changed in place.
+                drop(reader);
+                (own, true)
+            }
             false => {
                 // The whole section is let go before the units kept are read.
                 drop(reader);
