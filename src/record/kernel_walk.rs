@@ -34,10 +34,11 @@ const VDSO_NAME: &str = "[vdso]";
 /// The program, compiled from `bpf/unwind.bpf.c` by build.rs.
 const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/unwind.bpf.o"));
 
-/// Rows the kernel's table holds: 2^21 (24 MiB of kernel memory, taken when the program
-/// loads). GCC's cc1 needs 478,579, sampler itself 121,116; a recording whose files need
-/// more has the rest walked in user space.
-const TABLE_ROWS: u32 = 1 << 21;
+/// Rows the kernel's table holds: 2^22 (48 MiB of kernel memory, taken when the program
+/// loads). rustc needs 2,837,120 (its librustc_driver 1,398,087 and libLLVM 1,439,033),
+/// GCC's cc1 478,579, sampler itself 121,116; a recording whose files need more has the
+/// rest walked in user space, and says which files did not fit.
+const TABLE_ROWS: u32 = 1 << 22;
 /// The most processes walked at once: each has a slot of [`MAX_MAPPINGS`] in the
 /// program's array of mappings (8 MiB in all); processes beyond are unwound in user
 /// space.
