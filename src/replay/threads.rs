@@ -385,6 +385,11 @@ impl Threads {
             .enumerate()
             .map(|(i, t)| (t.tid, i))
             .collect();
+        // The last exits of processes forgotten: a machine's pids come and go by the
+        // million over days.
+        let known = &self.process_by_pid;
+        self.last_exit
+            .retain(|pid, _| *pid == GONE_TID || known.contains_key(pid));
     }
 }
 
@@ -509,6 +514,27 @@ mod tests {
             .map(|t| (t.tid, t.samples.len()))
             .collect();
         assert_eq!(samples, [(10, 0), (11, 1), (20, 1)]);
+    }
+
+    #[test]
+    fn the_last_exits_of_forgotten_processes_are_forgotten_too() {
+        let mut b = ProfileBuilder::new(UnwindMode::Fp);
+        let mut events = Vec::new();
+        for pid in 100..200 {
+            let t = pid as u64 * 10;
+            events.push(fork(t, pid, pid));
+            events.push(at(t + 1, EventKind::Exit { pid, tid: pid }));
+        }
+        events.push(fork(5000, 300, 300));
+        b.add_events(&events);
+        assert_eq!(b.threads.last_exit.len(), 101);
+        b.threads.forget_ended(4000);
+        // Process 300 lives; the last exit of all (199's) is kept under GONE_TID.
+        assert_eq!(b.threads.process_by_pid.len(), 1);
+        assert_eq!(
+            b.threads.last_exit.keys().copied().collect::<Vec<i32>>(),
+            [GONE_TID]
+        );
     }
 
     #[test]
