@@ -592,10 +592,11 @@ fn symbol_tables_read_for_some_addresses_answer_as_the_whole_tables() {
     for (path, every) in [
         (PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"), 1),
         (exe, 5),
-        (no_aranges, 5),
+        (no_aranges.clone(), 5),
     ] {
         some_addresses_answer_as_the_whole_file(&path, every);
     }
+    std::fs::remove_file(&no_aranges).unwrap();
 }
 
 /// A Go program (stdlib only): Go writes no `.debug_aranges`, and an inlined function's
@@ -657,6 +658,7 @@ fn go_programs_read_for_some_addresses_answer_as_the_whole_file() {
         assert!(alone.dwarf.as_ref().unwrap().units_left_out() > 0);
         assert_eq!(alone.lookup(a), whole.lookup(a), "at {a:#x}");
     }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Symbols and DWARF read for some addresses of `path` (every `every`th function's
