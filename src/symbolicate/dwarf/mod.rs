@@ -129,6 +129,21 @@ impl DwarfInfo {
             }),
             _ => None,
         };
+        // `.debug_info` read keeping whole only the units `kept` keeps, where it can.
+        let reread = |kept: &Units| -> Result<InfoRead, String> {
+            let section = file.section(".debug_info").ok_or("no .debug_info")?;
+            let sparse = match read_units {
+                Some(read_units) => read_units(&section, UNIT_HEAD_BYTES, &|u| kept.kept(u))?,
+                None => None,
+            };
+            if let Some(own) = sparse {
+                return Ok((own, true));
+            }
+            Ok(match read(&section)? {
+                (_, Some(own)) => (own, false),
+                (whole, None) => (Arc::from(whole.bytes()), false),
+            })
+        };
         let sparse_info = std::cell::Cell::new(false);
         let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
             // Location lists say where variables live, which naming code never needs;
@@ -152,15 +167,11 @@ impl DwarfInfo {
                         return Ok(reader);
                     }
                 }
-                (gimli::SectionId::DebugInfo, Some(read_units), Some(kept)) => {
-                    let keep = |unit: usize| kept.kept(unit);
-                    if let Some(own) =
-                        read_units(&section, UNIT_HEAD_BYTES, &keep).map_err(refuse)?
-                    {
-                        sparse_info.set(true);
-                        *own_info.borrow_mut() = Some(own.clone());
-                        return Ok(EndianArcSlice::new(own, endian));
-                    }
+                (gimli::SectionId::DebugInfo, Some(_), Some(kept)) => {
+                    let (own, sparse) = reread(kept).map_err(refuse)?;
+                    sparse_info.set(sparse);
+                    *own_info.borrow_mut() = Some(own.clone());
+                    return Ok(EndianArcSlice::new(own, endian));
                 }
                 // Read once the units kept say which line programs they use.
                 (gimli::SectionId::DebugLine, Some(_), _) => return Ok(empty()),
@@ -188,20 +199,6 @@ impl DwarfInfo {
             Units::of(&sections.debug_aranges, addresses)
                 .or_else(|| Units::of_roots(&sections, addresses))
         });
-        let reread = |kept: &Units| -> Result<InfoRead, String> {
-            let section = file.section(".debug_info").ok_or("no .debug_info")?;
-            let sparse = match read_units {
-                Some(read_units) => read_units(&section, UNIT_HEAD_BYTES, &|u| kept.kept(u))?,
-                None => None,
-            };
-            if let Some(own) = sparse {
-                return Ok((own, true));
-            }
-            Ok(match read(&section)? {
-                (_, Some(own)) => (own, false),
-                (whole, None) => (Arc::from(whole.bytes()), false),
-            })
-        };
         let units_left_out = match kept.as_mut() {
             Some(kept) => {
                 let (own, sparse) = (own_info.take(), sparse_info.get());
@@ -210,7 +207,8 @@ impl DwarfInfo {
             None => 0,
         };
         if let (Some(read_units), Some(section)) = (read_units, file.section(".debug_line")) {
-            sections.debug_line = line_programs_read(&sections, &section, read_units, read)?;
+            sections.debug_line =
+                line_programs_read(&sections, &section, read_units, read, endian)?;
         }
         let sections = Arc::new(sections);
         let context = addr2line::Context::from_arc_dwarf(sections.clone())

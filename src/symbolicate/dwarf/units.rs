@@ -339,16 +339,14 @@ pub(super) fn line_programs_read<'d>(
     section: &Section<'d>,
     read_units: &ReadUnits<'d, '_>,
     read: &dyn Fn(&Section<'d>) -> Result<Loaded, String>,
+    endian: RunTimeEndian,
 ) -> Result<gimli::DebugLine<Reader>, String> {
     let sparse = match line_programs(sections) {
         Some(programs) => read_units(section, 0, &|at| programs.contains(&at))?,
         None => None,
     };
     Ok(match sparse {
-        Some(own) => {
-            use gimli::{Reader as _, Section as _};
-            EndianArcSlice::new(own, sections.debug_info.reader().endian()).into()
-        }
+        Some(own) => EndianArcSlice::new(own, endian).into(),
         None => read(section)?.0.into(),
     })
 }
