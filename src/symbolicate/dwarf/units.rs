@@ -302,10 +302,16 @@ pub(super) fn keep_only(
     Ok(leave_out.units())
 }
 
+/// How many times `.debug_info` is read again for units that kept units refer to (a unit
+/// may refer to one left out, which refers on to another): the last of these reads keeps
+/// every unit, so that a long chain of references (a damaged or hostile file) costs at
+/// most this many reads of the section, not one per link.
+const MAX_REREADS: usize = 4;
+
 /// Adds to `kept` the units that kept units refer to ([`Units::add_referenced`]). When
 /// `.debug_info` was read keeping only the units kept then (`sparse`), reads it again
-/// with `reread` while a unit referred to was not read, and gives what it read last
-/// (now `sections`' `.debug_info`).
+/// with `reread` while a unit referred to was not read (at most [`MAX_REREADS`] times),
+/// and gives what it read last (now `sections`' `.debug_info`).
 fn keep_referenced(
     sections: &mut gimli::Dwarf<Reader>,
     kept: &mut Units,
@@ -320,16 +326,24 @@ fn keep_referenced(
     let mut read_whole = sparse.then(|| kept_now(sections, kept));
     let mut scanned = HashSet::new();
     let mut last = None;
-    loop {
+    for round in 1.. {
         let readable = |unit: usize| read_whole.as_ref().is_none_or(|r| r.contains(&unit));
         if !kept.add_referenced(sections, &mut scanned, &readable) {
-            return Ok(last);
+            break;
+        }
+        if round == MAX_REREADS {
+            // A chain of references each found only once the last is read: every unit.
+            kept.listed.clear();
         }
         let (own, sparse) = reread(kept)?;
         sections.debug_info = EndianArcSlice::new(own.clone(), endian).into();
         read_whole = sparse.then(|| kept_now(sections, kept));
         last = Some((own, sparse));
+        if round == MAX_REREADS {
+            break;
+        }
     }
+    Ok(last)
 }
 
 /// `.debug_line` (`section`) read with `read_units` keeping only the line programs of
