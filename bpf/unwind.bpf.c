@@ -3,9 +3,10 @@
 // sampler's kernel unwinder: an eBPF program attached to the sampling events that walks
 // each sample's user stack at the sample, by the unwind tables sampler compiles from the
 // mapped files' call frame information (src/unwind/table: Row::to_bytes is the layout
-// of `struct row`, Row::step the rules followed here), and sends the sample through a
-// ring buffer of its own: its kernel frames (the kernel's callchain), then its user
-// frames, leaf first.
+// of `struct row`, Row::step the rules followed here), and writes the walked sample into
+// the CPU's perf ring, beside the perf samples (as the raw data of a sample of the CPU's
+// `bpf-output` event, whose output sampler points at that ring): its kernel frames (the
+// kernel's callchain), then its user frames, leaf first.
 //
 // A walk that reaches a thread's outermost frame (or a step that does not move up the
 // stack: a loop) is sent here and the perf sample is dropped (the program returns 0).
@@ -38,8 +39,8 @@ static __u64 (*bpf_ktime_get_ns)(void) = (void *)BPF_FUNC_ktime_get_ns;
 static __u32 (*bpf_get_smp_processor_id)(void) = (void *)BPF_FUNC_get_smp_processor_id;
 static long (*bpf_get_stack)(void *ctx, void *buf, __u32 size, __u64 flags) =
 	(void *)BPF_FUNC_get_stack;
-static long (*bpf_ringbuf_output)(void *ringbuf, void *data, __u64 size, __u64 flags) =
-	(void *)BPF_FUNC_ringbuf_output;
+static long (*bpf_perf_event_output)(void *ctx, void *map, __u64 flags, void *data, __u64 size) =
+	(void *)BPF_FUNC_perf_event_output;
 static long (*bpf_loop)(__u32 nr_loops, void *callback_fn, void *callback_ctx, __u64 flags) =
 	(void *)BPF_FUNC_loop;
 struct task_struct;
@@ -155,10 +156,12 @@ struct {
 	__type(value, struct process);
 } processes SEC(".maps");
 
+// Each CPU's `bpf-output` event, by CPU number (libbpf sizes it to the possible CPUs).
 struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 22);
-} samples SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} walks SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -177,7 +180,7 @@ struct {
 // Set by the loader: whether kernel frames are recorded.
 const volatile __u32 with_kernel = 1;
 
-// The state of one walk, shared with each step.
+// The state of one walk (`walk_state`), shared with each step.
 struct walk {
 	__u64 ip;
 	__u64 sp;
@@ -194,6 +197,18 @@ struct walk {
 	struct row last_row;
 };
 
+// The walk in progress on each CPU. It lives in a map rather than on the program's
+// stack: the verifier takes a map value's fields as any number, where it would follow
+// each constant a step stores on the stack (a stop reason, a flag) as a state of its
+// own, and check the steps again for each combination (17,813 instructions checked
+// that way, 1,147 this way).
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct walk);
+} walk_state SEC(".maps");
+
 INLINE void count_stop(__u32 reason)
 {
 	__u64 *count = bpf_map_lookup_elem(&stops, &reason);
@@ -209,31 +224,46 @@ INLINE __u64 read_word(__u64 address, int *failed)
 	return value;
 }
 
+// One search among `n` elements of an array map from key `first`, sorted by their
+// `start`: the state of `search_step`, run by bpf_loop.
+struct search {
+	__u32 first;
+	__u32 low;
+	__u32 high;
+	__u32 failed;
+	__u64 at;
+};
+
 // Defines `name(first, n, at)`: the last of the `n` elements of array map `map` from
 // key `first` (of type `type`, sorted by their `start`) whose start is at or below `at`,
-// by a binary search of at most `steps` steps; 0 below the first. Lookups go by key, so
-// the verifier need not follow each index's exact value (an index into one value's
-// array would make it explore every path of the search).
+// by a binary search of at most `steps` steps; 0 below the first. Each step is a
+// bpf_loop callback, which the verifier checks once rather than once per step and path;
+// lookups go by key, so it need not follow each index's exact value.
 #define LAST_STARTING_AT_OR_BELOW(name, map, type, steps)                      \
+	static long name##_step(__u32 index, struct search *s)                 \
+	{                                                                      \
+		if (s->low >= s->high)                                         \
+			return 1;                                              \
+		__u32 mid = s->low + (s->high - s->low) / 2;                   \
+		__u32 key = s->first + mid;                                    \
+		type *e = bpf_map_lookup_elem(&(map), &key);                   \
+		if (!e) {                                                      \
+			s->failed = 1;                                         \
+			return 1;                                              \
+		}                                                              \
+		if (e->start <= s->at)                                         \
+			s->low = mid + 1;                                      \
+		else                                                           \
+			s->high = mid;                                         \
+		return 0;                                                      \
+	}                                                                      \
 	INLINE type *name(__u32 first, __u32 n, __u64 at)                      \
 	{                                                                      \
-		__u32 low = 0, high = n;                                       \
-		for (int i = 0; i < (steps); i++) {                            \
-			if (low >= high)                                       \
-				break;                                         \
-			__u32 mid = low + (high - low) / 2;                    \
-			__u32 key = first + mid;                               \
-			type *e = bpf_map_lookup_elem(&(map), &key);           \
-			if (!e)                                                \
-				return 0;                                      \
-			if (e->start <= at)                                    \
-				low = mid + 1;                                 \
-			else                                                   \
-				high = mid;                                    \
-		}                                                              \
-		if (low == 0)                                                  \
+		struct search s = { .first = first, .high = n, .at = at };     \
+		bpf_loop((steps), name##_step, &s, 0);                         \
+		if (s.failed || s.low == 0 || s.low > n)                       \
 			return 0;                                              \
-		__u32 key = first + low - 1;                                   \
+		__u32 key = first + s.low - 1;                                 \
 		return bpf_map_lookup_elem(&(map), &key);                      \
 	}
 
@@ -275,8 +305,12 @@ INLINE long to_caller(struct walk *w, __u64 ip, __u64 sp, __u64 bp, __u32 interr
 }
 
 // One step of the walk: from the frame at `w`'s registers to its caller's.
-static long step(__u32 index, struct walk *w)
+static long step(__u32 index, void *unused)
 {
+	__u32 zero = 0;
+	struct walk *w = bpf_map_lookup_elem(&walk_state, &zero);
+	if (!w)
+		return 1;
 	if (w->n >= MAX_FRAMES) {
 		w->stop = STOP_LIMIT;
 		return 1;
@@ -339,7 +373,6 @@ static long step(__u32 index, struct walk *w)
 		// The trampoline's frame is named by its own address, not by the call before
 		// it (its FDE starts a byte before it, so that a return address finds it): it
 		// is marked as an instruction.
-		__u32 zero = 0;
 		struct record *rec = bpf_map_lookup_elem(&scratch, &zero);
 		if (rec && !w->is_ip && w->n > 0)
 			rec->ips[(w->kernel_nr + w->n - 1) & (SLOTS - 1)] |= INTERRUPTED_BIT;
@@ -387,11 +420,14 @@ SEC("perf_event")
 int walk_stack(struct bpf_perf_event_data *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	struct walk w = {};
-	w.tgid = id >> 32;
-	if (w.tgid == 0 || !bpf_map_lookup_elem(&processes, &w.tgid))
-		return 1;
 	__u32 zero = 0;
+	struct walk *wp = bpf_map_lookup_elem(&walk_state, &zero);
+	if (!wp)
+		return 1;
+	__builtin_memset(wp, 0, sizeof(*wp));
+	wp->tgid = id >> 32;
+	if (wp->tgid == 0 || !bpf_map_lookup_elem(&processes, &wp->tgid))
+		return 1;
 	struct record *r = bpf_map_lookup_elem(&scratch, &zero);
 	if (!r)
 		return 1;
@@ -415,18 +451,21 @@ int walk_stack(struct bpf_perf_event_data *ctx)
 		if (kernel_bytes < 0)
 			kernel_bytes = 0;
 	}
-	w.kernel_nr = (__u32)kernel_bytes / 8;
-	if (w.kernel_nr > MAX_KERNEL)
-		w.kernel_nr = MAX_KERNEL;
-	r->ips[w.kernel_nr & (SLOTS - 1)] = ip;
-	w.n = 1;
-	w.ip = ip;
-	w.sp = sp;
-	w.bp = bp;
-	w.bp_ok = 1;
-	w.is_ip = 1;
-	w.stop = STOP_LIMIT;
-	bpf_loop(MAX_FRAMES, step, &w, 0);
+	__u32 kernel_nr = (__u32)kernel_bytes / 8;
+	if (kernel_nr > MAX_KERNEL)
+		kernel_nr = MAX_KERNEL;
+	r->ips[kernel_nr & (SLOTS - 1)] = ip;
+	wp->kernel_nr = kernel_nr;
+	wp->n = 1;
+	wp->ip = ip;
+	wp->sp = sp;
+	wp->bp = bp;
+	wp->bp_ok = 1;
+	wp->is_ip = 1;
+	wp->stop = STOP_LIMIT;
+	wp->last_pc = 0;
+	bpf_loop(MAX_FRAMES, step, 0, 0);
+	struct walk w = *wp;
 	count_stop(w.stop);
 	if (w.stop != STOP_OUTERMOST && w.stop != STOP_NOT_UP)
 		return 1;
@@ -441,7 +480,7 @@ int walk_stack(struct bpf_perf_event_data *ctx)
 	__u64 bytes = HEADER_BYTES + 8 * (__u64)(w.kernel_nr + w.n);
 	if (bytes > sizeof(*r))
 		bytes = sizeof(*r);
-	if (bpf_ringbuf_output(&samples, r, bytes, BPF_RB_NO_WAKEUP))
+	if (bpf_perf_event_output(ctx, &walks, BPF_F_CURRENT_CPU, r, bytes))
 		return 1;
 	return 0;
 }

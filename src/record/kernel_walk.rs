@@ -9,19 +9,25 @@
 //! has a sorted list of its mappings and where their rows are. A forked process starts
 //! with its parent's list, an `exec` empties it, an exit removes it. The program walks
 //! only the processes that have a list, and hands every walk it cannot finish back to
-//! the user-space unwinder as an ordinary sample with its stack copy.
+//! the user-space unwinder as an ordinary sample with its stack copy. The walks it
+//! finishes come through the perf rings too, each as the raw data of a sample of a
+//! `bpf-output` event that writes into its CPU's ring: in time order with the other
+//! records, without a ring or a mapping of its own.
 //!
 //! Rows are never freed while recording: a file's rows serve every process that maps it,
 //! and the table's size bounds them (files beyond it are walked in user space).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Result};
-use libbpf_rs::{MapCore, MapFlags, ObjectBuilder, RingBufferBuilder};
+use libbpf_rs::{MapCore, MapFlags, ObjectBuilder};
+use perf_event_open_sys::bindings as pb;
 
+use super::open::OpenEvents;
 use super::options::{KernelUnwind, RecordOptions, Target};
+use super::parse::Walks;
+use super::sys;
 
 use crate::events::{
     CompileKernelTable, Event, EventKind, KernelTable, KernelWalk, Mapping, Sample,
@@ -92,9 +98,9 @@ struct Entry {
 pub(super) struct KernelWalker {
     object: libbpf_rs::Object,
     _links: Vec<libbpf_rs::Link>,
-    ring: libbpf_rs::RingBuffer<'static>,
-    /// The records the ring's callback parsed, until the session takes them.
-    received: Arc<Mutex<Received>>,
+    /// The `bpf-output` event of each CPU with a ring, writing into that ring.
+    outputs: Vec<OwnedFd>,
+    output_ids: HashSet<u64>,
     files: FileFinder,
     compile: CompileKernelTable,
     /// Each file's rows (`None`: it has none, or they do not fit), by its identity.
@@ -103,13 +109,6 @@ pub(super) struct KernelWalker {
     followed: Followed,
     /// Why files got no rows, said once each at the end.
     pub(super) refused: Vec<String>,
-}
-
-/// Samples the program sent, and their bytes.
-#[derive(Default)]
-struct Received {
-    events: Vec<Event>,
-    bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -157,33 +156,11 @@ impl KernelWalker {
             set.map_err(|e| format!("the eBPF program's map {name}: {e}"))?;
         }
         let object = open.load().map_err(|e| load_error(&e))?;
-        let received = Arc::new(Mutex::new(Received::default()));
-        let ring = {
-            let samples = object
-                .maps()
-                .find(|m| m.name() == "samples")
-                .ok_or("the eBPF program has no ring buffer")?;
-            let mut builder = RingBufferBuilder::new();
-            let into = received.clone();
-            builder
-                .add(&samples, move |data: &[u8]| {
-                    let mut into = into.lock().unwrap_or_else(|e| e.into_inner());
-                    into.bytes += data.len() as u64;
-                    if let Some(event) = parse_record(data) {
-                        into.events.push(event);
-                    }
-                    0
-                })
-                .map_err(|e| format!("the eBPF ring buffer: {e}"))?;
-            builder
-                .build()
-                .map_err(|e| format!("the eBPF ring buffer: {e}"))?
-        };
         Ok(KernelWalker {
             object,
             _links: Vec::new(),
-            ring,
-            received,
+            outputs: Vec::new(),
+            output_ids: HashSet::new(),
             files: FileFinder::default(),
             compile,
             rows_of: HashMap::new(),
@@ -193,15 +170,39 @@ impl KernelWalker {
         })
     }
 
-    /// Attaches the program to the sampling events `fds` (their children, which
-    /// inherit them, carry it too).
-    pub(super) fn attach(&mut self, fds: &[&OwnedFd]) -> Result<(), String> {
+    /// Attaches the program to the sampling events (their children, which inherit
+    /// them, carry it too), and gives it a `bpf-output` event on each CPU that writes
+    /// into that CPU's ring.
+    pub(super) fn attach(&mut self, events: &OpenEvents) -> Result<(), String> {
+        let attr = output_attr();
+        let mut given = HashSet::new();
+        for (&owner, &cpu) in events.ring_owners.iter().zip(&events.ring_cpus) {
+            if !given.insert(cpu) {
+                continue;
+            }
+            let output = sys::perf_event_open(&attr, -1, cpu)
+                .and_then(|fd| sys::set_output(&fd, &events.fds[owner]).map(|()| fd))
+                .and_then(|fd| sys::event_id(&fd).map(|id| (fd, id)))
+                .map_err(|e| format!("the eBPF program's output event on CPU {cpu}: {e}"))?;
+            let walks = self
+                .map("walks")
+                .ok_or("the eBPF program has no output map")?;
+            walks
+                .update(
+                    &(cpu as u32).to_ne_bytes(),
+                    &output.0.as_raw_fd().to_ne_bytes(),
+                    MapFlags::ANY,
+                )
+                .map_err(|e| format!("the eBPF program's output event on CPU {cpu}: {e}"))?;
+            self.output_ids.insert(output.1);
+            self.outputs.push(output.0);
+        }
         let program = self
             .object
             .progs_mut()
             .find(|p| p.name() == "walk_stack")
             .ok_or("the eBPF program is missing")?;
-        for fd in fds {
+        for fd in &events.fds {
             let link = program
                 .attach_perf_event(fd.as_raw_fd())
                 .map_err(|e| format!("the eBPF program could not be attached: {e}"))?;
@@ -372,12 +373,12 @@ impl KernelWalker {
         self.object.maps().find(|m| m.name() == name)
     }
 
-    /// The samples the program sent since the last call, and their bytes.
-    pub(super) fn take(&mut self) -> (Vec<Event>, u64) {
-        let _ = self.ring.consume();
-        let mut received = self.received.lock().unwrap_or_else(|e| e.into_inner());
-        let bytes = std::mem::take(&mut received.bytes);
-        (std::mem::take(&mut received.events), bytes)
+    /// How the parser knows the walked samples in the rings.
+    pub(super) fn walks(&self) -> Walks {
+        Walks {
+            attr: output_attr(),
+            ids: self.output_ids.clone(),
+        }
     }
 
     /// How the program's walks ended so far, by reason ([`STOP_NAMES`]), summed over
@@ -585,9 +586,33 @@ fn load_error(e: &libbpf_rs::Error) -> String {
     format!("the eBPF program could not be loaded: {text}{hint}")
 }
 
+/// The attribute of the `bpf-output` events the program writes its walks through: a
+/// sample (with the id, thread, time and CPU, in the sampling event's layout of
+/// side-band records, so that one parser reads the ring) at each record it writes.
+/// The clock is the sampling event's: the kernel shares a ring only between events of
+/// one clock.
+fn output_attr() -> pb::perf_event_attr {
+    let mut attr = pb::perf_event_attr {
+        size: std::mem::size_of::<pb::perf_event_attr>() as u32,
+        type_: pb::PERF_TYPE_SOFTWARE,
+        config: pb::PERF_COUNT_SW_BPF_OUTPUT as u64,
+        sample_type: (pb::PERF_SAMPLE_IDENTIFIER
+            | pb::PERF_SAMPLE_TID
+            | pb::PERF_SAMPLE_TIME
+            | pb::PERF_SAMPLE_CPU
+            | pb::PERF_SAMPLE_RAW) as u64,
+        clockid: libc::CLOCK_MONOTONIC,
+        ..Default::default()
+    };
+    attr.__bindgen_anon_1.sample_period = 1;
+    attr.set_use_clockid(1);
+    attr.set_sample_id_all(1);
+    attr
+}
+
 /// The event of one record the program sent (`struct record`); `None` when it is
 /// shorter than its header says.
-fn parse_record(data: &[u8]) -> Option<Event> {
+pub(super) fn parse_record(data: &[u8]) -> Option<Event> {
     let u64_at = |at: usize| Some(u64::from_ne_bytes(data.get(at..at + 8)?.try_into().ok()?));
     let u32_at = |at: usize| Some(u32::from_ne_bytes(data.get(at..at + 4)?.try_into().ok()?));
     let u16_at = |at: usize| Some(u16::from_ne_bytes(data.get(at..at + 2)?.try_into().ok()?));

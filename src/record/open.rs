@@ -29,6 +29,8 @@ pub(super) struct OpenEvents {
     pub(super) rings: Vec<sys::RingBuffer>,
     /// The events (indexes into `fds`) that own the rings: the ones to poll.
     pub(super) ring_owners: Vec<usize>,
+    /// The CPU of each ring (beside `ring_owners`).
+    pub(super) ring_cpus: Vec<i32>,
     pub(super) ring_pages: usize,
     /// The ids of the context-switch events (off-CPU recording), whose samples are the
     /// stacks at which threads left the CPU.
@@ -220,6 +222,15 @@ pub(super) fn open_events(
                     request.mmap_pages,
                     min_ring_pages(request.stack_bytes),
                 )?;
+                let ring_cpus = ring_owners
+                    .iter()
+                    .map(|&i| {
+                        let c = fds[i].0;
+                        cpus.get(c)
+                            .copied()
+                            .unwrap_or_else(|| others[c - cpus.len()])
+                    })
+                    .collect();
                 return Ok(OpenEvents {
                     event,
                     period: fixed_period(event, request.rate),
@@ -229,6 +240,7 @@ pub(super) fn open_events(
                     fds: fds.into_iter().map(|(_, fd)| fd).collect(),
                     rings,
                     ring_owners,
+                    ring_cpus,
                     ring_pages,
                     switch_ids,
                     off_cpu,

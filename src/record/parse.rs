@@ -50,16 +50,27 @@ pub struct Parser {
     period: Option<u64>,
     /// The ids of the context-switch events: their samples are switch-out stacks.
     switch_ids: HashSet<u64>,
+    /// The kernel walker's `bpf-output` events: their samples' raw data are walked
+    /// samples ([`super::kernel_walk`]).
+    walks: Option<Walks>,
+}
+
+/// The records of the kernel walker's `bpf-output` events: their layout and ids.
+pub struct Walks {
+    pub attr: pb::perf_event_attr,
+    pub ids: HashSet<u64>,
 }
 
 impl Parser {
-    /// A parser of the records of the sampling event `attr` and of the context-switch
-    /// events (`switch_attr`, ids `switch_ids`) that share its rings.
+    /// A parser of the records of the sampling event `attr`, of the context-switch
+    /// events (`switch_attr`, ids `switch_ids`) and of the kernel walker's events
+    /// (`walks`) that share its rings.
     pub fn new(
         attr: &pb::perf_event_attr,
         period: Option<u64>,
         switch_attr: &pb::perf_event_attr,
         switch_ids: HashSet<u64>,
+        walks: Option<Walks>,
     ) -> Parser {
         Parser {
             info: parse_info(attr),
@@ -67,6 +78,7 @@ impl Parser {
             max_stack: attr.sample_max_stack as usize,
             period,
             switch_ids,
+            walks,
         }
     }
 
@@ -78,9 +90,17 @@ impl Parser {
             RawData::Split(record.body.0, record.body.1)
         };
         // A sample starts with its event's id (PERF_SAMPLE_IDENTIFIER), which says
-        // whose layout it has; other records have the same layout for both events.
-        let switch = record.kind == pb::PERF_RECORD_SAMPLE
-            && first_u64(data).is_some_and(|id| self.switch_ids.contains(&id));
+        // whose layout it has; other records have the same layout for every event.
+        let id = match record.kind == pb::PERF_RECORD_SAMPLE {
+            true => first_u64(data),
+            false => None,
+        };
+        if let (Some(walks), Some(id)) = (&self.walks, id) {
+            if walks.ids.contains(&id) {
+                return walked(data, &walks.attr);
+            }
+        }
+        let switch = id.is_some_and(|id| self.switch_ids.contains(&id));
         let info = if switch { self.switch_info } else { self.info };
         let raw = RawEventRecord::new(RecordType(record.kind), misc_of(&record), data, info);
         let time_ns = raw.timestamp().unwrap_or(0);
@@ -237,6 +257,21 @@ fn parse_info(attr: &pb::perf_event_attr) -> RecordParseInfo {
         sig_data: 0,
     };
     RecordParseInfo::new(&reader_attr, Endianness::NATIVE)
+}
+
+/// The walked sample in the raw data of a sample of the kernel walker's `bpf-output`
+/// event (layout `attr`).
+fn walked(data: RawData<'_>, attr: &pb::perf_event_attr) -> Option<Event> {
+    let raw = RawEventRecord::new(
+        RecordType(pb::PERF_RECORD_SAMPLE),
+        0,
+        data,
+        parse_info(attr),
+    );
+    match raw.parse().ok()? {
+        EventRecord::Sample(s) => super::kernel_walk::parse_record(&s.raw?.as_slice()),
+        _ => None,
+    }
 }
 
 /// The record body's first 8 bytes as a native-endian number (a sample's id, a lost

@@ -242,6 +242,7 @@ impl Session {
             events.period,
             &switch_attr(&events.attr, 1),
             events.switch_ids.clone(),
+            walker.as_ref().map(KernelWalker::walks),
         );
         Ok(Session {
             signal_fd,
@@ -408,10 +409,6 @@ impl Session {
             for event in new.iter() {
                 walker.on_event(event);
             }
-            let (walked, bytes) = walker.take();
-            self.progress.counts.ring_samples += walked.len() as u64;
-            self.progress.counts.sample_bytes += bytes;
-            self.pending.extend(walked);
         }
     }
 

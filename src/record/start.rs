@@ -59,9 +59,7 @@ pub(super) fn start_command(
             }
         }
         if let Some(walker) = walker {
-            walker
-                .attach(&events.fds.iter().collect::<Vec<_>>())
-                .map_err(anyhow::Error::msg)?;
+            walker.attach(&events).map_err(anyhow::Error::msg)?;
             walker.follow(pid.as_raw());
         }
         Ok(events)
@@ -153,9 +151,7 @@ pub(super) fn start_attached(
         .collect();
     if let Some(walker) = walker {
         // The tables of what the processes have mapped, before they go on.
-        walker
-            .attach(&events.fds.iter().collect::<Vec<_>>())
-            .map_err(anyhow::Error::msg)?;
+        walker.attach(&events).map_err(anyhow::Error::msg)?;
         for &pid in pids {
             walker.follow(pid);
         }
