@@ -64,6 +64,8 @@ static struct pt_regs *(*bpf_task_pt_regs)(struct task_struct *task) =
 // A user frame's address with this bit set is an instruction where a signal interrupted
 // the code (looked up as it is), not a return address. User addresses are below 2^47.
 #define INTERRUPTED_BIT (1ULL << 63)
+// A mapping's `first_row` while its table is being compiled (KernelWalker's COMPILING).
+#define COMPILING 0xffffffffu
 
 // Why a walk ended (the record's `stop`, and the index of `stops`).
 enum stop {
@@ -76,8 +78,9 @@ enum stop {
 	STOP_RA_UNKNOWN = 6, // the return address's rule is not CFA - 8
 	STOP_RBP_LOST = 7, // the CFA is RBP-based but RBP was lost
 	STOP_UNREADABLE = 8, // stack memory could not be read
-	STOP_NO_PROCESS = 9, // the process has no tables (not counted as a walk)
-	STOP_REASONS = 10,
+	STOP_COMPILING = 9, // a mapping whose table is still being compiled
+	STOP_NO_PROCESS = 10, // the process has no tables (not counted as a walk)
+	STOP_REASONS = 11,
 };
 
 // One row of a table, as Row::to_bytes writes it (12 bytes, little-endian).
@@ -102,7 +105,8 @@ struct row {
 
 // One mapping of a process: process addresses [start, end) whose table offsets are
 // `address - to_table`, its rows `rows` from `first_row` of `rows` (none: a mapping
-// without a table, walked by its frame pointers).
+// without a table, walked by its frame pointers, or, with `first_row` COMPILING, one
+// whose table sampler is still compiling, handed back).
 struct mapping {
 	__u64 start;
 	__u64 end;
@@ -326,6 +330,10 @@ static long step(__u32 index, void *unused)
 			return 1;
 		}
 		struct mapping *m = mapping_at(p, pc);
+		if (m && m->rows == 0 && m->first_row == COMPILING) {
+			w->stop = STOP_COMPILING;
+			return 1;
+		}
 		if (!m || m->rows == 0) {
 			// Code without a table (JIT code, a file without CFI): its frame pointer,
 			// when there is one to follow.

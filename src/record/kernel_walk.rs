@@ -14,11 +14,19 @@
 //! `bpf-output` event that writes into its CPU's ring: in time order with the other
 //! records, without a ring or a mapping of its own.
 //!
+//! A file's table is compiled on a thread of its own (a large library takes a second),
+//! so that the recording thread goes on draining the rings meanwhile; until its rows are
+//! in the kernel, the file's mappings are listed as compiling, and the program hands
+//! back the samples whose walk reaches one.
+//!
 //! Rows are never freed while recording: a file's rows serve every process that maps it,
 //! and the table's size bounds them (files beyond it are walked in user space).
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use libbpf_rs::{MapCore, MapFlags, ObjectBuilder};
@@ -32,6 +40,7 @@ use super::sys;
 use crate::events::{
     CompileKernelTable, Event, EventKind, KernelTable, KernelWalk, Mapping, Sample,
 };
+use crate::files::binary::Binary;
 use crate::files::locate::{FileFinder, MappedFile};
 
 /// How the kernel names the vdso's mapping.
@@ -59,7 +68,10 @@ const RECORD_HEADER_BYTES: usize = 40;
 /// Rows written to the kernel in one call.
 const ROWS_PER_BATCH: usize = 1 << 16;
 /// The program's `stop` values that end a walk it sends (0-2), and how many there are.
-const STOP_REASONS: usize = 10;
+const STOP_REASONS: usize = 11;
+/// A mapping's `first_row` while its file's table is being compiled (the program's
+/// `COMPILING`): the program hands back a walk that reaches it.
+const COMPILING: u32 = u32::MAX;
 
 /// Why a walk ended, as the program counts them (`enum stop`).
 pub const STOP_NAMES: [&str; STOP_REASONS] = [
@@ -72,6 +84,7 @@ pub const STOP_NAMES: [&str; STOP_REASONS] = [
     "a return address not at CFA - 8",
     "a CFA from RBP after RBP was lost",
     "stack memory that could not be read",
+    "a file whose table was still being compiled",
     "a process without tables",
 ];
 
@@ -84,14 +97,50 @@ struct FileRows {
     base: u64,
 }
 
-/// One mapping in a process's list (`struct mapping`).
+/// What is known of a file's rows in the kernel's table.
+#[derive(Clone, Copy, Debug)]
+enum Rows {
+    /// Its table is being compiled.
+    Compiling,
+    Loaded(FileRows),
+    /// It has none, or they did not fit: its mappings are walked by frame pointers.
+    Without,
+}
+
+/// One mapping in a process's list (`struct mapping` once its file's rows are known).
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     start: u64,
     end: u64,
-    /// Process address minus table offset.
-    to_table: u64,
-    rows: FileRows,
+    /// Process address minus file address.
+    bias: u64,
+    /// The mapped file (an index into [`KernelWalker::rows`]).
+    file: usize,
+}
+
+/// The thread that compiles files' tables, in the order they are asked for.
+struct Compiler {
+    jobs: mpsc::Sender<(usize, Arc<Binary>)>,
+    done: mpsc::Receiver<(usize, PathBuf, Result<KernelTable, String>)>,
+}
+
+impl Compiler {
+    fn start(compile: CompileKernelTable) -> Result<Compiler, String> {
+        let (jobs, asked) = mpsc::channel::<(usize, Arc<Binary>)>();
+        let (finished, done) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("sampler-tables".into())
+            .spawn(move || {
+                for (file, binary) in asked {
+                    let table = compile(&binary.path, &binary.reader());
+                    if finished.send((file, binary.path.clone(), table)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| format!("the thread that compiles unwind tables: {e}"))?;
+        Ok(Compiler { jobs, done })
+    }
 }
 
 /// See the module's description.
@@ -102,9 +151,11 @@ pub(super) struct KernelWalker {
     outputs: Vec<OwnedFd>,
     output_ids: HashSet<u64>,
     files: FileFinder,
-    compile: CompileKernelTable,
-    /// Each file's rows (`None`: it has none, or they do not fit), by its identity.
-    rows_of: HashMap<FileKey, Option<FileRows>>,
+    compiler: Compiler,
+    /// Each mapped file's index in `rows`, by its identity.
+    file_index: HashMap<FileKey, usize>,
+    /// What is known of each file's rows.
+    rows: Vec<Rows>,
     next_row: u32,
     followed: Followed,
     /// Why files got no rows, said once each at the end.
@@ -162,8 +213,9 @@ impl KernelWalker {
             outputs: Vec::new(),
             output_ids: HashSet::new(),
             files: FileFinder::default(),
-            compile,
-            rows_of: HashMap::new(),
+            compiler: Compiler::start(compile)?,
+            file_index: HashMap::new(),
+            rows: Vec::new(),
             next_row: 0,
             followed: Followed::new(MAX_PROCESSES),
             refused: Vec::new(),
@@ -248,8 +300,9 @@ impl KernelWalker {
         }
     }
 
-    /// The list entry of mapping `m`: its file's rows (compiled and given to the kernel
-    /// the first time the file is mapped) and where they lie in the process.
+    /// The list entry of mapping `m`: its file (whose table is compiled the first time
+    /// it is mapped) and where it lies in the process; `None` for a mapping without
+    /// rows.
     fn entry_of(&mut self, m: &Mapping) -> Option<Entry> {
         let end = m.start + m.len;
         let vdso = m.path == VDSO_NAME;
@@ -275,32 +328,50 @@ impl KernelWalker {
         let (binary, _) = found.ok()?;
         let file_offset = if vdso { 0 } else { m.file_offset };
         let delta = binary.code_svma_delta(file_offset, m.len)?;
-        let rows = match self.rows_of.get(&key) {
-            Some(known) => *known,
+        let file = match self.file_index.get(&key) {
+            Some(&file) => file,
             None => {
-                let rows = self.load_rows(&binary);
-                self.rows_of.insert(key, rows);
-                rows
+                let file = self.rows.len();
+                let asked = self.compiler.jobs.send((file, binary.clone()));
+                self.rows.push(match asked {
+                    Ok(()) => Rows::Compiling,
+                    Err(_) => Rows::Without,
+                });
+                self.file_index.insert(key, file);
+                file
             }
-        }?;
-        let bias = m.start.wrapping_sub(file_offset).wrapping_sub(delta as u64);
+        };
+        if let Rows::Without = self.rows[file] {
+            return None;
+        }
         Some(Entry {
             start: m.start,
             end,
-            to_table: bias.wrapping_add(rows.base),
-            rows,
+            bias: m.start.wrapping_sub(file_offset).wrapping_sub(delta as u64),
+            file,
         })
     }
 
-    /// Compiles `binary`'s table and appends its rows to the kernel's.
-    fn load_rows(&mut self, binary: &crate::files::binary::Binary) -> Option<FileRows> {
-        let table = match (self.compile)(&binary.path, &binary.reader()) {
-            Ok(table) => table,
-            Err(why) => {
-                self.refused.push(why);
-                return None;
+    /// Takes the tables compiled since the last call: their rows go to the kernel, and
+    /// the processes that map their files are listed again.
+    pub(super) fn collect(&mut self) {
+        while let Ok((file, path, table)) = self.compiler.done.try_recv() {
+            let rows = match table {
+                Ok(table) => self.load_rows(&path, &table),
+                Err(why) => {
+                    self.refused.push(why);
+                    None
+                }
+            };
+            self.rows[file] = rows.map_or(Rows::Without, Rows::Loaded);
+            for pid in self.followed.mapping(file) {
+                self.write_process(pid);
             }
-        };
+        }
+    }
+
+    /// Appends the rows of `table` (of the file at `path`) to the kernel's.
+    fn load_rows(&mut self, path: &std::path::Path, table: &KernelTable) -> Option<FileRows> {
         let count = u32::try_from(table.count).ok()?;
         if count == 0 {
             return None;
@@ -308,7 +379,7 @@ impl KernelWalker {
         if count > TABLE_ROWS - self.next_row {
             self.refused.push(format!(
                 "{}: its {count} rows do not fit in the kernel's table ({} of {TABLE_ROWS} used)",
-                binary.path.display(),
+                path.display(),
                 self.next_row
             ));
             return None;
@@ -323,7 +394,7 @@ impl KernelWalker {
             if let Err(e) = map.update_batch(&keys, values, rows, MapFlags::ANY, MapFlags::ANY) {
                 self.refused.push(format!(
                     "{}: its rows could not be given to the kernel: {e}",
-                    binary.path.display()
+                    path.display()
                 ));
                 return None;
             }
@@ -350,12 +421,17 @@ impl KernelWalker {
         let mut keys = Vec::with_capacity(list.len() * 4);
         let mut values = Vec::with_capacity(list.len() * MAPPING_BYTES);
         for (i, e) in list.iter().enumerate() {
+            let (to_table, first_row, rows) = match self.rows[e.file] {
+                Rows::Loaded(r) => (e.bias.wrapping_add(r.base), r.first_row, r.rows),
+                Rows::Compiling => (0, COMPILING, 0),
+                Rows::Without => (0, 0, 0),
+            };
             keys.extend((first + i as u32).to_ne_bytes());
             values.extend(e.start.to_ne_bytes());
             values.extend(e.end.to_ne_bytes());
-            values.extend(e.to_table.to_ne_bytes());
-            values.extend(e.rows.first_row.to_ne_bytes());
-            values.extend(e.rows.rows.to_ne_bytes());
+            values.extend(to_table.to_ne_bytes());
+            values.extend(first_row.to_ne_bytes());
+            values.extend(rows.to_ne_bytes());
         }
         let count = list.len() as u32;
         let mut process = first.to_ne_bytes().to_vec();
@@ -480,6 +556,15 @@ impl Followed {
     /// Process `pid` exited: no longer followed.
     fn exit(&mut self, pid: i32) -> bool {
         self.lists.remove(&pid).is_some()
+    }
+
+    /// The processes that map `file`.
+    fn mapping(&self, file: usize) -> Vec<i32> {
+        self.lists
+            .iter()
+            .filter(|(_, list)| list.iter().any(|e| e.file == file))
+            .map(|(&pid, _)| pid)
+            .collect()
     }
 
     /// `pid`'s slot and mappings, when it has mappings to walk by; its slot is taken
@@ -656,12 +741,8 @@ mod tests {
         Entry {
             start,
             end,
-            to_table: start,
-            rows: FileRows {
-                first_row: 0,
-                rows: 1,
-                base: 0,
-            },
+            bias: 0,
+            file: 0,
         }
     }
 

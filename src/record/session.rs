@@ -409,6 +409,7 @@ impl Session {
             for event in new.iter() {
                 walker.on_event(event);
             }
+            walker.collect();
         }
     }
 
