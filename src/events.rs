@@ -62,6 +62,11 @@ pub enum EventKind {
     /// The stack at which a thread left the CPU: a sample of the context-switch event,
     /// taken as it switched out (every `OffCpuRecording::switch_period`th switch).
     SwitchSample(Sample),
+    /// The stack at which a thread called `exit_group`: a sample of the tracepoint on
+    /// it. The thread's samples after this are of its process's teardown, in the
+    /// kernel, where its user stack can no longer be walked (its memory is released):
+    /// this is the user stack they have.
+    ExitStack(Sample),
 }
 
 /// The user registers the unwinder needs, at the moment of the sample (for a sample taken

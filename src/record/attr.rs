@@ -160,6 +160,34 @@ pub(crate) fn switch_attr(sampling: &pb::perf_event_attr, period: u64) -> pb::pe
     attr
 }
 
+/// Bytes of user stack copied at a process's `exit_group`: 8 KiB. `exit` is called from
+/// `main`'s caller or a few frames below it, after its handlers have returned; a copy
+/// of that size holds the frames CFI needs until the frame-pointer chain takes over.
+const EXIT_STACK_BYTES: u32 = 8192;
+
+/// The attribute of the event beside the sampling event `sampling` that takes a sample
+/// at each `exit_group` of a followed thread (the tracepoint `tracepoint`, the id of
+/// `syscalls:sys_enter_exit_group`), with the sampling event's layout but its own
+/// stack copy ([`EXIT_STACK_BYTES`]) and no kernel frames.
+pub(crate) fn exit_attr(sampling: &pb::perf_event_attr, tracepoint: u64) -> pb::perf_event_attr {
+    let mut attr = *sampling;
+    attr.type_ = pb::PERF_TYPE_TRACEPOINT;
+    attr.config = tracepoint;
+    attr.set_freq(0);
+    attr.__bindgen_anon_1.sample_period = 1;
+    attr.sample_stack_user = EXIT_STACK_BYTES;
+    // As for the context-switch event: with the period in the sample the kernel would
+    // ignore the one asked for.
+    attr.sample_type &= !(pb::PERF_SAMPLE_PERIOD as u64);
+    attr.set_exclude_callchain_kernel(1);
+    attr.set_mmap(0);
+    attr.set_mmap2(0);
+    attr.set_comm(0);
+    attr.set_comm_exec(0);
+    attr.set_task(0);
+    attr
+}
+
 /// The attribute of an event that never samples but writes the side-band records of
 /// `sampling` (maps, names, forks, exits) in its layout: for CPUs outside `-C`.
 pub(super) fn side_band_attr(sampling: &pb::perf_event_attr) -> pb::perf_event_attr {

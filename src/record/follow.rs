@@ -59,7 +59,9 @@ impl Followed {
                 }
                 self.pids.contains(pid)
             }
-            EventKind::Sample(s) | EventKind::SwitchSample(s) => self.pids.contains(&s.pid),
+            EventKind::Sample(s) | EventKind::SwitchSample(s) | EventKind::ExitStack(s) => {
+                self.pids.contains(&s.pid)
+            }
             EventKind::Mmap(m) => self.pids.contains(&m.pid),
             EventKind::Exit { pid, .. }
             | EventKind::SwitchOut { pid, .. }

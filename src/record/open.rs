@@ -1,14 +1,14 @@
 //! Opening a recording's events: where they are placed (per task or per CPU), the
 //! sampling event asked for or the fallbacks when the machine refuses it, the
-//! context-switch events of off-CPU recording, the side-band events outside `-C`, and
-//! the errors that say which setting to change.
+//! context-switch events of off-CPU recording, the `exit_group` events, the side-band
+//! events outside `-C`, and the errors that say which setting to change.
 
 use std::collections::HashSet;
 
 use anyhow::{bail, Context, Result};
 use perf_event_open_sys::bindings as pb;
 
-use super::attr::{base_attr, fixed_period, side_band_attr, switch_attr};
+use super::attr::{base_attr, exit_attr, fixed_period, side_band_attr, switch_attr};
 use super::cpus::online_cpus;
 use super::host::read_sysctl;
 use super::rings::{map_rings, min_ring_pages};
@@ -35,6 +35,10 @@ pub(super) struct OpenEvents {
     /// The ids of the context-switch events (off-CPU recording), whose samples are the
     /// stacks at which threads left the CPU.
     pub(super) switch_ids: HashSet<u64>,
+    /// The ids of the `exit_group` events (none where the tracepoint cannot be used).
+    pub(super) exit_ids: HashSet<u64>,
+    /// How many of `fds` (the first) are sampling events.
+    pub(super) sampling_fds: usize,
     pub(super) off_cpu: OffCpuRecording,
 }
 
@@ -74,6 +78,37 @@ fn open_switch_events(
 
 /// Events with the index of their CPU in the recording's CPU list.
 type CpuEvents = Vec<(usize, std::os::fd::OwnedFd)>;
+
+/// Where the kernel numbers the `exit_group` tracepoint (tracefs, as mounted by systemd or
+/// under debugfs).
+const EXIT_GROUP_IDS: [&str; 2] = [
+    "/sys/kernel/tracing/events/syscalls/sys_enter_exit_group/id",
+    "/sys/kernel/debug/tracing/events/syscalls/sys_enter_exit_group/id",
+];
+
+/// The `exit_group` events beside the sampling event `sampling` (see
+/// [`exit_attr`]) and their ids; `None` where tracefs cannot be read (not root) or the
+/// kernel refuses them: the teardown samples of exiting processes then keep no user
+/// stack, as before.
+fn open_exit_events(
+    sampling: &pb::perf_event_attr,
+    placement: Placement<'_>,
+    cpus: &[i32],
+) -> Option<(CpuEvents, HashSet<u64>)> {
+    let id = EXIT_GROUP_IDS.iter().find_map(|path| {
+        std::fs::read_to_string(path)
+            .ok()?
+            .trim()
+            .parse::<u64>()
+            .ok()
+    })?;
+    let fds = open_placed(&exit_attr(sampling, id), placement, cpus).ok()?;
+    let ids = fds
+        .iter()
+        .map(|(_, fd)| sys::event_id(fd).ok())
+        .collect::<Option<HashSet<u64>>>()?;
+    Some((fds, ids))
+}
 
 /// Where a recording's events are opened.
 #[derive(Clone, Copy, Debug)]
@@ -188,63 +223,15 @@ pub(super) fn open_events(
             include_kernel,
         );
         match open_placed(&attr, placement, cpus) {
-            Ok(mut fds) => {
-                let mut switch_ids = HashSet::new();
-                let off_cpu = match request.off_cpu {
-                    None => OffCpuRecording::Off,
-                    Some(period) => {
-                        match open_switch_events(&attr, period, include_kernel, placement, cpus) {
-                            Ok((switch_fds, ids)) => {
-                                fds.extend(switch_fds);
-                                switch_ids = ids;
-                                OffCpuRecording::On {
-                                    switch_period: period,
-                                }
-                            }
-                            Err(why) => OffCpuRecording::Refused(why),
-                        }
-                    }
-                };
-                let others: Vec<i32> = online_cpus()
-                    .into_iter()
-                    .filter(|c| !cpus.contains(c))
-                    .collect();
-                if !others.is_empty() {
-                    // `-C`: the tasks still fork, exec, map and exit on the other CPUs,
-                    // and the kernel writes those records only into events there.
-                    let side_band = open_placed(&side_band_attr(&attr), placement, &others)
-                        .context("could not follow tasks on the CPUs outside -C")?;
-                    fds.extend(side_band.into_iter().map(|(c, fd)| (cpus.len() + c, fd)));
-                }
-                let (rings, ring_owners, ring_pages) = map_rings(
-                    &fds,
-                    cpus.len() + others.len(),
-                    request.mmap_pages,
-                    min_ring_pages(request.stack_bytes),
-                )?;
-                let ring_cpus = ring_owners
-                    .iter()
-                    .map(|&i| {
-                        let c = fds[i].0;
-                        cpus.get(c)
-                            .copied()
-                            .unwrap_or_else(|| others[c - cpus.len()])
-                    })
-                    .collect();
-                return Ok(OpenEvents {
-                    event,
-                    period: fixed_period(event, request.rate),
+            Ok(fds) => {
+                return open_beside(
+                    request,
+                    placement,
                     scope,
-                    kernel_included: include_kernel,
+                    (event, include_kernel),
                     attr,
-                    fds: fds.into_iter().map(|(_, fd)| fd).collect(),
-                    rings,
-                    ring_owners,
-                    ring_cpus,
-                    ring_pages,
-                    switch_ids,
-                    off_cpu,
-                });
+                    fds,
+                )
             }
             Err(e) => last_error = Some((event, e)),
         }
@@ -279,4 +266,82 @@ pub(super) fn open_events(
             Err(e).context("perf_event_open failed for both the cycles and the cpu-clock event")
         }
     }
+}
+
+/// The events beside the sampling events `fds` (of `event`, with kernel frames or not,
+/// whose attribute is `attr`): the context-switch events of off-CPU recording, the
+/// `exit_group` events, the side-band events outside `-C`; and the rings they share.
+fn open_beside(
+    request: &EventRequest,
+    placement: Placement<'_>,
+    scope: Scope,
+    (event, include_kernel): (SamplingEvent, bool),
+    attr: pb::perf_event_attr,
+    mut fds: CpuEvents,
+) -> Result<OpenEvents> {
+    let cpus = &request.cpus;
+    let sampling_fds = fds.len();
+    let mut switch_ids = HashSet::new();
+    let off_cpu = match request.off_cpu {
+        None => OffCpuRecording::Off,
+        Some(period) => match open_switch_events(&attr, period, include_kernel, placement, cpus) {
+            Ok((switch_fds, ids)) => {
+                fds.extend(switch_fds);
+                switch_ids = ids;
+                OffCpuRecording::On {
+                    switch_period: period,
+                }
+            }
+            Err(why) => OffCpuRecording::Refused(why),
+        },
+    };
+    let exit_ids = match open_exit_events(&attr, placement, cpus) {
+        Some((exit_fds, ids)) => {
+            fds.extend(exit_fds);
+            ids
+        }
+        None => HashSet::new(),
+    };
+    let others: Vec<i32> = online_cpus()
+        .into_iter()
+        .filter(|c| !cpus.contains(c))
+        .collect();
+    if !others.is_empty() {
+        // `-C`: the tasks still fork, exec, map and exit on the other CPUs,
+        // and the kernel writes those records only into events there.
+        let side_band = open_placed(&side_band_attr(&attr), placement, &others)
+            .context("could not follow tasks on the CPUs outside -C")?;
+        fds.extend(side_band.into_iter().map(|(c, fd)| (cpus.len() + c, fd)));
+    }
+    let (rings, ring_owners, ring_pages) = map_rings(
+        &fds,
+        cpus.len() + others.len(),
+        request.mmap_pages,
+        min_ring_pages(request.stack_bytes),
+    )?;
+    let ring_cpus = ring_owners
+        .iter()
+        .map(|&i| {
+            let c = fds[i].0;
+            cpus.get(c)
+                .copied()
+                .unwrap_or_else(|| others[c - cpus.len()])
+        })
+        .collect();
+    Ok(OpenEvents {
+        event,
+        period: fixed_period(event, request.rate),
+        scope,
+        kernel_included: include_kernel,
+        attr,
+        fds: fds.into_iter().map(|(_, fd)| fd).collect(),
+        rings,
+        ring_owners,
+        ring_cpus,
+        ring_pages,
+        switch_ids,
+        exit_ids,
+        sampling_fds,
+        off_cpu,
+    })
 }

@@ -50,6 +50,9 @@ pub struct Parser {
     period: Option<u64>,
     /// The ids of the context-switch events: their samples are switch-out stacks.
     switch_ids: HashSet<u64>,
+    /// The `exit_group` events' records (their samples lack the period), and their ids.
+    exit_info: RecordParseInfo,
+    exit_ids: HashSet<u64>,
     /// The kernel walker's `bpf-output` events: their samples' raw data are walked
     /// samples ([`super::kernel_walk`]).
     walks: Option<Walks>,
@@ -63,13 +66,15 @@ pub struct Walks {
 
 impl Parser {
     /// A parser of the records of the sampling event `attr`, of the context-switch
-    /// events (`switch_attr`, ids `switch_ids`) and of the kernel walker's events
-    /// (`walks`) that share its rings.
+    /// events (`switch_attr`, ids `switch_ids`), of the `exit_group` events (`exit`:
+    /// their attribute and ids) and of the kernel walker's events (`walks`) that share
+    /// its rings.
     pub fn new(
         attr: &pb::perf_event_attr,
         period: Option<u64>,
         switch_attr: &pb::perf_event_attr,
         switch_ids: HashSet<u64>,
+        exit: (&pb::perf_event_attr, HashSet<u64>),
         walks: Option<Walks>,
     ) -> Parser {
         Parser {
@@ -78,6 +83,8 @@ impl Parser {
             max_stack: attr.sample_max_stack as usize,
             period,
             switch_ids,
+            exit_info: parse_info(exit.0),
+            exit_ids: exit.1,
             walks,
         }
     }
@@ -101,7 +108,12 @@ impl Parser {
             }
         }
         let switch = id.is_some_and(|id| self.switch_ids.contains(&id));
-        let info = if switch { self.switch_info } else { self.info };
+        let exit = id.is_some_and(|id| self.exit_ids.contains(&id));
+        let info = match (switch, exit) {
+            (true, _) => self.switch_info,
+            (_, true) => self.exit_info,
+            _ => self.info,
+        };
         let raw = RawEventRecord::new(RecordType(record.kind), misc_of(&record), data, info);
         let time_ns = raw.timestamp().unwrap_or(0);
         let kind = match record.kind {
@@ -113,9 +125,10 @@ impl Parser {
             _ => match raw.parse().ok()? {
                 EventRecord::Sample(s) => {
                     let sample = self.sample(&s)?;
-                    match switch {
-                        true => EventKind::SwitchSample(sample),
-                        false => EventKind::Sample(sample),
+                    match (switch, exit) {
+                        (true, _) => EventKind::SwitchSample(sample),
+                        (_, true) => EventKind::ExitStack(sample),
+                        _ => EventKind::Sample(sample),
                     }
                 }
                 EventRecord::ContextSwitch(switch) => {

@@ -14,7 +14,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use perf_event_open_sys::bindings as pb;
 
-use super::attr::{switch_attr, NANOS_PER_SECOND};
+use super::attr::{exit_attr, switch_attr, NANOS_PER_SECOND};
 use super::cpus::online_cpus;
 use super::host::{monotonic_ns, raise_open_file_limit, read_sysctl, RECORDER_NICE};
 use super::kernel_walk::{kernel_walker, say_kernel_walks, KernelWalker};
@@ -242,6 +242,7 @@ impl Session {
             events.period,
             &switch_attr(&events.attr, 1),
             events.switch_ids.clone(),
+            (&exit_attr(&events.attr, 0), events.exit_ids.clone()),
             walker.as_ref().map(KernelWalker::walks),
         );
         Ok(Session {
@@ -684,7 +685,7 @@ fn children_cpu_time() -> Option<Duration> {
 fn own_work(kind: &EventKind, own: i32) -> Option<bool> {
     match kind {
         EventKind::Sample(s) if s.pid == own => Some(true),
-        EventKind::SwitchSample(s) if s.pid == own => Some(false),
+        EventKind::SwitchSample(s) | EventKind::ExitStack(s) if s.pid == own => Some(false),
         EventKind::SwitchOut { pid, .. } | EventKind::SwitchIn { pid, .. } if *pid == own => {
             Some(false)
         }

@@ -157,6 +157,10 @@ impl ProfileBuilder {
                 EventKind::Exit { pid, tid } => self.on_exit(t, *pid, *tid),
                 EventKind::Sample(s) => self.on_sample(t, s),
                 EventKind::SwitchSample(s) => self.on_switch_sample(t, s),
+                EventKind::ExitStack(s) => {
+                    self.threads.heard_from(s.pid, t);
+                    self.unwinder.exiting(s);
+                }
                 EventKind::SwitchOut {
                     pid,
                     tid,

@@ -33,6 +33,17 @@ pub struct Unwinder<T> {
     pub(super) bottoms: HashMap<(i32, u64), Option<Arc<[CodeAddress]>>>,
     /// How many times each thread's stack memory was read for [`Self::bottoms`].
     pub(super) bottom_reads: HashMap<i32, u32>,
+    /// The user stack at which each exiting thread called `exit_group`: its samples in
+    /// the kernel after its memory was released have this one (see
+    /// [`crate::events::EventKind::ExitStack`]).
+    pub(super) exit_stacks: HashMap<i32, ExitStack>,
+}
+
+/// A thread's user stack at its `exit_group`, unwound.
+#[derive(Clone, Debug)]
+pub(super) struct ExitStack {
+    pub(super) user: Arc<[CodeAddress]>,
+    pub(super) truncated: Option<super::truncation::Truncation>,
 }
 
 impl<T: Clone> Unwinder<T> {
@@ -50,6 +61,20 @@ impl<T: Clone> Unwinder<T> {
             memory,
             bottoms: HashMap::new(),
             bottom_reads: HashMap::new(),
+            exit_stacks: HashMap::new(),
+        }
+    }
+
+    /// Thread `sample.tid` called `exit_group` with the stack of `sample`: unwound now,
+    /// while its process's code is known, and kept for its samples to come.
+    pub fn exiting(&mut self, sample: &crate::events::Sample) {
+        let stack = self.unwind(sample);
+        if !stack.user.is_empty() {
+            let exit = ExitStack {
+                user: stack.user.into(),
+                truncated: stack.truncated,
+            };
+            self.exit_stacks.insert(sample.tid, exit);
         }
     }
 
@@ -162,6 +187,7 @@ impl<T: Clone> Unwinder<T> {
         self.processes.insert(pid, Process::default());
         self.bottoms.retain(|&(tid, _), _| tid != pid);
         self.bottom_reads.remove(&pid);
+        self.exit_stacks.remove(&pid);
     }
 
     /// Drops what is known of process `pid` and of its threads `tids`: it has exited,
@@ -171,6 +197,7 @@ impl<T: Clone> Unwinder<T> {
         self.bottoms.retain(|(tid, _), _| !tids.contains(tid));
         for tid in tids {
             self.bottom_reads.remove(tid);
+            self.exit_stacks.remove(tid);
         }
     }
 

@@ -43,7 +43,16 @@ impl<T: Clone> Unwinder<T> {
         {
             // A user process's thread (its process has mappings, which a kernel thread
             // has not) whose user stack the kernel did not walk: its memory is gone (it
-            // is exiting). Its kernel frames are all there is.
+            // is exiting). Its user stack is the one at its exit_group, when that was
+            // sampled; else its kernel frames are all there is.
+            if let Some(exit) = self.exit_stacks.get(&sample.tid) {
+                return UnwoundStack {
+                    kernel: kernel_frames(sample),
+                    user: exit.user.to_vec(),
+                    truncated: exit.truncated,
+                    restored_leaf_caller: false,
+                };
+            }
             return UnwoundStack {
                 kernel: kernel_frames(sample),
                 user: Vec::new(),

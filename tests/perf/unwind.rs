@@ -181,6 +181,42 @@ fn frames_larger_than_a_stack_copy_are_walked_whole_in_the_kernel() {
     assert!(share > 95.0, "kernel: {share:.1}%");
 }
 
+fn a_process_teardown_has_the_stack_at_its_exit_in_hybrid_and_kernel() {
+    // pages 250000 touches 1 GB and exits: the kernel frees it in exit_mmap, after the
+    // process's memory is released, where no user stack can be walked. Those samples
+    // have the user stack its exit_group was called with.
+    let test = "a_process_teardown_has_the_stack_at_its_exit_in_hybrid_and_kernel";
+    for mode in ["hybrid", "kernel"] {
+        // (Not `paths_with`: in the kernel mode the teardown's samples, a sixth of
+        // them, are not walked in the kernel.)
+        let (o, path) = record(&["--unwind", mode], &[&target("pages"), "250000"]);
+        assert!(o.status.success(), "{test} {mode}: {}", stderr(&o));
+        let paths = all_paths(&path);
+        let teardown: Vec<&Vec<String>> = paths
+            .iter()
+            .filter(|p| p.iter().any(|f| f == "[kernel] exit_mmap"))
+            .collect();
+        let from_exit = teardown
+            .iter()
+            .filter(|p| {
+                p.first().is_some_and(|f| f == "_start")
+                    && has_run(p, &["__libc_start_call_main", "exit"])
+                    && p.iter().any(|f| f == "_exit")
+            })
+            .count();
+        eprintln!(
+            "{test} {mode}: {} teardown samples, {from_exit} from _start through exit",
+            teardown.len()
+        );
+        assert!(
+            teardown.len() >= 10,
+            "{mode}: {} teardown samples",
+            teardown.len()
+        );
+        assert_eq!(from_exit, teardown.len(), "{mode}: {teardown:?}");
+    }
+}
+
 fn main() {
     run_tests(tests![
         c_without_frame_pointers_has_full_paths_in_hybrid_dwarf_and_kernel: Need::Perf;
@@ -188,5 +224,6 @@ fn main() {
         comparator_called_from_libc_qsort_has_the_path_from_main: Need::Perf;
         recursion_2000_deep_keeps_every_level_in_hybrid_and_fp: Need::Perf;
         frames_larger_than_a_stack_copy_are_walked_whole_in_the_kernel: Need::Perf;
+        a_process_teardown_has_the_stack_at_its_exit_in_hybrid_and_kernel: Need::Root;
     ]);
 }

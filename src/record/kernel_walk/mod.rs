@@ -43,6 +43,10 @@ use crate::events::{
 use crate::files::binary::Binary;
 use crate::files::locate::{FileFinder, MappedFile};
 
+mod followed;
+
+use followed::{Entry, Followed};
+
 /// How the kernel names the vdso's mapping.
 const VDSO_NAME: &str = "[vdso]";
 
@@ -60,7 +64,7 @@ const TABLE_ROWS: u32 = 1 << 22;
 const MAX_PROCESSES: u32 = 1024;
 /// Mappings with tables per process (the program searches them in 9 steps): a compiler
 /// maps some 30 files, a browser some 150.
-const MAX_MAPPINGS: usize = 256;
+pub(super) const MAX_MAPPINGS: usize = 256;
 /// Bytes of one mapping (`struct mapping`).
 const MAPPING_BYTES: usize = 32;
 /// Bytes of a record's header (`struct record` up to `ips`).
@@ -105,17 +109,6 @@ enum Rows {
     Loaded(FileRows),
     /// It has none, or they did not fit: its mappings are walked by frame pointers.
     Without,
-}
-
-/// One mapping in a process's list (`struct mapping` once its file's rows are known).
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    start: u64,
-    end: u64,
-    /// Process address minus file address.
-    bias: u64,
-    /// The mapped file (an index into [`KernelWalker::rows`]).
-    file: usize,
 }
 
 /// The thread that compiles files' tables, in the order they are asked for.
@@ -254,7 +247,7 @@ impl KernelWalker {
             .progs_mut()
             .find(|p| p.name() == "walk_stack")
             .ok_or("the eBPF program is missing")?;
-        for fd in &events.fds {
+        for fd in &events.fds[..events.sampling_fds] {
             let link = program
                 .attach_perf_event(fd.as_raw_fd())
                 .map_err(|e| format!("the eBPF program could not be attached: {e}"))?;
@@ -476,120 +469,6 @@ impl KernelWalker {
     }
 }
 
-/// Which mappings with tables each followed process has, and each walked process's slot
-/// in the program's array of mappings: the bookkeeping of [`KernelWalker`], which writes
-/// a process's list to the program whenever it changes.
-///
-/// Invariants: a list is sorted by start, its mappings do not overlap, and it holds at
-/// most [`MAX_MAPPINGS`]; a process has a slot exactly while its list is not empty (and
-/// a slot was free), and no two processes share one.
-struct Followed {
-    lists: HashMap<i32, Vec<Entry>>,
-    slots: HashMap<i32, u32>,
-    free_slots: Vec<u32>,
-}
-
-impl Followed {
-    fn new(slots: u32) -> Followed {
-        Followed {
-            lists: HashMap::new(),
-            slots: HashMap::new(),
-            free_slots: (0..slots).rev().collect(),
-        }
-    }
-
-    fn follow(&mut self, pid: i32) {
-        self.lists.entry(pid).or_default();
-    }
-
-    fn is_followed(&self, pid: i32) -> bool {
-        self.lists.contains_key(&pid)
-    }
-
-    /// Puts `entry` in `pid`'s list in place of what it overlaps (as `mmap` replaces
-    /// what was mapped there); whether `pid` is followed.
-    fn map(&mut self, pid: i32, entry: Entry) -> bool {
-        let Some(list) = self.lists.get_mut(&pid) else {
-            return false;
-        };
-        list.retain(|e| e.end <= entry.start || e.start >= entry.end);
-        let at = list.partition_point(|e| e.start < entry.start);
-        if at < MAX_MAPPINGS {
-            list.insert(at, entry);
-            list.truncate(MAX_MAPPINGS);
-        }
-        true
-    }
-
-    /// Takes out of `pid`'s list what `range` overlaps (mapped anew with no rows);
-    /// whether the list changed.
-    fn unmap(&mut self, pid: i32, range: std::ops::Range<u64>) -> bool {
-        let Some(list) = self.lists.get_mut(&pid) else {
-            return false;
-        };
-        let before = list.len();
-        list.retain(|e| e.end <= range.start || e.start >= range.end);
-        list.len() != before
-    }
-
-    /// A new process `pid` forked by `ppid`: followed, with its parent's mappings, when
-    /// the parent is.
-    fn fork(&mut self, pid: i32, ppid: i32) -> bool {
-        let Some(parent) = self.lists.get(&ppid).cloned() else {
-            return false;
-        };
-        self.lists.insert(pid, parent);
-        true
-    }
-
-    /// Process `pid` ran a new program: its mappings are gone (the new ones follow).
-    fn exec(&mut self, pid: i32) -> bool {
-        match self.lists.get_mut(&pid) {
-            Some(list) => {
-                list.clear();
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Process `pid` exited: no longer followed.
-    fn exit(&mut self, pid: i32) -> bool {
-        self.lists.remove(&pid).is_some()
-    }
-
-    /// The processes that map `file`.
-    fn mapping(&self, file: usize) -> Vec<i32> {
-        self.lists
-            .iter()
-            .filter(|(_, list)| list.iter().any(|e| e.file == file))
-            .map(|(&pid, _)| pid)
-            .collect()
-    }
-
-    /// `pid`'s slot and mappings, when it has mappings to walk by; its slot is taken
-    /// now if it had none (`None` when none is free), and given back when its list is
-    /// empty or it is no longer followed.
-    fn slot_and_list(&mut self, pid: i32) -> Option<(u32, &[Entry])> {
-        let list = self.lists.get(&pid).filter(|l| !l.is_empty());
-        if list.is_none() {
-            if let Some(slot) = self.slots.remove(&pid) {
-                self.free_slots.push(slot);
-            }
-            return None;
-        }
-        let slot = match self.slots.get(&pid) {
-            Some(&slot) => slot,
-            None => {
-                let slot = self.free_slots.pop()?;
-                self.slots.insert(pid, slot);
-                slot
-            }
-        };
-        Some((slot, self.lists.get(&pid).map(Vec::as_slice)?))
-    }
-}
-
 /// The unwinder in the kernel, loaded when the options ask for it and it can walk this
 /// target: an error when `--unwind kernel` requires it and it cannot; else, with what to
 /// say of it once the recording has started (not before: a recording that fails to
@@ -736,69 +615,6 @@ pub(super) fn parse_record(data: &[u8]) -> Option<Event> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn entry(start: u64, end: u64) -> Entry {
-        Entry {
-            start,
-            end,
-            bias: 0,
-            file: 0,
-        }
-    }
-
-    fn starts(f: &mut Followed, pid: i32) -> Vec<u64> {
-        f.slot_and_list(pid)
-            .map(|(_, l)| l.iter().map(|e| e.start).collect())
-            .unwrap_or_default()
-    }
-
-    #[test]
-    fn mappings_follow_forks_execs_and_exits() {
-        let mut f = Followed::new(2);
-        assert!(!f.map(7, entry(0x1000, 0x2000)), "7 is not followed");
-        f.follow(1);
-        assert!(f.map(1, entry(0x5000, 0x6000)));
-        assert!(f.map(1, entry(0x1000, 0x2000)));
-        assert!(f.map(1, entry(0x3000, 0x4000)));
-        assert_eq!(starts(&mut f, 1), [0x1000, 0x3000, 0x5000]);
-        // A mapping over others replaces what it overlaps, as mmap does.
-        assert!(f.map(1, entry(0x1800, 0x3800)));
-        assert_eq!(starts(&mut f, 1), [0x1800, 0x5000]);
-        // One without rows (JIT code, a file without CFI) only takes their place.
-        assert!(f.unmap(1, 0x1000..0x2000));
-        assert!(!f.unmap(1, 0x1000..0x2000), "nothing left there");
-        assert_eq!(starts(&mut f, 1), [0x5000]);
-        assert!(f.map(1, entry(0x1800, 0x3800)));
-        // A fork starts with its parent's mappings; an exec empties the list.
-        assert!(f.fork(2, 1));
-        assert_eq!(starts(&mut f, 2), [0x1800, 0x5000]);
-        assert!(!f.fork(9, 8), "8 is not followed");
-        assert!(f.exec(2));
-        assert!(f.slot_and_list(2).is_none());
-        assert!(f.map(2, entry(0x9000, 0xa000)));
-        assert_eq!(starts(&mut f, 2), [0x9000]);
-        // Two slots: a third process waits for one.
-        assert!(f.fork(3, 1));
-        assert!(f.slot_and_list(3).is_none(), "no slot free");
-        assert!(f.exit(1));
-        assert!(f.slot_and_list(1).is_none());
-        let (slot, _) = f.slot_and_list(3).unwrap();
-        let (other, _) = f.slot_and_list(2).unwrap();
-        assert_ne!(slot, other);
-        assert!(!f.exit(1), "already gone");
-    }
-
-    #[test]
-    fn a_list_holds_at_most_max_mappings() {
-        let mut f = Followed::new(1);
-        f.follow(1);
-        for i in 0..MAX_MAPPINGS as u64 + 10 {
-            f.map(1, entry(0x1000 * (i + 1), 0x1000 * (i + 1) + 0x800));
-        }
-        let list = starts(&mut f, 1);
-        assert_eq!(list.len(), MAX_MAPPINGS);
-        assert!(list.windows(2).all(|w| w[0] < w[1]));
-    }
 
     #[test]
     fn a_record_becomes_a_sample_with_its_kernel_and_user_frames() {
