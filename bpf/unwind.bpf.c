@@ -27,6 +27,7 @@
 #define SEC(name) __attribute__((section(name), used))
 #define __uint(name, val) int (*name)[val]
 #define __type(name, val) __typeof__(val) *name
+#define __array(name, val) __typeof__(val) *name[]
 #define INLINE static inline __attribute__((always_inline))
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)BPF_FUNC_map_lookup_elem;
@@ -139,19 +140,66 @@ struct record {
 
 #define HEADER_BYTES 40
 
-struct {
+// The rows of every file's table, and every walked process's mappings, are each one
+// array indexed from 0, kept in chunks: array maps of a fixed size that sampler makes as
+// the array grows and puts in an array of maps. The kernel memory taken is what the
+// recording's files and processes need, not the most they could.
+//
+// (Their sizes are given as numbers: the types of an inner map's elements would reach
+// the BTF only as forward declarations.)
+//
+// A chunk of rows: 2^16 rows (1 MiB: the kernel rounds each 12-byte row up to 16),
+// mappable, so that sampler writes rows into it directly (kernel_walk's ROW_CHUNK).
+#define ROW_CHUNK_SHIFT 16
+#define ROW_CHUNKS 64
+struct row_chunk {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct row);
-} rows SEC(".maps");
+	__uint(max_entries, 1 << ROW_CHUNK_SHIFT);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct row));
+};
 
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, ROW_CHUNKS);
 	__type(key, __u32);
-	__type(value, struct mapping);
+	__array(values, struct row_chunk);
+} rows SEC(".maps");
+
+// A chunk of mappings: 16 processes' slots of 256 (128 KiB; kernel_walk's
+// MAPPING_CHUNK).
+#define MAPPING_CHUNK_SHIFT 12
+#define MAPPING_CHUNKS 64
+struct mapping_chunk {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1 << MAPPING_CHUNK_SHIFT);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct mapping));
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, MAPPING_CHUNKS);
+	__type(key, __u32);
+	__array(values, struct mapping_chunk);
 } mappings SEC(".maps");
+
+// Defines `name(index)`: element `index` of the chunked array `chunks` (chunks of
+// 2^`shift` elements of type `type`); 0 where its chunk is not made yet.
+#define CHUNKED_LOOKUP(name, chunks, type, shift)                              \
+	INLINE type *name(__u32 index)                                         \
+	{                                                                      \
+		__u32 chunk = index >> (shift);                                \
+		__u32 at = index & ((1u << (shift)) - 1);                      \
+		void *inner = bpf_map_lookup_elem(&(chunks), &chunk);          \
+		if (!inner)                                                    \
+			return 0;                                              \
+		return bpf_map_lookup_elem(inner, &at);                        \
+	}
+
+CHUNKED_LOOKUP(row_lookup, rows, struct row, ROW_CHUNK_SHIFT)
+CHUNKED_LOOKUP(mapping_lookup, mappings, struct mapping, MAPPING_CHUNK_SHIFT)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -243,14 +291,14 @@ struct search {
 // by a binary search of at most `steps` steps; 0 below the first. Each step is a
 // bpf_loop callback, which the verifier checks once rather than once per step and path;
 // lookups go by key, so it need not follow each index's exact value.
-#define LAST_STARTING_AT_OR_BELOW(name, map, type, steps)                      \
+#define LAST_STARTING_AT_OR_BELOW(name, lookup, type, steps)                   \
 	static long name##_step(__u32 index, struct search *s)                 \
 	{                                                                      \
 		if (s->low >= s->high)                                         \
 			return 1;                                              \
 		__u32 mid = s->low + (s->high - s->low) / 2;                   \
 		__u32 key = s->first + mid;                                    \
-		type *e = bpf_map_lookup_elem(&(map), &key);                   \
+		type *e = lookup(key);                                         \
 		if (!e) {                                                      \
 			s->failed = 1;                                         \
 			return 1;                                              \
@@ -268,14 +316,14 @@ struct search {
 		if (s.failed || s.low == 0 || s.low > n)                       \
 			return 0;                                              \
 		__u32 key = first + s.low - 1;                                 \
-		return bpf_map_lookup_elem(&(map), &key);                      \
+		return lookup(key);                                            \
 	}
 
-LAST_STARTING_AT_OR_BELOW(mapping_starting_below, mappings, struct mapping, MAPPING_STEPS)
+LAST_STARTING_AT_OR_BELOW(mapping_starting_below, mapping_lookup, struct mapping, MAPPING_STEPS)
 
 // The row covering table offset `offset` among `n` rows from `first`: the last one
 // starting at or before it (UnwindTable::row_at).
-LAST_STARTING_AT_OR_BELOW(row_at, rows, struct row, SEARCH_STEPS)
+LAST_STARTING_AT_OR_BELOW(row_at, row_lookup, struct row, SEARCH_STEPS)
 
 // The mapping of process `p` that holds `pc`.
 INLINE struct mapping *mapping_at(struct process *p, __u64 pc)

@@ -183,6 +183,45 @@ pub fn set_output(fd: &OwnedFd, target: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes `values` (of `value_size` bytes each) into the elements of the mappable BPF
+/// array map `map` (`BPF_F_MMAPABLE`, of `elements` elements `stride` bytes apart, as
+/// the kernel lays them out) from element `first`. The array is mapped for the copy
+/// and unmapped after it.
+pub fn write_mapped_array(
+    map: std::os::fd::BorrowedFd<'_>,
+    elements: usize,
+    stride: usize,
+    first: usize,
+    values: &[u8],
+    value_size: usize,
+) -> io::Result<()> {
+    let count = values.len() / value_size.max(1);
+    if value_size == 0 || value_size > stride || first + count > elements {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "values beyond the array",
+        ));
+    }
+    let memory = MmapOptions::new()
+        .len(elements * stride)
+        .map_raw(map.as_raw_fd())?;
+    for (i, value) in values.chunks_exact(value_size).enumerate() {
+        // SAFETY: the mapping is `elements * stride` bytes long, writable and shared
+        // with the kernel only (nothing in this process refers to it), and element
+        // `first + i` (checked above to be below `elements`) starts `stride` bytes
+        // apart and holds `value_size <= stride` bytes; `value` is our own slice,
+        // which does not overlap the mapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                value.as_ptr(),
+                memory.as_mut_ptr().add((first + i) * stride),
+                value_size,
+            );
+        }
+    }
+    Ok(())
+}
+
 /// One perf ring buffer: the metadata page followed by `2^n` data pages, shared with the
 /// kernel. The kernel advances `data_head`; we read what lies between our tail and the
 /// head and then publish the new `data_tail`, which frees the space for the kernel.

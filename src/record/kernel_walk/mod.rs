@@ -14,7 +14,7 @@
 //! `bpf-output` event that writes into its CPU's ring: in time order with the other
 //! records, without a ring or a mapping of its own.
 //!
-//! A file's table is compiled on a thread of its own (a large library takes a second),
+//! A large file's table is compiled on a thread of its own (a large library takes a second),
 //! so that the recording thread goes on draining the rings meanwhile; until its rows are
 //! in the kernel, the file's mappings are listed as compiling, and the program hands
 //! back the samples whose walk reaches one.
@@ -43,8 +43,10 @@ use crate::events::{
 use crate::files::binary::Binary;
 use crate::files::locate::{FileFinder, MappedFile};
 
+mod chunks;
 mod followed;
 
+use chunks::{Chunks, Layout};
 use followed::{Entry, Followed};
 
 /// How the kernel names the vdso's mapping.
@@ -53,15 +55,20 @@ const VDSO_NAME: &str = "[vdso]";
 /// The program, compiled from `bpf/unwind.bpf.c` by build.rs.
 const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/unwind.bpf.o"));
 
-/// Rows the kernel's table holds: 2^22 (48 MiB of kernel memory, taken when the program
-/// loads). rustc needs 2,837,120 (its librustc_driver 1,398,087 and libLLVM 1,439,033),
+/// The kernel's table of rows: chunks of 2^16 rows (1 MiB of kernel memory each, made
+/// as rows are added; the program's `ROW_CHUNK_SHIFT`), at most 64 (`ROW_CHUNKS`): 2^22
+/// rows. rustc needs 2,837,120 (its librustc_driver 1,398,087 and libLLVM 1,439,033),
 /// GCC's cc1 478,579, sampler itself 121,116; a recording whose files need more has the
 /// rest walked in user space, and says which files did not fit.
-const TABLE_ROWS: u32 = 1 << 22;
-/// The most processes walked at once: each has a slot of [`MAX_MAPPINGS`] in the
-/// program's array of mappings (8 MiB in all); processes beyond are unwound in user
-/// space.
-const MAX_PROCESSES: u32 = 1024;
+const ROW_CHUNK_SHIFT: u32 = 16;
+const ROW_CHUNKS: usize = 64;
+/// The processes' mappings: chunks of 2^12 (16 processes' slots, 128 KiB; the program's
+/// `MAPPING_CHUNK_SHIFT`), at most 64 (`MAPPING_CHUNKS`).
+const MAPPING_CHUNK_SHIFT: u32 = 12;
+const MAPPING_CHUNKS: usize = 64;
+/// The most processes walked at once, each with a slot of [`MAX_MAPPINGS`] in the
+/// mappings' chunks (1,024); processes beyond are unwound in user space.
+const MAX_PROCESSES: u32 = ((MAPPING_CHUNKS << MAPPING_CHUNK_SHIFT) / MAX_MAPPINGS) as u32;
 /// Mappings with tables per process (the program searches them in 9 steps): a compiler
 /// maps some 30 files, a browser some 150.
 pub(super) const MAX_MAPPINGS: usize = 256;
@@ -69,13 +76,17 @@ pub(super) const MAX_MAPPINGS: usize = 256;
 const MAPPING_BYTES: usize = 32;
 /// Bytes of a record's header (`struct record` up to `ips`).
 const RECORD_HEADER_BYTES: usize = 40;
-/// Rows written to the kernel in one call.
-const ROWS_PER_BATCH: usize = 1 << 16;
 /// The program's `stop` values that end a walk it sends (0-2), and how many there are.
 const STOP_REASONS: usize = 11;
 /// A mapping's `first_row` while its file's table is being compiled (the program's
 /// `COMPILING`): the program hands back a walk that reaches it.
 const COMPILING: u32 = u32::MAX;
+/// Files up to this size (4 MiB) have their tables compiled at once on the recording
+/// thread, in a few milliseconds (libc, 2 MiB: about 5 ms), so that a new process's
+/// first samples are walked; larger ones (cc1, 30 MiB; rustc's libraries, hundreds)
+/// on the compiler's thread, which would keep the rings from being drained for up to a
+/// second.
+const COMPILE_AT_ONCE_BYTES: u64 = 4 << 20;
 
 /// Why a walk ended, as the program counts them (`enum stop`).
 pub const STOP_NAMES: [&str; STOP_REASONS] = [
@@ -144,11 +155,15 @@ pub(super) struct KernelWalker {
     outputs: Vec<OwnedFd>,
     output_ids: HashSet<u64>,
     files: FileFinder,
+    compile: CompileKernelTable,
     compiler: Compiler,
     /// Each mapped file's index in `rows`, by its identity.
     file_index: HashMap<FileKey, usize>,
     /// What is known of each file's rows.
     rows: Vec<Rows>,
+    /// The kernel's table of rows, and the processes' mappings.
+    row_chunks: Chunks,
+    mappings: Chunks,
     next_row: u32,
     followed: Followed,
     /// Why files got no rows, said once each at the end.
@@ -184,9 +199,7 @@ impl KernelWalker {
         for mut map in open.maps_mut() {
             let name = map.name().to_string_lossy().into_owned();
             let set = match name.as_str() {
-                "rows" => map.set_max_entries(TABLE_ROWS),
                 "processes" => map.set_max_entries(MAX_PROCESSES),
-                "mappings" => map.set_max_entries(MAX_PROCESSES * MAX_MAPPINGS as u32),
                 n if n.ends_with(".rodata") => {
                     if let Some(data) = map.initial_value_mut() {
                         if data.len() >= 4 {
@@ -200,15 +213,38 @@ impl KernelWalker {
             set.map_err(|e| format!("the eBPF program's map {name}: {e}"))?;
         }
         let object = open.load().map_err(|e| load_error(&e))?;
+        let row_chunks = Chunks::new(
+            &object,
+            Layout {
+                name: "rows",
+                shift: ROW_CHUNK_SHIFT,
+                most: ROW_CHUNKS,
+                value_size: KernelTable::ROW_BYTES,
+                mapped: true,
+            },
+        )?;
+        let mappings = Chunks::new(
+            &object,
+            Layout {
+                name: "mappings",
+                shift: MAPPING_CHUNK_SHIFT,
+                most: MAPPING_CHUNKS,
+                value_size: MAPPING_BYTES,
+                mapped: false,
+            },
+        )?;
         Ok(KernelWalker {
             object,
             _links: Vec::new(),
             outputs: Vec::new(),
             output_ids: HashSet::new(),
             files: FileFinder::default(),
+            compile,
             compiler: Compiler::start(compile)?,
             file_index: HashMap::new(),
             rows: Vec::new(),
+            row_chunks,
+            mappings,
             next_row: 0,
             followed: Followed::new(MAX_PROCESSES),
             refused: Vec::new(),
@@ -325,11 +361,26 @@ impl KernelWalker {
             Some(&file) => file,
             None => {
                 let file = self.rows.len();
-                let asked = self.compiler.jobs.send((file, binary.clone()));
-                self.rows.push(match asked {
-                    Ok(()) => Rows::Compiling,
-                    Err(_) => Rows::Without,
-                });
+                let small = binary
+                    .size()
+                    .is_ok_and(|size| size <= COMPILE_AT_ONCE_BYTES);
+                let rows = match small {
+                    true => {
+                        let loaded = match (self.compile)(&binary.path, &binary.reader()) {
+                            Ok(table) => self.load_rows(&binary.path, &table),
+                            Err(why) => {
+                                self.refused.push(why);
+                                None
+                            }
+                        };
+                        loaded.map_or(Rows::Without, Rows::Loaded)
+                    }
+                    false => match self.compiler.jobs.send((file, binary.clone())) {
+                        Ok(()) => Rows::Compiling,
+                        Err(_) => Rows::Without,
+                    },
+                };
+                self.rows.push(rows);
                 self.file_index.insert(key, file);
                 file
             }
@@ -369,28 +420,22 @@ impl KernelWalker {
         if count == 0 {
             return None;
         }
-        if count > TABLE_ROWS - self.next_row {
+        let capacity = self.row_chunks.capacity();
+        if u64::from(count) > capacity - u64::from(self.next_row) {
             self.refused.push(format!(
-                "{}: its {count} rows do not fit in the kernel's table ({} of {TABLE_ROWS} used)",
+                "{}: its {count} rows do not fit in the kernel's table ({} of {capacity} used)",
                 path.display(),
                 self.next_row
             ));
             return None;
         }
         let first_row = self.next_row;
-        let map = self.map("rows")?;
-        let batch_bytes = ROWS_PER_BATCH * KernelTable::ROW_BYTES;
-        for (chunk_index, values) in table.rows.chunks(batch_bytes).enumerate() {
-            let from = first_row + (chunk_index * ROWS_PER_BATCH) as u32;
-            let rows = (values.len() / KernelTable::ROW_BYTES) as u32;
-            let keys: Vec<u8> = (0..rows).flat_map(|i| (from + i).to_ne_bytes()).collect();
-            if let Err(e) = map.update_batch(&keys, values, rows, MapFlags::ANY, MapFlags::ANY) {
-                self.refused.push(format!(
-                    "{}: its rows could not be given to the kernel: {e}",
-                    path.display()
-                ));
-                return None;
-            }
+        if let Err(e) = self.row_chunks.write(first_row, &table.rows) {
+            self.refused.push(format!(
+                "{}: its rows could not be given to the kernel: {e}",
+                path.display()
+            ));
+            return None;
         }
         self.next_row += count;
         Some(FileRows {
@@ -411,15 +456,13 @@ impl KernelWalker {
             return;
         };
         let first = slot * MAX_MAPPINGS as u32;
-        let mut keys = Vec::with_capacity(list.len() * 4);
         let mut values = Vec::with_capacity(list.len() * MAPPING_BYTES);
-        for (i, e) in list.iter().enumerate() {
+        for e in list {
             let (to_table, first_row, rows) = match self.rows[e.file] {
                 Rows::Loaded(r) => (e.bias.wrapping_add(r.base), r.first_row, r.rows),
                 Rows::Compiling => (0, COMPILING, 0),
                 Rows::Without => (0, 0, 0),
             };
-            keys.extend((first + i as u32).to_ne_bytes());
             values.extend(e.start.to_ne_bytes());
             values.extend(e.end.to_ne_bytes());
             values.extend(to_table.to_ne_bytes());
@@ -429,10 +472,8 @@ impl KernelWalker {
         let count = list.len() as u32;
         let mut process = first.to_ne_bytes().to_vec();
         process.extend(count.to_ne_bytes());
-        if let (Some(mappings), Some(processes)) = (self.map("mappings"), self.map("processes")) {
-            let written =
-                mappings.update_batch(&keys, &values, count, MapFlags::ANY, MapFlags::ANY);
-            if written.is_ok() {
+        if self.mappings.write(first, &values).is_ok() {
+            if let Some(processes) = self.map("processes") {
                 let _ = processes.update(&key, &process, MapFlags::ANY);
             }
         }
