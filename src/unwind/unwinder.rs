@@ -33,9 +33,10 @@ pub struct Unwinder<T> {
     pub(super) bottoms: HashMap<(i32, u64), Option<Arc<[CodeAddress]>>>,
     /// How many times each thread's stack memory was read for [`Self::bottoms`].
     pub(super) bottom_reads: HashMap<i32, u32>,
-    /// The user stack at which each exiting thread called `exit_group`: its samples in
-    /// the kernel after its memory was released have this one (see
-    /// [`crate::events::EventKind::ExitStack`]).
+    /// The user stack at which each exiting thread called `exit_group`, by its tid and
+    /// by its process's pid: its samples in the kernel after its memory was released
+    /// have this one (see [`crate::events::EventKind::ExitStack`]), and so have those of
+    /// its process's other threads (the last of them to go releases the memory).
     pub(super) exit_stacks: HashMap<i32, ExitStack>,
 }
 
@@ -74,6 +75,7 @@ impl<T: Clone> Unwinder<T> {
                 user: stack.user.into(),
                 truncated: stack.truncated,
             };
+            self.exit_stacks.insert(sample.pid, exit.clone());
             self.exit_stacks.insert(sample.tid, exit);
         }
     }
@@ -194,6 +196,7 @@ impl<T: Clone> Unwinder<T> {
     /// and no sample of it is to come.
     pub fn forget(&mut self, pid: i32, tids: &[i32]) {
         self.processes.remove(&pid);
+        self.exit_stacks.remove(&pid);
         self.bottoms.retain(|(tid, _), _| !tids.contains(tid));
         for tid in tids {
             self.bottom_reads.remove(tid);

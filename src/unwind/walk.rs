@@ -45,7 +45,8 @@ impl<T: Clone> Unwinder<T> {
             // has not) whose user stack the kernel did not walk: its memory is gone (it
             // is exiting). Its user stack is the one at its exit_group, when that was
             // sampled; else its kernel frames are all there is.
-            if let Some(exit) = self.exit_stacks.get(&sample.tid) {
+            let exit = self.exit_stacks.get(&sample.tid);
+            if let Some(exit) = exit.or_else(|| self.exit_stacks.get(&sample.pid)) {
                 return UnwoundStack {
                     kernel: kernel_frames(sample),
                     user: exit.user.to_vec(),
