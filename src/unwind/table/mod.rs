@@ -77,6 +77,25 @@ impl UnwindTable {
     pub fn to_bytes(&self) -> Vec<u8> {
         self.rows.iter().flat_map(Row::to_bytes).collect()
     }
+
+    /// The same, taking the rows: they are turned into bytes from the last, and their
+    /// memory is given back as they go, so that a large table (librustc_driver's 1.4
+    /// million rows, 28 MB) and its bytes (17 MB) are not held whole at once.
+    pub fn into_bytes(mut self) -> Vec<u8> {
+        /// Rows turned into bytes between two shrinks of the rows' memory (1.3 MB).
+        const BATCH: usize = 1 << 16;
+        let mut bytes = vec![0u8; self.rows.len() * ROW_BYTES];
+        while !self.rows.is_empty() {
+            let from = self.rows.len().saturating_sub(BATCH);
+            for (i, row) in self.rows[from..].iter().enumerate() {
+                let at = (from + i) * ROW_BYTES;
+                bytes[at..at + ROW_BYTES].copy_from_slice(&row.to_bytes());
+            }
+            self.rows.truncate(from);
+            self.rows.shrink_to_fit();
+        }
+        bytes
+    }
 }
 
 /// The table of the file at `path` (read through `data`) as the unwinder in the kernel
@@ -90,7 +109,7 @@ pub fn kernel_table(
     Ok(crate::events::KernelTable {
         base: table.base,
         count: table.rows.len(),
-        rows: table.to_bytes(),
+        rows: table.into_bytes(),
     })
 }
 

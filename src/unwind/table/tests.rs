@@ -96,7 +96,10 @@ fn check_invariants(table: &UnwindTable) {
         }
         assert_eq!(Row::from_bytes(&row.to_bytes()), Some(*row));
     }
-    assert_eq!(table.to_bytes().len(), rows.len() * ROW_BYTES);
+    let bytes = table.to_bytes();
+    assert_eq!(bytes.len(), rows.len() * ROW_BYTES);
+    // Taken from the last row in batches, the same bytes.
+    assert_eq!(table.clone().into_bytes(), bytes);
 }
 
 fn row(start: u32, cfa: Cfa, rbp: Rbp) -> Row {
