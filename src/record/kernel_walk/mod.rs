@@ -74,6 +74,8 @@ const MAX_PROCESSES: u32 = ((MAPPING_CHUNKS << MAPPING_CHUNK_SHIFT) / MAX_MAPPIN
 pub(super) const MAX_MAPPINGS: usize = 256;
 /// Bytes of one mapping (`struct mapping`).
 const MAPPING_BYTES: usize = 32;
+/// Callchain context markers (`PERF_CONTEXT_*`) are the top 4,095 values of u64.
+const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
 /// Bytes of a record's header (`struct record` up to `ips`).
 const RECORD_HEADER_BYTES: usize = 40;
 /// The program's `stop` values that end a walk it sends (0-2), and how many there are.
@@ -632,7 +634,12 @@ pub(super) fn parse_record(data: &[u8]) -> Option<Event> {
         _ => return None,
     };
     let frame = |i: usize| u64_at(RECORD_HEADER_BYTES + 8 * i);
-    let kernel_callchain = (0..kernel_nr).map(frame).collect::<Option<Vec<u64>>>()?;
+    // bpf_get_stack copies the kernel's part of the perf callchain with its context
+    // marker (PERF_CONTEXT_KERNEL, first): not a frame.
+    let kernel_callchain = (0..kernel_nr)
+        .map(frame)
+        .filter(|a| a.is_none_or(|a| a < PERF_CONTEXT_MAX))
+        .collect::<Option<Vec<u64>>>()?;
     let user_callchain = (kernel_nr..kernel_nr + user_nr)
         .map(frame)
         .collect::<Option<Vec<u64>>>()?;
@@ -664,12 +671,13 @@ mod tests {
         data.extend(10u32.to_ne_bytes());
         data.extend(11u32.to_ne_bytes());
         data.extend(1u32.to_ne_bytes());
-        data.extend(1u16.to_ne_bytes());
+        data.extend(2u16.to_ne_bytes());
         data.extend(2u16.to_ne_bytes());
         data.extend(1_000_000u64.to_ne_bytes());
         data.extend(0u32.to_ne_bytes());
         data.extend(0u32.to_ne_bytes());
-        for frame in [0xffff_ffff_8100_0000u64, 0x40_1000, 0x40_2005] {
+        // The kernel's part starts with PERF_CONTEXT_KERNEL, as bpf_get_stack copies it.
+        for frame in [(-128i64) as u64, 0xffff_ffff_8100_0000u64, 0x40_1000, 0x40_2005] {
             data.extend(frame.to_ne_bytes());
         }
         let event = parse_record(&data).unwrap();
