@@ -677,7 +677,12 @@ mod tests {
         data.extend(0u32.to_ne_bytes());
         data.extend(0u32.to_ne_bytes());
         // The kernel's part starts with PERF_CONTEXT_KERNEL, as bpf_get_stack copies it.
-        for frame in [(-128i64) as u64, 0xffff_ffff_8100_0000u64, 0x40_1000, 0x40_2005] {
+        for frame in [
+            (-128i64) as u64,
+            0xffff_ffff_8100_0000u64,
+            0x40_1000,
+            0x40_2005,
+        ] {
             data.extend(frame.to_ne_bytes());
         }
         let event = parse_record(&data).unwrap();
