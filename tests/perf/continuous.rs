@@ -174,9 +174,15 @@ fn windows_are_written_as_they_close_each_a_profile_of_its_own_time() {
         lines.iter().map(|l| l.1).collect::<Vec<_>>()
     );
     assert!(lines[0].1 > 0);
+    // Without the memory, windows 2 and 3 would each name again about as many addresses
+    // as the first, and the half window 4 more than half as many: over 2.5 times the
+    // first's in all. With it they name only addresses not seen before: an instruction
+    // of the loop first sampled now, and on a busy machine the kernel's functions of
+    // the preemptions that land in a window (measured under two spinning threads:
+    // [8, 5, 0, 9] and [13, 6, 2, 3]; idle: [14, 0, 0, 0]).
     let later: usize = lines[1..].iter().map(|l| l.1).sum();
     assert!(
-        later < lines[0].1,
+        later < 2 * lines[0].1,
         "the later windows named {later} addresses, the first {}: {lines:?}",
         lines[0].1
     );
