@@ -14,7 +14,7 @@ use std::path::Path;
 use gimli::{BaseAddresses, CieOrFde, Reader, UnwindContext, UnwindSection};
 use object::ReadRef;
 
-use super::row::{Cfa, Row};
+use super::row::{Cfa, Row, ROW_BYTES};
 use super::{rules, UnwindTable, MAX_ROWS};
 use crate::files::elf::{section_data, Elf};
 
@@ -23,6 +23,14 @@ use crate::files::elf::{section_data, Elf};
 /// as in a separate debug file). A file with neither has an empty table. `Err` is one line naming the file: not a 64-bit x86-64 ELF file, a
 /// section that cannot be read, or a table beyond the limits (see [`MAX_ROWS`]).
 pub fn compile<'d, R: ReadRef<'d>>(path: &Path, data: R) -> Result<UnwindTable, String> {
+    compile_as(path, data)
+}
+
+/// [`compile`], the rows kept as `K` holds them.
+pub fn compile_as<'d, K: RowSink, R: ReadRef<'d>>(
+    path: &Path,
+    data: R,
+) -> Result<UnwindTable<K>, String> {
     let named = |why: String| format!("{}: {why}", path.display());
     let elf = Elf::parse(data).ok_or_else(|| named("not a 64-bit ELF file".into()))?;
     if !elf.is_x86_64() || !elf.is_little_endian() {
@@ -87,12 +95,59 @@ struct Span<O> {
     offset: O,
 }
 
+/// Where a table's rows go as they are made, in address order: a list of [`Row`]s, or
+/// their bytes as the kernel's table holds them ([`RowBytes`]).
+pub trait RowSink: Default {
+    /// The last row, if any.
+    fn last_row(&self) -> Option<Row>;
+    fn pop_row(&mut self);
+    fn push_row(&mut self, row: Row);
+    fn row_count(&self) -> usize;
+}
+
+impl RowSink for Vec<Row> {
+    fn last_row(&self) -> Option<Row> {
+        self.as_slice().last().copied()
+    }
+    fn pop_row(&mut self) {
+        Vec::pop(self);
+    }
+    fn push_row(&mut self, row: Row) {
+        Vec::push(self, row);
+    }
+    fn row_count(&self) -> usize {
+        Vec::len(self)
+    }
+}
+
+/// Rows as the kernel's table holds them, [`ROW_BYTES`] each ([`Row::to_bytes`]): 12
+/// bytes where a [`Row`] takes 20, and no conversion afterwards. librustc_driver's 1.4
+/// million rows are 17 MB so, 28 MB as rows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RowBytes(pub Vec<u8>);
+
+impl RowSink for RowBytes {
+    fn last_row(&self) -> Option<Row> {
+        let at = self.0.len().checked_sub(ROW_BYTES)?;
+        Row::from_bytes(self.0[at..].try_into().ok()?)
+    }
+    fn pop_row(&mut self) {
+        self.0.truncate(self.0.len().saturating_sub(ROW_BYTES));
+    }
+    fn push_row(&mut self, row: Row) {
+        self.0.extend_from_slice(&row.to_bytes());
+    }
+    fn row_count(&self) -> usize {
+        self.0.len() / ROW_BYTES
+    }
+}
+
 /// The table of the CFI section `cfi`, of at most `max_rows` rows.
-pub(super) fn build<R: Reader, S: UnwindSection<R>>(
+pub(super) fn build<R: Reader, S: UnwindSection<R>, K: RowSink>(
     cfi: &S,
     bases: &BaseAddresses,
     max_rows: usize,
-) -> Result<UnwindTable, TooLarge> {
+) -> Result<UnwindTable<K>, TooLarge> {
     let mut damaged = 0;
     let mut spans = Vec::new();
     let mut entries = cfi.entries(bases);
@@ -127,7 +182,7 @@ pub(super) fn build<R: Reader, S: UnwindSection<R>>(
     };
     let mut rows = Rows {
         base,
-        rows: Vec::new(),
+        rows: K::default(),
         max_rows,
     };
     let mut context = Box::new(UnwindContext::new());
@@ -162,14 +217,14 @@ pub(super) fn build<R: Reader, S: UnwindSection<R>>(
 
 /// Adds the rows of the FDE at `span` up to `limit` (the next FDE's start or its own
 /// end, whichever is first), from `cursor` on; `cursor` is left where they end.
-fn rows_of_fde<R: Reader, S: UnwindSection<R>>(
+fn rows_of_fde<R: Reader, S: UnwindSection<R>, K: RowSink>(
     cfi: &S,
     bases: &BaseAddresses,
     context: &mut UnwindContext<R::Offset>,
     span: &Span<R::Offset>,
     limit: u64,
     cursor: &mut u64,
-    rows: &mut Rows,
+    rows: &mut Rows<K>,
 ) -> Result<(), Failed> {
     let fde = cfi.fde_from_offset(bases, S::Offset::from(span.offset), S::cie_from_offset)?;
     let signal_frame = fde.is_signal_trampoline();
@@ -221,13 +276,13 @@ impl From<TooLarge> for Failed {
 }
 
 /// The rows made so far, merged as they come.
-struct Rows {
+struct Rows<K> {
     base: u64,
-    rows: Vec<Row>,
+    rows: K,
     max_rows: usize,
 }
 
-impl Rows {
+impl<K: RowSink> Rows<K> {
     /// Adds `row` from address `at` on. Rows come in address order; one with the rules of
     /// the row before it is merged into it, one at the same address replaces it.
     fn push(&mut self, mut row: Row, at: u64) -> Result<(), TooLarge> {
@@ -238,16 +293,24 @@ impl Rows {
         if row.cfa == Cfa::NoEntry {
             row = Row::no_entry(row.start);
         }
-        if self.rows.last().is_some_and(|last| last.start == row.start) {
-            self.rows.pop();
+        if self
+            .rows
+            .last_row()
+            .is_some_and(|last| last.start == row.start)
+        {
+            self.rows.pop_row();
         }
-        if self.rows.last().is_some_and(|last| last.same_rules(&row)) {
+        if self
+            .rows
+            .last_row()
+            .is_some_and(|last| last.same_rules(&row))
+        {
             return Ok(());
         }
-        if self.rows.len() >= self.max_rows {
+        if self.rows.row_count() >= self.max_rows {
             return Err(TooLarge::Rows(self.max_rows));
         }
-        self.rows.push(row);
+        self.rows.push_row(row);
         Ok(())
     }
 }

@@ -20,7 +20,7 @@ mod compile;
 mod row;
 mod rules;
 
-pub use compile::compile;
+pub use compile::{compile, compile_as, RowBytes, RowSink};
 pub use row::{Cfa, Rbp, Regs, ReturnAddress, Row, Step, Stop, Unsupported, ROW_BYTES};
 
 /// The most rows a table holds: 2^22 (4,194,304 rows, 48 MiB). GCC 12's `cc1`, a 33 MB
@@ -35,11 +35,12 @@ pub const SEARCH_STEPS: u32 = MAX_ROWS.ilog2() + 1;
 
 /// One file's unwind table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct UnwindTable {
+pub struct UnwindTable<K = Vec<Row>> {
     /// The address rows' `start`s are offsets from: the first FDE's start.
     pub base: u64,
-    /// The rows (see [`Row`] for their invariants); empty when the file has no CFI.
-    pub rows: Vec<Row>,
+    /// The rows (see [`Row`] for their invariants); empty when the file has no CFI. As
+    /// [`Row`]s, or as the kernel's table holds them ([`RowBytes`]).
+    pub rows: K,
     /// The FDEs the rows come from.
     pub fdes: usize,
     /// FDEs that could not be read (their addresses have no entry), counting as one the
@@ -77,25 +78,6 @@ impl UnwindTable {
     pub fn to_bytes(&self) -> Vec<u8> {
         self.rows.iter().flat_map(Row::to_bytes).collect()
     }
-
-    /// The same, taking the rows: they are turned into bytes from the last, and their
-    /// memory is given back as they go, so that a large table (librustc_driver's 1.4
-    /// million rows, 28 MB) and its bytes (17 MB) are not held whole at once.
-    pub fn into_bytes(mut self) -> Vec<u8> {
-        /// Rows turned into bytes between two shrinks of the rows' memory (1.3 MB).
-        const BATCH: usize = 1 << 16;
-        let mut bytes = vec![0u8; self.rows.len() * ROW_BYTES];
-        while !self.rows.is_empty() {
-            let from = self.rows.len().saturating_sub(BATCH);
-            for (i, row) in self.rows[from..].iter().enumerate() {
-                let at = (from + i) * ROW_BYTES;
-                bytes[at..at + ROW_BYTES].copy_from_slice(&row.to_bytes());
-            }
-            self.rows.truncate(from);
-            self.rows.shrink_to_fit();
-        }
-        bytes
-    }
 }
 
 /// The table of the file at `path` (read through `data`) as the unwinder in the kernel
@@ -105,11 +87,11 @@ pub fn kernel_table(
     path: &std::path::Path,
     data: &object::ReadCache<crate::files::image::At>,
 ) -> Result<crate::events::KernelTable, String> {
-    let table = compile(path, data)?;
+    let table = compile_as::<RowBytes, _>(path, data)?;
     Ok(crate::events::KernelTable {
         base: table.base,
-        count: table.rows.len(),
-        rows: table.into_bytes(),
+        count: table.rows.row_count(),
+        rows: table.rows.0,
     })
 }
 
