@@ -122,23 +122,37 @@ impl RowSink for Vec<Row> {
 
 /// Rows as the kernel's table holds them, [`ROW_BYTES`] each ([`Row::to_bytes`]): 12
 /// bytes where a [`Row`] takes 20, and no conversion afterwards. librustc_driver's 1.4
-/// million rows are 17 MB so, 28 MB as rows.
+/// million rows are 17 MB so, 28 MB as rows. The last row is kept decoded too: every
+/// row made is compared with it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RowBytes(pub Vec<u8>);
+pub struct RowBytes {
+    bytes: Vec<u8>,
+    last: Option<Row>,
+}
+
+impl RowBytes {
+    /// The rows' bytes, one row after the other.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+}
 
 impl RowSink for RowBytes {
     fn last_row(&self) -> Option<Row> {
-        let at = self.0.len().checked_sub(ROW_BYTES)?;
-        Row::from_bytes(self.0[at..].try_into().ok()?)
+        self.last
     }
     fn pop_row(&mut self) {
-        self.0.truncate(self.0.len().saturating_sub(ROW_BYTES));
+        self.bytes
+            .truncate(self.bytes.len().saturating_sub(ROW_BYTES));
+        let at = self.bytes.len().checked_sub(ROW_BYTES);
+        self.last = at.and_then(|at| Row::from_bytes(self.bytes[at..].try_into().ok()?));
     }
     fn push_row(&mut self, row: Row) {
-        self.0.extend_from_slice(&row.to_bytes());
+        self.bytes.extend_from_slice(&row.to_bytes());
+        self.last = Some(row);
     }
     fn row_count(&self) -> usize {
-        self.0.len() / ROW_BYTES
+        self.bytes.len() / ROW_BYTES
     }
 }
 

@@ -91,7 +91,7 @@ pub fn kernel_table(
     Ok(crate::events::KernelTable {
         base: table.base,
         count: table.rows.row_count(),
-        rows: table.rows.0,
+        rows: table.rows.into_bytes(),
     })
 }
 

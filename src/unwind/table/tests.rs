@@ -498,7 +498,12 @@ fn tables_made_as_bytes_are_the_bytes_of_the_tables_made_as_rows() {
         let rows = compile(path, &*data).unwrap();
         let bytes = compile_as::<RowBytes, _>(path, &*data).unwrap();
         assert!(rows.rows.len() > 1000, "{}", path.display());
-        assert_eq!(bytes.rows.0, rows.to_bytes(), "{}", path.display());
+        assert_eq!(
+            bytes.rows.into_bytes(),
+            rows.to_bytes(),
+            "{}",
+            path.display()
+        );
         assert_eq!(
             (bytes.base, bytes.fdes, bytes.damaged),
             (rows.base, rows.fdes, rows.damaged)
