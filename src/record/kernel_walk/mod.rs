@@ -368,14 +368,8 @@ impl KernelWalker {
                     .is_ok_and(|size| size <= COMPILE_AT_ONCE_BYTES);
                 let rows = match small {
                     true => {
-                        let loaded = match (self.compile)(&binary.path, &binary.reader()) {
-                            Ok(table) => self.load_rows(&binary.path, &table),
-                            Err(why) => {
-                                self.refused.push(why);
-                                None
-                            }
-                        };
-                        loaded.map_or(Rows::Without, Rows::Loaded)
+                        let table = (self.compile)(&binary.path, &binary.reader());
+                        self.rows_of(&binary.path, table)
                     }
                     false => match self.compiler.jobs.send((file, binary.clone())) {
                         Ok(()) => Rows::Compiling,
@@ -402,18 +396,24 @@ impl KernelWalker {
     /// the processes that map their files are listed again.
     pub(super) fn collect(&mut self) {
         while let Ok((file, path, table)) = self.compiler.done.try_recv() {
-            let rows = match table {
-                Ok(table) => self.load_rows(&path, &table),
-                Err(why) => {
-                    self.refused.push(why);
-                    None
-                }
-            };
-            self.rows[file] = rows.map_or(Rows::Without, Rows::Loaded);
+            self.rows[file] = self.rows_of(&path, table);
             for pid in self.followed.mapping(file) {
                 self.write_process(pid);
             }
         }
+    }
+
+    /// The rows of the file at `path` once its table is compiled: appended to the
+    /// kernel's, or none (said at the end) when it could not be compiled or given.
+    fn rows_of(&mut self, path: &std::path::Path, table: Result<KernelTable, String>) -> Rows {
+        let loaded = match table {
+            Ok(table) => self.load_rows(path, &table),
+            Err(why) => {
+                self.refused.push(why);
+                None
+            }
+        };
+        loaded.map_or(Rows::Without, Rows::Loaded)
     }
 
     /// Appends the rows of `table` (of the file at `path`) to the kernel's.
