@@ -53,9 +53,9 @@ pub struct Parser {
     /// The `exit_group` events' records (their samples lack the period), and their ids.
     exit_info: RecordParseInfo,
     exit_ids: HashSet<u64>,
-    /// The kernel walker's `bpf-output` events: their samples' raw data are walked
-    /// samples ([`super::kernel_walk`]).
-    walks: Option<Walks>,
+    /// The kernel walker's `bpf-output` events' records and ids: their samples' raw
+    /// data are walked samples ([`super::kernel_walk`]).
+    walks: Option<(RecordParseInfo, HashSet<u64>)>,
 }
 
 /// The records of the kernel walker's `bpf-output` events: their layout and ids.
@@ -85,7 +85,7 @@ impl Parser {
             switch_ids,
             exit_info: parse_info(exit.0),
             exit_ids: exit.1,
-            walks,
+            walks: walks.map(|w| (parse_info(&w.attr), w.ids)),
         }
     }
 
@@ -102,9 +102,9 @@ impl Parser {
             true => first_u64(data),
             false => None,
         };
-        if let (Some(walks), Some(id)) = (&self.walks, id) {
-            if walks.ids.contains(&id) {
-                return walked(data, &walks.attr);
+        if let (Some((info, ids)), Some(id)) = (&self.walks, id) {
+            if ids.contains(&id) {
+                return walked(data, *info);
             }
         }
         let switch = id.is_some_and(|id| self.switch_ids.contains(&id));
@@ -273,14 +273,9 @@ fn parse_info(attr: &pb::perf_event_attr) -> RecordParseInfo {
 }
 
 /// The walked sample in the raw data of a sample of the kernel walker's `bpf-output`
-/// event (layout `attr`).
-fn walked(data: RawData<'_>, attr: &pb::perf_event_attr) -> Option<Event> {
-    let raw = RawEventRecord::new(
-        RecordType(pb::PERF_RECORD_SAMPLE),
-        0,
-        data,
-        parse_info(attr),
-    );
+/// event (layout `info`).
+fn walked(data: RawData<'_>, info: RecordParseInfo) -> Option<Event> {
+    let raw = RawEventRecord::new(RecordType(pb::PERF_RECORD_SAMPLE), 0, data, info);
     match raw.parse().ok()? {
         EventRecord::Sample(s) => super::kernel_walk::parse_record(&s.raw?.as_slice()),
         _ => None,
