@@ -50,14 +50,16 @@ static struct task_struct *(*bpf_get_current_task_btf)(void) =
 static struct pt_regs *(*bpf_task_pt_regs)(struct task_struct *task) =
 	(void *)BPF_FUNC_task_pt_regs;
 
-// The most user frames a walk takes (the bound: at least 1,000).
-#define MAX_FRAMES 1024
+// The most user frames a walk takes: sampler's default --max-stack (the bound:
+// at least 1,000). With MAX_KERNEL, a record of 4,224 frames (34 KB) stays within a perf
+// record's 64 KiB.
+#define MAX_FRAMES 4096
 // The most kernel frames kept: the kernel's own callchain limit, perf_event_max_stack,
 // is 127 by default.
 #define MAX_KERNEL 128
 // Slots of a record's frames: a power of two at least MAX_KERNEL + MAX_FRAMES, so that
 // an index masked with SLOTS - 1 is in bounds for the verifier.
-#define SLOTS 2048
+#define SLOTS 8192
 // unwind::table::SEARCH_STEPS: enough for MAX_ROWS = 2^22 rows.
 #define SEARCH_STEPS 23
 // Steps of the search among one process's mappings: enough for the loader's 256.
@@ -215,12 +217,22 @@ struct {
 	__uint(value_size, sizeof(__u32));
 } walks SEC(".maps");
 
+// Each CPU's record, by CPU number (sampler sets the size to the possible CPUs at load):
+// a per-CPU array's values can be at most 32 KiB, a record is 64 KiB.
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct record);
 } scratch SEC(".maps");
+
+// This CPU's record. A program on a perf event runs with preemption off and does not
+// nest with itself on one CPU, so the record is its own while it runs.
+INLINE struct record *this_cpu_record(void)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	return bpf_map_lookup_elem(&scratch, &cpu);
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -341,8 +353,7 @@ INLINE long to_caller(struct walk *w, __u64 ip, __u64 sp, __u64 bp, __u32 interr
 		w->stop = STOP_NOT_UP;
 		return 1;
 	}
-	__u32 zero = 0;
-	struct record *r = bpf_map_lookup_elem(&scratch, &zero);
+	struct record *r = this_cpu_record();
 	if (!r) {
 		w->stop = STOP_UNREADABLE;
 		return 1;
@@ -429,7 +440,7 @@ static long step(__u32 index, void *unused)
 		// The trampoline's frame is named by its own address, not by the call before
 		// it (its FDE starts a byte before it, so that a return address finds it): it
 		// is marked as an instruction.
-		struct record *rec = bpf_map_lookup_elem(&scratch, &zero);
+		struct record *rec = this_cpu_record();
 		if (rec && !w->is_ip && w->n > 0)
 			rec->ips[(w->kernel_nr + w->n - 1) & (SLOTS - 1)] |= INTERRUPTED_BIT;
 		// The interrupted code's registers, in the ucontext at RSP (unwind::signal).
@@ -484,7 +495,7 @@ int walk_stack(struct bpf_perf_event_data *ctx)
 	wp->tgid = id >> 32;
 	if (wp->tgid == 0 || !bpf_map_lookup_elem(&processes, &wp->tgid))
 		return 1;
-	struct record *r = bpf_map_lookup_elem(&scratch, &zero);
+	struct record *r = this_cpu_record();
 	if (!r)
 		return 1;
 	// The user registers: the sampled ones in user mode (CS's privilege level 3; the

@@ -124,20 +124,35 @@ pub enum KernelWalk {
 pub struct KernelTable {
     pub base: u64,
     pub count: usize,
-    pub rows: Vec<u8>,
+    pub rows: Box<dyn TableRows>,
 }
 
 impl KernelTable {
     pub const ROW_BYTES: usize = 12;
 }
 
-/// Compiles the unwind table of the file at a path, read through the reader: what the
-/// caller of recording gives it for the unwinder in the kernel (the compiler belongs to
-/// `unwind`, which comes after recording). `Err` is one line naming the file.
-pub type CompileKernelTable = fn(
-    &std::path::Path,
-    &object::ReadCache<crate::files::image::At>,
-) -> Result<KernelTable, String>;
+/// Where a [`KernelTable`]'s rows are: in memory, or in a file they are read from in
+/// blocks (so that a table of millions of rows never lies whole in sampler's memory).
+pub trait TableRows: Send {
+    /// Hands the rows to `take` in order, in blocks of whole rows. `Err` is one line:
+    /// `take`'s error, or why the rows could not be read or were not sound (then some
+    /// blocks may have been taken already, and must be forgotten).
+    fn blocks(&mut self, take: &mut dyn FnMut(&[u8]) -> Result<(), String>) -> Result<(), String>;
+}
+
+impl TableRows for Vec<u8> {
+    fn blocks(&mut self, take: &mut dyn FnMut(&[u8]) -> Result<(), String>) -> Result<(), String> {
+        take(self)
+    }
+}
+
+/// Where recording gets the unwind tables of the files it maps, for the unwinder in the
+/// kernel: the compiler belongs to `unwind`, which comes after recording, and the cache
+/// of compiled tables to the caller. Called from more than one thread.
+pub trait KernelTables: Send + Sync + std::fmt::Debug {
+    /// The table of `binary`; `Err` is one line naming the file.
+    fn table(&self, binary: &crate::files::binary::Binary) -> Result<KernelTable, String>;
+}
 
 impl KernelWalk {
     /// The bit of a frame address in a walk that marks an interrupted instruction (user

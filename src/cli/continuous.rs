@@ -76,7 +76,7 @@ pub fn record(plan: RecordPlan, continuous: Continuous) -> Result<i32> {
         worker: None,
         number: 0,
     };
-    let (info, _ended) = record::record(
+    let (info, _ended, teardown) = record::record(
         &plan.options,
         &mut WindowSink {
             builder: &mut builder,
@@ -88,6 +88,8 @@ pub fn record(plan: RecordPlan, continuous: Continuous) -> Result<i32> {
     let last = builder.cut(&info);
     dispatch.send(last, info);
     let tally = dispatch.finish();
+    crate::cli::run::save_tables(&plan.tables);
+    drop(teardown);
     crate::say!(
         "sampler: {} windows: {} written, {} sent, {} waiting in the spool, {} dropped, {} refused{}",
         tally.windows,
@@ -203,6 +205,7 @@ fn work(mut job: Job, windows: mpsc::Receiver<Window>) -> Tally {
         let opts = crate::cli::run::naming_options(&built, &info, base.clone());
         let profile = memo.symbolicate(built.profile, &built.lib_binaries, &opts);
         crate::cli::run::save_cache(&opts);
+        crate::cli::run::save_tables(&job.plan.tables);
         let samples: usize = profile.threads.iter().map(|t| t.samples.len()).sum();
         let mut said = Vec::new();
         if let Some(dir) = &job.dir {

@@ -408,8 +408,9 @@ pub struct DebugArgs {
     /// Do not fetch missing debug files from the debuginfod servers in $DEBUGINFOD_URLS.
     #[arg(long = "no-debuginfod")]
     pub no_debuginfod: bool,
-    /// Neither read nor write the symbol cache ($XDG_CACHE_HOME/sampler, else
-    /// ~/.cache/sampler): read every file's symbols and debug information anew.
+    /// Neither read nor write the symbol cache nor the unwind table cache
+    /// ($XDG_CACHE_HOME/sampler, else ~/.cache/sampler): read every file's symbols and
+    /// debug information anew, and compile every unwind table.
     #[arg(long = "no-cache")]
     pub no_cache: bool,
 }

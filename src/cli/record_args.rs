@@ -3,6 +3,7 @@
 //! anything is recorded or written).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -11,6 +12,7 @@ use super::{output_choice, DebugArgs, FormatArg, ServeArgs, TimeArg, TIME_HELP};
 use crate::emit;
 use crate::events::{Rate, SamplingEvent};
 use crate::record::{self, RecordOptions};
+use crate::unwind::table::TableCache;
 use crate::unwind::UnwindMode;
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -182,6 +184,8 @@ pub struct RecordPlan {
     pub push: Vec<emit::push::Destination>,
     /// A continuous recording (`--every`).
     pub continuous: Option<Continuous>,
+    /// The kernel walker's unwind tables (also in `options`), saved after the profile.
+    pub tables: Arc<TableCache>,
 }
 
 impl RecordArgs {
@@ -236,6 +240,7 @@ impl RecordArgs {
             }
         }
         let continuous = self.continuous(&target)?;
+        let tables = Arc::new(TableCache::from_env(!self.debug.no_cache));
         let rate = match (self.period, self.frequency) {
             (Some(p), _) => Rate::Period(p),
             (None, Some(hz)) => Rate::Frequency(hz),
@@ -288,7 +293,7 @@ impl RecordArgs {
                 off_cpu: self.off_cpu.then_some(self.off_cpu_every.unwrap_or(1)),
                 every: continuous.as_ref().map(|c| c.every),
                 kernel_unwind: UnwindArg::kernel_unwind(self.unwind),
-                kernel_tables: crate::unwind::table::kernel_table,
+                kernel_tables: tables.clone(),
             },
             mode,
             format,
@@ -302,6 +307,7 @@ impl RecordArgs {
             sources: !self.no_sources,
             push: self.push.destinations()?,
             continuous,
+            tables,
         })
     }
 

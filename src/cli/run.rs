@@ -41,9 +41,10 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     if let Some(period) = plan.options.off_cpu {
         builder.record_off_cpu(period);
     }
-    let (info, ended) = record::record(&plan.options, &mut |events: &[crate::events::Event]| {
-        builder.add_events(events)
-    })?;
+    let (info, ended, teardown) =
+        record::record(&plan.options, &mut |events: &[crate::events::Event]| {
+            builder.add_events(events)
+        })?;
     let exited = Instant::now();
     stop_naming_on_signals();
     let built = builder.finish(&info);
@@ -70,6 +71,9 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     // After the profile, which it must not delay; a cache that cannot be written only
     // means that the next run reads the debug information again.
     save_cache(&symbol_options);
+    save_tables(&plan.tables);
+    // Its messages (a frame limit that could not be put back) come before the summary.
+    drop(teardown);
     Summary {
         info: &info,
         profile: &profile,
@@ -167,5 +171,12 @@ fn save_elsewhere(
 pub(crate) fn save_cache(opts: &symbolicate::SymbolOptions) {
     if let Some(Err(why)) = opts.cache.as_ref().map(|c| c.save()) {
         crate::say!("sampler: symbol cache: {why}");
+    }
+}
+
+/// Puts the unwind tables compiled this run into their cache, after the profile.
+pub(crate) fn save_tables(tables: &crate::unwind::table::TableCache) {
+    if let Err(why) = tables.save() {
+        crate::say!("sampler: unwind table cache: {why}");
     }
 }

@@ -33,6 +33,7 @@ pub mod stack_limit;
 mod start;
 #[allow(unsafe_code)]
 mod sys;
+mod teardown;
 
 use anyhow::Result;
 
@@ -48,6 +49,7 @@ pub use options::{
 pub use program::{program_path, resolve_pids};
 pub use rings::min_ring_pages;
 pub use sys::{release_free_memory, tune_allocator, zeroed_shared};
+pub use teardown::Teardown;
 
 /// Where a recording's events go as they are read.
 pub trait Sink {
@@ -74,9 +76,15 @@ impl<F: FnMut(&[Event])> Sink for F {
 /// and a second one kills it. Attached processes are recorded until `opts.duration`, one
 /// of [`STOP_SIGNALS`] (which stop the recording, not the processes), or until they have
 /// all exited. With [`RecordOptions::every`], `sink` is also told of each window as it
-/// closes; the info returned is then the last window's.
-pub fn record(opts: &RecordOptions, sink: &mut dyn Sink) -> Result<(RecordingInfo, Ended)> {
+/// closes; the info returned is then the last window's. The [`Teardown`] closes the
+/// events and puts the machine back while the caller goes on: keep it until the
+/// profile is written.
+pub fn record(
+    opts: &RecordOptions,
+    sink: &mut dyn Sink,
+) -> Result<(RecordingInfo, Ended, Teardown)> {
     let mut session = session::Session::start(opts)?;
     let ended = session.run(sink)?;
-    Ok((session.finish(opts, ended, sink), ended))
+    let (info, teardown) = session.finish(opts, ended, sink);
+    Ok((info, ended, teardown))
 }

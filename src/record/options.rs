@@ -53,7 +53,7 @@ pub struct RecordOptions {
     /// Whether user stacks are walked in the kernel (see [`KernelUnwind`]), and what
     /// compiles the files' tables for it.
     pub kernel_unwind: KernelUnwind,
-    pub kernel_tables: crate::events::CompileKernelTable,
+    pub kernel_tables: std::sync::Arc<dyn crate::events::KernelTables>,
 }
 
 /// Whether user stacks are walked in the kernel by sampler's eBPF program at each

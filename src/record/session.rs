@@ -37,6 +37,13 @@ const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// sampler has read them, and until then its samples are unwound from stack copies.
 const KERNEL_WALK_POLL_INTERVAL: Duration = Duration::from_millis(10);
 
+/// The same in the recording's first [`KERNEL_WALK_START_NS`]: 1 ms, so that the
+/// command's (or attached processes') first mappings reach the walker within a
+/// millisecond or two of its start (a 2,000-deep recursion that starts at once lost its
+/// first 12 samples to stack copies at 10 ms), for some 30 wakeups more per recording.
+const KERNEL_WALK_START_POLL_INTERVAL: Duration = Duration::from_millis(1);
+const KERNEL_WALK_START_NS: u64 = 30_000_000;
+
 /// How far behind the drain time events are held back before they are handed on: the
 /// per-CPU buffers are each in time order but are read one after the other, and a record
 /// stamped just before a drain may still be being written. 50 ms is far more than that
@@ -168,7 +175,15 @@ impl Session {
                 attach::check_pid(pid)?;
             }
         }
-        let deeper = stack_limit::DeeperStacks::raise(u64::from(opts.max_stack));
+        // The kernel walker's depth is its own bound: with it the machine-wide frame
+        // limit stays as it is, but for a repair of what a killed session left, done
+        // first (the loaded program's callchain buffers keep the kernel from any change).
+        let unchanged = stack_limit::DeeperStacks::unchanged();
+        let (mut walker, walker_note) = kernel_walker(opts)?;
+        let deeper = match walker {
+            Some(_) => unchanged,
+            None => stack_limit::DeeperStacks::raise(u64::from(opts.max_stack)),
+        };
         let max_stack = deeper
             .limit
             .min(u64::from(opts.max_stack))
@@ -200,7 +215,6 @@ impl Session {
         // Per-CPU events, where allowed: they sample on across thread births, which
         // per-task events (each new thread starting a fresh period) do not.
         let per_cpu = may_watch_cpus(request.cpus[0]);
-        let (mut walker, walker_note) = kernel_walker(opts)?;
         let started = match &opts.target {
             Target::Command(command) => start_command(
                 command,
@@ -289,9 +303,11 @@ impl Session {
                         .iter()
                         .map(|&i| PollFd::new(self.events.fds[i].as_fd(), PollFlags::POLLIN)),
                 );
-                let interval = match self.walker {
-                    Some(_) => KERNEL_WALK_POLL_INTERVAL,
-                    None => POLL_INTERVAL,
+                let starting = monotonic_ns().saturating_sub(self.start_ns) < KERNEL_WALK_START_NS;
+                let interval = match (&self.walker, starting) {
+                    (Some(_), true) => KERNEL_WALK_START_POLL_INTERVAL,
+                    (Some(_), false) => KERNEL_WALK_POLL_INTERVAL,
+                    (None, _) => POLL_INTERVAL,
                 };
                 let timeout = PollTimeout::from(interval.as_millis() as u16);
                 match nix::poll::poll(&mut poll_fds, timeout) {
@@ -415,14 +431,14 @@ impl Session {
     }
 
     /// Stops the events, reads what is left, hands everything on, and says what the
-    /// recording was (in a continuous recording, its last window). The frame limit is put
-    /// back as the session is dropped, after its events are closed.
+    /// recording was (in a continuous recording, its last window). The events are closed
+    /// and the frame limit put back by the [`Teardown`] returned.
     pub(super) fn finish(
         mut self,
         opts: &RecordOptions,
         ended: Ended,
         sink: &mut dyn Sink,
-    ) -> RecordingInfo {
+    ) -> (RecordingInfo, super::teardown::Teardown) {
         for fd in &self.events.fds {
             let _ = sys::disable(fd);
         }
@@ -463,7 +479,8 @@ impl Session {
             (Running::Launched { .. }, Ended::Command(_)) => children_cpu_time(),
             _ => None,
         };
-        info
+        let teardown = super::teardown::Teardown::start(self.events, self.walker, self.deeper);
+        (info, teardown)
     }
 
     /// What the recording (in a continuous recording, the current window) was from its

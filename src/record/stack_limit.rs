@@ -233,6 +233,32 @@ pub struct DeeperStacks {
 }
 
 impl DeeperStacks {
+    /// Leaves the setting as it is, for a session whose user stacks are not the kernel's
+    /// callchains (the kernel walker's own bound is its depth): only a setting that an
+    /// earlier session could not put back is repaired (nothing is created for it).
+    pub fn unchanged() -> DeeperStacks {
+        let left = std::path::Path::new(STATE_FILE).exists();
+        if left && nix::unistd::Uid::effective().is_root() {
+            if let Ok(mut file) = lock_state() {
+                let mut state = load(&mut file);
+                let _ = settle(&mut state, 1);
+                let _ = store(&mut file, &state);
+            }
+        }
+        DeeperStacks {
+            outcome: Raise::NotNeeded,
+            limit: read_setting().unwrap_or(127),
+            holder: None,
+            watchdog: None,
+        }
+    }
+
+    /// Whether this session holds a claim on a raised setting, to be given up when it is
+    /// dropped (once its callchain events are freed).
+    pub fn holds_claim(&self) -> bool {
+        self.holder.is_some()
+    }
+
     /// Raises the setting to `wanted` frames when it is lower and sampler may, after
     /// repairing a setting that an earlier session could not put back.
     pub fn raise(wanted: u64) -> DeeperStacks {

@@ -105,6 +105,37 @@ pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// Forks a child that holds a copy of every descriptor of this process until the
+/// descriptor returned (a pipe's write end) is closed, and then exits. What this process
+/// closes meanwhile, and of which the child holds the last copy, is freed by the kernel
+/// as the child exits, and not in this process's `close`: for files whose release waits
+/// for the kernel (the last perf event on a tracepoint unregisters it and waits for an
+/// RCU grace period). The child is left to be reaped by whoever reaps orphans.
+pub fn release_in_child() -> io::Result<OwnedFd> {
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    // SAFETY: between fork and _exit the child only calls async-signal-safe functions
+    // (close, read, _exit) on descriptors made above.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        unsafe {
+            libc::close(write.as_raw_fd());
+            let mut byte = 0u8;
+            // Until every copy of the write end is closed (EOF), or this process dies.
+            loop {
+                let n = libc::read(read.as_raw_fd(), (&mut byte as *mut u8).cast(), 1);
+                if n == 0 || (n < 0 && *libc::__errno_location() != libc::EINTR) {
+                    break;
+                }
+            }
+            libc::_exit(0);
+        }
+    }
+    Ok(write)
+}
+
 /// Sends `signal` to the process of `pidfd`, as `kill` would (`pidfd_send_signal`).
 pub fn pidfd_send_signal(pidfd: &OwnedFd, signal: nix::sys::signal::Signal) -> io::Result<()> {
     // SAFETY: a live pidfd, a signal number, no siginfo (the kernel fills in what kill

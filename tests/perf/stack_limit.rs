@@ -61,11 +61,20 @@ fn settles_at(want: u64, limit: Duration) -> u64 {
     setting()
 }
 
-/// `sampler record` of the 2,000-deep recursion for `seconds`, in the background.
+/// `sampler record` of the 2,000-deep recursion for `seconds`, in the background, with
+/// the hybrid unwinder (the kernel walker's depth is its own: it never raises the
+/// setting, see `the_kernel_walker_changes_nothing`).
 fn sampler_deep(seconds: &str) -> (Child, std::path::PathBuf) {
+    sampler_deep_with(&["--unwind", "hybrid"], seconds)
+}
+
+/// The same with the options `options`.
+fn sampler_deep_with(options: &[&str], seconds: &str) -> (Child, std::path::PathBuf) {
     let out = tempdir().join("deep.json");
     let child = Command::new(sampler_bin())
-        .args(["record", "-o"])
+        .arg("record")
+        .args(options)
+        .arg("-o")
         .arg(&out)
         .args(["--", &target("deep"), seconds])
         .stdout(Stdio::null())
@@ -220,19 +229,50 @@ fn a_perf_session_that_outlasts_sampler_delays_the_repair() {
 
 fn a_frame_limit_within_the_setting_changes_nothing() {
     from_a_known_value(|| {
-        let out = tempdir().join("small.json");
-        let child = Command::new(sampler_bin())
-            .args(["record", "--max-stack", "150", "-o"])
-            .arg(&out)
-            .args(["--", &target("deep"), "1"])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let (child, _) = sampler_deep_with(&["--unwind", "hybrid", "--max-stack", "150"], "1");
         std::thread::sleep(Duration::from_millis(500));
         assert_eq!(setting(), BEFORE, "raised although 150 frames fit");
         assert!(!std::path::Path::new("/run/sampler/perf_event_max_stack").exists());
         let _ = finish(child);
         assert_eq!(setting(), BEFORE);
+    });
+}
+
+/// The kernel walker (the default as root) walks the 2,000-deep recursion whole with
+/// the setting as it was: no record, no watchdog, nothing changed.
+fn the_kernel_walker_changes_nothing() {
+    from_a_known_value(|| {
+        let (child, out) = sampler_deep_with(&["--unwind", "kernel"], "1");
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(setting(), BEFORE, "changed while it records");
+        assert!(!std::path::Path::new("/run/sampler/perf_event_max_stack").exists());
+        let err = finish(child);
+        assert_eq!(setting(), BEFORE);
+        let paths: Vec<Vec<String>> = thread_paths(&load_checked(&out))
+            .into_iter()
+            .flat_map(|t| t.paths)
+            .filter(|p| p.iter().any(|f| f == "bottom"))
+            .collect();
+        assert!(
+            paths.len() > 100,
+            "{} samples in bottom: {err}",
+            paths.len()
+        );
+        // Samples taken before sampler has read the new process's mappings (its first
+        // milliseconds) come back as stack copies, with the kernel's callchain cut at
+        // the setting: marked.
+        let whole = paths
+            .iter()
+            .filter(|p| p[0] == "_start" && p.len() > 2000)
+            .count();
+        let marked = paths.iter().filter(|p| p[0] == "[truncated]").count();
+        assert_eq!(whole + marked, paths.len(), "unmarked cuts");
+        assert!(
+            whole * 100 >= paths.len() * 95,
+            "{whole} of {} whole",
+            paths.len()
+        );
+        ffp_check(&out);
     });
 }
 
@@ -245,5 +285,6 @@ fn main() {
         a_concurrent_perf_session_blocks_raising_and_the_cut_is_marked: Need::Perf, Need::Root, PERF_TOOL;
         a_perf_session_that_outlasts_sampler_delays_the_repair: Need::Perf, Need::Root, PERF_TOOL;
         a_frame_limit_within_the_setting_changes_nothing: Need::Perf, Need::Root;
+        the_kernel_walker_changes_nothing: Need::Perf, Need::Root;
     ]);
 }

@@ -37,9 +37,7 @@ use super::options::{KernelUnwind, RecordOptions, Target};
 use super::parse::Walks;
 use super::sys;
 
-use crate::events::{
-    CompileKernelTable, Event, EventKind, KernelTable, KernelWalk, Mapping, Sample,
-};
+use crate::events::{Event, EventKind, KernelTable, KernelTables, KernelWalk, Mapping, Sample};
 use crate::files::binary::Binary;
 use crate::files::locate::{FileFinder, MappedFile};
 
@@ -93,7 +91,7 @@ const COMPILE_AT_ONCE_BYTES: u64 = 4 << 20;
 /// Why a walk ended, as the program counts them (`enum stop`).
 pub const STOP_NAMES: [&str; STOP_REASONS] = [
     "the outermost frame",
-    "the frame limit (1024)",
+    "the frame limit (4096)",
     "a step that did not move up the stack",
     "code without a table or frame pointer (not loaded yet, or JIT code)",
     "an address its file's table has no row for",
@@ -131,14 +129,14 @@ struct Compiler {
 }
 
 impl Compiler {
-    fn start(compile: CompileKernelTable) -> Result<Compiler, String> {
+    fn start(tables: Arc<dyn KernelTables>) -> Result<Compiler, String> {
         let (jobs, asked) = mpsc::channel::<(usize, Arc<Binary>)>();
         let (finished, done) = mpsc::channel();
         std::thread::Builder::new()
             .name("sampler-tables".into())
             .spawn(move || {
                 for (file, binary) in asked {
-                    let table = compile(&binary.path, &binary.reader());
+                    let table = tables.table(&binary);
                     if finished.send((file, binary.path.clone(), table)).is_err() {
                         break;
                     }
@@ -157,7 +155,7 @@ pub(super) struct KernelWalker {
     outputs: Vec<OwnedFd>,
     output_ids: HashSet<u64>,
     files: FileFinder,
-    compile: CompileKernelTable,
+    tables: Arc<dyn KernelTables>,
     compiler: Compiler,
     /// Each mapped file's index in `rows`, by its identity.
     file_index: HashMap<FileKey, usize>,
@@ -183,7 +181,7 @@ impl KernelWalker {
     /// samples keep their kernel frames. `Err` is one line saying why it cannot run here.
     pub(super) fn load(
         with_kernel: bool,
-        compile: CompileKernelTable,
+        tables: Arc<dyn KernelTables>,
     ) -> Result<KernelWalker, String> {
         // libbpf's messages (the verifier's log among them) only when asked for.
         match std::env::var_os("SAMPLER_BPF_LOG") {
@@ -202,6 +200,10 @@ impl KernelWalker {
             let name = map.name().to_string_lossy().into_owned();
             let set = match name.as_str() {
                 "processes" => map.set_max_entries(MAX_PROCESSES),
+                // A record per CPU, indexed by CPU number.
+                "scratch" => {
+                    libbpf_rs::num_possible_cpus().and_then(|n| map.set_max_entries(n as u32))
+                }
                 n if n.ends_with(".rodata") => {
                     if let Some(data) = map.initial_value_mut() {
                         if data.len() >= 4 {
@@ -241,8 +243,8 @@ impl KernelWalker {
             outputs: Vec::new(),
             output_ids: HashSet::new(),
             files: FileFinder::default(),
-            compile,
-            compiler: Compiler::start(compile)?,
+            compiler: Compiler::start(tables.clone())?,
+            tables,
             file_index: HashMap::new(),
             rows: Vec::new(),
             row_chunks,
@@ -368,7 +370,7 @@ impl KernelWalker {
                     .is_ok_and(|size| size <= COMPILE_AT_ONCE_BYTES);
                 let rows = match small {
                     true => {
-                        let table = (self.compile)(&binary.path, &binary.reader());
+                        let table = self.tables.table(&binary);
                         self.rows_of(&binary.path, table)
                     }
                     false => match self.compiler.jobs.send((file, binary.clone())) {
@@ -407,7 +409,7 @@ impl KernelWalker {
     /// kernel's, or none (said at the end) when it could not be compiled or given.
     fn rows_of(&mut self, path: &std::path::Path, table: Result<KernelTable, String>) -> Rows {
         let loaded = match table {
-            Ok(table) => self.load_rows(path, &table),
+            Ok(table) => self.load_rows(path, table),
             Err(why) => {
                 self.refused.push(why);
                 None
@@ -417,7 +419,7 @@ impl KernelWalker {
     }
 
     /// Appends the rows of `table` (of the file at `path`) to the kernel's.
-    fn load_rows(&mut self, path: &std::path::Path, table: &KernelTable) -> Option<FileRows> {
+    fn load_rows(&mut self, path: &std::path::Path, mut table: KernelTable) -> Option<FileRows> {
         let count = u32::try_from(table.count).ok()?;
         if count == 0 {
             return None;
@@ -432,7 +434,22 @@ impl KernelWalker {
             return None;
         }
         let first_row = self.next_row;
-        if let Err(e) = self.row_chunks.write(first_row, &table.rows) {
+        let mut written = 0u32;
+        let chunks = &mut self.row_chunks;
+        let given = table.rows.blocks(&mut |block| {
+            let rows = (block.len() / KernelTable::ROW_BYTES) as u32;
+            if rows > count - written {
+                return Err("more rows than its table has".into());
+            }
+            chunks.write(first_row + written, block)?;
+            written += rows;
+            Ok(())
+        });
+        // Rows written before a failure are overwritten by the next file's.
+        if let Err(e) = given.and_then(|()| match written == count {
+            true => Ok(()),
+            false => Err(format!("{written} rows of {count}")),
+        }) {
             self.refused.push(format!(
                 "{}: its rows could not be given to the kernel: {e}",
                 path.display()
@@ -529,7 +546,7 @@ pub(super) fn kernel_walker(
         // By default it is used where it can be, without a word where it cannot be.
         (KernelUnwind::Prefer, Some(_)) => return Ok((None, None)),
         (KernelUnwind::Require, Some(why)) => Err(why.to_string()),
-        (_, None) => KernelWalker::load(true, opts.kernel_tables),
+        (_, None) => KernelWalker::load(true, opts.kernel_tables.clone()),
     };
     match loaded {
         Ok(walker) => Ok((

@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use super::kernel_table::{self, KernelTable};
 use super::key::kernel_key_with;
@@ -16,16 +16,6 @@ use crate::files::usercache::{self, TempFile};
 /// The cache's directory under the user's cache directory, and the directory of symbol
 /// entries within it (other caches may come beside it).
 const DIRS: [&str; 2] = ["sampler", "symbols"];
-
-/// The longest one run spends removing entries: 1 s. A removal is microseconds on most
-/// file systems, but milliseconds where blocks are discarded as they are freed (2.2 ms
-/// each on ext4 mounted with `discard`): the 34,000 entries a cache of 100,000 small
-/// ones had to give up took 125 s there. What is left over goes in later runs.
-const EVICT_TIME: Duration = Duration::from_secs(1);
-
-/// A file on its way into the cache that is this old was left by a process that died
-/// while writing it (a write takes milliseconds).
-const STALE_TEMP: Duration = Duration::from_secs(3600);
 
 /// Permission bits of an entry and of the secret: the user's alone. An entry says which
 /// files the user profiles, and the kernel's entries where the kernel lies.
@@ -220,7 +210,7 @@ impl SymbolCache {
         if let Some((name, legacy)) = table.filter(|(name, _)| written.contains(&name.as_str())) {
             kernel_table::evict_other_tables(&dir, &name, &legacy);
         }
-        let evicted = evict(
+        let evicted = usercache::evict(
             &dir,
             self.owner,
             &written,
@@ -242,66 +232,13 @@ impl SymbolCache {
 /// The symbol cache is its user's alone (see the module's text).
 const PRIVATE: usercache::Access = usercache::Access::Private;
 
-/// Removes the least recently modified entries of `dir` until the rest take at most
-/// `limit` bytes of the disk (never those just written, `keep`; files are `owner`'s), or with `shrink` (a
-/// write failed) at most half of what they took, and files left on their way in by a
-/// process that died, for at most [`EVICT_TIME`]. Entries that others may read are made
-/// private. Returns how many entries were removed, and the bytes of the disk they took.
-fn evict(
-    dir: &std::os::fd::OwnedFd,
-    owner: Option<SudoUser>,
-    keep: &[&str],
-    limit: u64,
-    shrink: bool,
-) -> (usize, u64) {
-    use std::os::unix::ffi::OsStrExt;
-    usercache::remove_stale_temps(dir, STALE_TEMP);
-    let mut files: Vec<(i64, u64, std::ffi::OsString)> = Vec::new();
-    let mut total = 0u64;
-    for name in usercache::names_in(dir) {
-        let Some(stat) = usercache::regular_file_at(dir, &name) else {
-            continue;
-        };
-        let temp = name
-            .as_bytes()
-            .starts_with(usercache::TEMP_PREFIX.as_bytes());
-        if temp {
-            continue;
-        }
-        if stat.st_mode & 0o077 != 0 {
-            let _ = usercache::open_file(dir, &name.to_string_lossy(), owner)
-                .and_then(|f| usercache::make_private(&f));
-        }
-        // What the entry takes of the disk: a small entry takes a whole block (4 KiB,
-        // where its length may be a few hundred bytes).
-        let size = stat.st_blocks as u64 * 512;
-        total += size;
-        if !keep.iter().any(|k| name == *k) {
-            files.push((stat.st_mtime, size, name));
-        }
-    }
-    files.sort();
-    let limit = if shrink { limit.min(total / 2) } else { limit };
-    let mut removed = (0, 0);
-    let deadline = std::time::Instant::now() + EVICT_TIME;
-    for (_, size, name) in files {
-        if total <= limit || std::time::Instant::now() > deadline {
-            break;
-        }
-        if usercache::remove_file(dir, &name).is_ok() {
-            total -= size;
-            removed.0 += 1;
-            removed.1 += size;
-        }
-    }
-    removed
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::MetadataExt;
+    use std::time::Duration;
 
     use super::*;
+    use crate::files::usercache::{evict, STALE_TEMP};
 
     #[test]
     fn eviction_removes_the_least_recently_used_beyond_the_bound() {

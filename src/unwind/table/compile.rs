@@ -27,9 +27,18 @@ pub fn compile<'d, R: ReadRef<'d>>(path: &Path, data: R) -> Result<UnwindTable, 
 }
 
 /// [`compile`], the rows kept as `K` holds them.
-pub fn compile_as<'d, K: RowSink, R: ReadRef<'d>>(
+pub fn compile_as<'d, K: RowSink + Default, R: ReadRef<'d>>(
     path: &Path,
     data: R,
+) -> Result<UnwindTable<K>, String> {
+    compile_into(path, data, K::default())
+}
+
+/// [`compile`], the rows given to `sink` as they are made.
+pub fn compile_into<'d, K: RowSink, R: ReadRef<'d>>(
+    path: &Path,
+    data: R,
+    sink: K,
 ) -> Result<UnwindTable<K>, String> {
     let named = |why: String| format!("{}: {why}", path.display());
     let elf = Elf::parse(data).ok_or_else(|| named("not a 64-bit ELF file".into()))?;
@@ -53,14 +62,19 @@ pub fn compile_as<'d, K: RowSink, R: ReadRef<'d>>(
             .set_eh_frame(eh_frame.address())
             .set_text(address(".text"))
             .set_got(address(".got"));
-        build(&cfi, &bases, MAX_ROWS)
+        build(&cfi, &bases, MAX_ROWS, sink)
     } else if let Some(debug_frame) = section(".debug_frame") {
         let bytes = section_data(&elf, &debug_frame).map_err(named)?;
         let mut cfi = gimli::DebugFrame::new(&bytes, gimli::LittleEndian);
         cfi.set_address_size(8);
-        build(&cfi, &BaseAddresses::default(), MAX_ROWS)
+        build(&cfi, &BaseAddresses::default(), MAX_ROWS, sink)
     } else {
-        Ok(UnwindTable::default())
+        Ok(UnwindTable {
+            base: 0,
+            rows: sink,
+            fdes: 0,
+            damaged: 0,
+        })
     };
     built.map_err(|why| named(why.to_string()))
 }
@@ -96,8 +110,10 @@ struct Span<O> {
 }
 
 /// Where a table's rows go as they are made, in address order: a list of [`Row`]s, or
-/// their bytes as the kernel's table holds them ([`RowBytes`]).
-pub trait RowSink: Default {
+/// their bytes as the kernel's table holds them ([`RowBytes`]). Only the last row is ever
+/// taken back ([`RowSink::pop_row`]), and then the one before it is the last: a sink
+/// may pass on all rows but the last two.
+pub trait RowSink {
     /// The last row, if any.
     fn last_row(&self) -> Option<Row>;
     fn pop_row(&mut self);
@@ -135,6 +151,19 @@ impl RowBytes {
     pub fn into_bytes(self) -> Vec<u8> {
         self.bytes
     }
+
+    /// The rows' bytes so far.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Forgets the first `rows` rows (passed on elsewhere); the last row stays the last.
+    pub fn drain_front(&mut self, rows: usize) {
+        self.bytes.drain(..(rows * ROW_BYTES).min(self.bytes.len()));
+        if self.bytes.is_empty() {
+            self.last = None;
+        }
+    }
 }
 
 impl RowSink for RowBytes {
@@ -161,6 +190,7 @@ pub(super) fn build<R: Reader, S: UnwindSection<R>, K: RowSink>(
     cfi: &S,
     bases: &BaseAddresses,
     max_rows: usize,
+    sink: K,
 ) -> Result<UnwindTable<K>, TooLarge> {
     let mut damaged = 0;
     let mut spans = Vec::new();
@@ -190,13 +220,15 @@ pub(super) fn build<R: Reader, S: UnwindSection<R>, K: RowSink>(
     spans.sort_by_key(|s| s.start);
     let Some(base) = spans.first().map(|s| s.start) else {
         return Ok(UnwindTable {
+            base: 0,
+            rows: sink,
+            fdes: 0,
             damaged,
-            ..UnwindTable::default()
         });
     };
     let mut rows = Rows {
         base,
-        rows: K::default(),
+        rows: sink,
         max_rows,
     };
     let mut context = Box::new(UnwindContext::new());

@@ -16,11 +16,13 @@
 //! return address is looked up at `address - 1`, as
 //! [`crate::unwind::CodeAddress::lookup_address`] does.
 
+mod cache;
 mod compile;
 mod row;
 mod rules;
 
-pub use compile::{compile, compile_as, RowBytes, RowSink};
+pub use cache::TableCache;
+pub use compile::{compile, compile_as, compile_into, RowBytes, RowSink};
 pub use row::{Cfa, Rbp, Regs, ReturnAddress, Row, Step, Stop, Unsupported, ROW_BYTES};
 
 /// The most rows a table holds: 2^22 (4,194,304 rows, 48 MiB). GCC 12's `cc1`, a 33 MB
@@ -81,8 +83,9 @@ impl UnwindTable {
 }
 
 /// The table of the file at `path` (read through `data`) as the unwinder in the kernel
-/// loads it: what the command line gives recording (see
-/// [`crate::events::CompileKernelTable`]).
+/// loads it, compiled in memory: what [`TableCache`] (the
+/// [`crate::events::KernelTables`] the command line gives recording) does without a
+/// cache.
 pub fn kernel_table(
     path: &std::path::Path,
     data: &object::ReadCache<crate::files::image::At>,
@@ -91,7 +94,7 @@ pub fn kernel_table(
     Ok(crate::events::KernelTable {
         base: table.base,
         count: table.rows.row_count(),
-        rows: table.rows.into_bytes(),
+        rows: Box::new(table.rows.into_bytes()),
     })
 }
 

@@ -73,7 +73,7 @@ impl Cfi {
 fn table_of(bytes: &[u8], max_rows: usize) -> Result<UnwindTable, TooLarge> {
     let mut cfi = EhFrame::new(bytes, LittleEndian);
     cfi.set_address_size(8);
-    let table = build(&cfi, &BaseAddresses::default(), max_rows)?;
+    let table = build(&cfi, &BaseAddresses::default(), max_rows, Vec::new())?;
     check_invariants(&table);
     Ok(table)
 }
@@ -439,7 +439,7 @@ fn damaged_cfi_gives_no_rule_it_does_not_hold_and_never_panics() {
         let mut cfi = EhFrame::new(&bytes[..], LittleEndian);
         cfi.set_address_size(8);
         let bases = BaseAddresses::default().set_eh_frame(section.address());
-        if let Ok(table) = build(&cfi, &bases, MAX_ROWS) {
+        if let Ok(table) = build(&cfi, &bases, MAX_ROWS, Vec::new()) {
             check_invariants(&table);
         }
     }
