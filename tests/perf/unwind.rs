@@ -217,6 +217,69 @@ fn a_process_teardown_has_the_stack_at_its_exit_in_hybrid_and_kernel() {
     }
 }
 
+/// The kernel walker's tables are compiled once: a second run reads them from the cache
+/// (the same call paths), and an entry damaged on the disk is refused with a line naming
+/// its file, the recording going on without it.
+fn kernel_tables_are_kept_between_runs_and_a_damaged_one_is_refused() {
+    use std::os::unix::fs::MetadataExt;
+    let test = "kernel_tables_are_kept_between_runs_and_a_damaged_one_is_refused";
+    let cache = tempdir().join("xdg");
+    std::fs::create_dir_all(&cache).unwrap();
+    let nofp = target("nofp");
+    let run = |n: usize| {
+        let out = tempdir().join(format!("cached{n}.json"));
+        let o = std::process::Command::new(sampler_bin())
+            .env("XDG_CACHE_HOME", &cache)
+            .args(["record", "--unwind", "kernel", "-o"])
+            .arg(&out)
+            .args(["--", &nofp, "1"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{test} run {n}: {}", stderr(&o));
+        ffp_check(&out);
+        (stderr(&o), all_paths(&out))
+    };
+    let full: [&[&str]; 2] = [
+        &["main", "outer", "middle", "hot_a"],
+        &["main", "outer", "middle", "hot_b"],
+    ];
+    let meta = std::fs::metadata(&nofp).unwrap();
+    let entry = cache
+        .join("sampler/unwind")
+        .join(format!("{:x}-{:x}", meta.dev(), meta.ino()));
+    let (_, first) = run(1);
+    let written = std::fs::metadata(&entry).expect("nofp's table was kept");
+    let (err, second) = run(2);
+    for (n, paths) in [(1, &first), (2, &second)] {
+        let share = share_with_any(paths, &full);
+        assert!(share >= 90.0, "{test}: run {n}: {share:.1}% full paths");
+    }
+    assert_eq!(
+        std::fs::metadata(&entry).unwrap().ino(),
+        written.ino(),
+        "the second run read the entry, and wrote none"
+    );
+    assert!(!err.contains("no kernel unwind table"), "{err}");
+    // One byte of a row changed: the checksum no longer holds.
+    let mut bytes = std::fs::read(&entry).unwrap();
+    let at = bytes.len() - 7;
+    bytes[at] ^= 0x40;
+    std::fs::write(&entry, &bytes).unwrap();
+    let (err, _) = run(3);
+    assert!(
+        err.contains(&format!(
+            "no kernel unwind table for {nofp}: its rows could not be given to the kernel: its cached unwind table is damaged"
+        )),
+        "{err}"
+    );
+    // Removed: the next run compiles the table anew, and keeps it.
+    assert!(!entry.exists(), "the damaged entry is still there");
+    let (err, fourth) = run(4);
+    assert!(!err.contains("no kernel unwind table"), "{err}");
+    assert!(share_with_any(&fourth, &full) >= 90.0);
+    assert!(entry.exists(), "compiled again and kept");
+}
+
 fn main() {
     run_tests(tests![
         c_without_frame_pointers_has_full_paths_in_hybrid_dwarf_and_kernel: Need::Perf;
@@ -225,5 +288,6 @@ fn main() {
         recursion_2000_deep_keeps_every_level_in_hybrid_and_fp: Need::Perf;
         frames_larger_than_a_stack_copy_are_walked_whole_in_the_kernel: Need::Perf;
         a_process_teardown_has_the_stack_at_its_exit_in_hybrid_and_kernel: Need::Root;
+        kernel_tables_are_kept_between_runs_and_a_damaged_one_is_refused: Need::Root;
     ]);
 }

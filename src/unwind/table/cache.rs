@@ -23,6 +23,7 @@
 //!   beyond [`MAX_TOTAL_BYTES`] are removed then.
 
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -134,7 +135,8 @@ impl TableCache {
             return None;
         }
         let _ = file.set_modified(SystemTime::now());
-        Some(CachedRows::table(file, base, count, checksum))
+        let entry = Some((dir, key.file_name()));
+        Some(CachedRows::table(file, base, count, checksum, entry))
     }
 
     /// Compiles the table of `binary` into a new file beside its entry; `None` when
@@ -166,7 +168,7 @@ impl TableCache {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(temp);
-        Some(Ok(CachedRows::table(file, base, count, checksum)))
+        Some(Ok(CachedRows::table(file, base, count, checksum, None)))
     }
 }
 
@@ -352,16 +354,26 @@ struct CachedRows {
     count: usize,
     checksum: u64,
     seed: u64,
+    /// The entry's directory and name (none for a table just compiled), so that a
+    /// damaged entry is removed, and compiled anew by the next run.
+    entry: Option<(OwnedFd, String)>,
 }
 
 impl CachedRows {
     /// The table of the entry `file`, from its header's base, row count and checksum.
-    fn table(file: File, base: u64, count: usize, checksum: u64) -> KernelTable {
+    fn table(
+        file: File,
+        base: u64,
+        count: usize,
+        checksum: u64,
+        entry: Option<(OwnedFd, String)>,
+    ) -> KernelTable {
         let rows = CachedRows {
             file,
             count,
             checksum,
             seed: seed(base, count),
+            entry,
         };
         KernelTable {
             base,
@@ -371,14 +383,34 @@ impl CachedRows {
     }
 }
 
-impl TableRows for CachedRows {
-    fn blocks(&mut self, take: &mut dyn FnMut(&[u8]) -> Result<(), String>) -> Result<(), String> {
+impl CachedRows {
+    /// Removes the entry, when it is still the file read (another run may have put a
+    /// new one in its place meanwhile).
+    fn remove_entry(&self) {
+        let Some((dir, name)) = &self.entry else {
+            return;
+        };
+        let same = usercache::regular_file_at(dir, std::ffi::OsStr::new(name)).is_some_and(|s| {
+            self.file
+                .metadata()
+                .is_ok_and(|m| m.ino() == s.st_ino && m.dev() == s.st_dev)
+        });
+        if same {
+            let _ = usercache::remove_file(dir, std::ffi::OsStr::new(name));
+        }
+    }
+
+    /// [`TableRows::blocks`] without the removal of a damaged entry.
+    fn read_blocks(
+        &mut self,
+        take: &mut dyn FnMut(&[u8]) -> Result<(), String>,
+    ) -> Result<(), String> {
         let mut block = vec![0u8; BLOCK_ROWS.min(self.count.max(1)) * ROW_BYTES];
         let mut checksum = Checksum::default();
         let mut left = self.count;
         let mut at = HEADER_BYTES as u64;
         let mut last_start = None;
-        let damaged = || "its cached unwind table is damaged".to_string();
+        let damaged = || DAMAGED.to_string();
         while left > 0 {
             let rows = left.min(BLOCK_ROWS);
             let bytes = &mut block[..rows * ROW_BYTES];
@@ -403,6 +435,19 @@ impl TableRows for CachedRows {
         }
     }
 }
+
+impl TableRows for CachedRows {
+    fn blocks(&mut self, take: &mut dyn FnMut(&[u8]) -> Result<(), String>) -> Result<(), String> {
+        let read = self.read_blocks(take);
+        if read.as_ref().is_err_and(|e| e.contains(DAMAGED)) {
+            self.remove_entry();
+        }
+        read
+    }
+}
+
+/// What a damaged entry is said to be.
+const DAMAGED: &str = "its cached unwind table is damaged";
 
 /// Reads an entry whole, for the tests.
 #[cfg(test)]
@@ -461,10 +506,8 @@ mod tests {
         bytes[HEADER_BYTES + 1000 * ROW_BYTES + 5] ^= 1;
         std::fs::write(&entry, &bytes).unwrap();
         let mut damaged = again.load(&Key::of(&binary).unwrap()).unwrap();
-        assert_eq!(
-            read_rows(&mut damaged),
-            Err("its cached unwind table is damaged".to_string())
-        );
+        assert_eq!(read_rows(&mut damaged), Err(DAMAGED.to_string()));
+        assert!(!entry.exists(), "a damaged entry is removed");
         // Cut short: refused before any row is read.
         std::fs::write(&entry, &bytes[..bytes.len() - 1]).unwrap();
         assert!(again.load(&Key::of(&binary).unwrap()).is_none());
