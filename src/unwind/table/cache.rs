@@ -187,7 +187,8 @@ const PRIVATE: usercache::Access = usercache::Access::Private;
 
 impl KernelTables for TableCache {
     fn table(&self, binary: &Binary) -> Result<KernelTable, String> {
-        if let Some(key) = Key::of(binary).filter(|_| self.root.is_some()) {
+        // Without a cache, the file's metadata is not even read.
+        if let Some(key) = self.root.as_ref().and_then(|_| Key::of(binary)) {
             if let Some(table) = self.load(&key) {
                 return Ok(table);
             }
