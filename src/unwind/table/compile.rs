@@ -11,7 +11,12 @@
 
 use std::path::Path;
 
-use gimli::{BaseAddresses, CieOrFde, Reader, UnwindContext, UnwindSection};
+use std::collections::HashMap;
+
+use gimli::{
+    BaseAddresses, CieOrFde, CommonInformationEntry, Reader, UnwindContext, UnwindOffset,
+    UnwindSection,
+};
 use object::ReadRef;
 
 use super::row::{Cfa, Row, ROW_BYTES};
@@ -109,6 +114,44 @@ struct Span<O> {
     offset: O,
 }
 
+/// What the FDEs' rows are evaluated with: the CIEs read, and gimli's state (kept from
+/// one FDE to the next, which saves an allocation each).
+struct Reading<R: Reader> {
+    cies: Cies<R>,
+    context: Box<UnwindContext<R::Offset>>,
+}
+
+/// The CIEs read so far, by their offset in the section. A section has a few CIEs and
+/// up to hundreds of thousands of FDEs (libLLVM: 160,805), each naming one; gimli reads
+/// an FDE's CIE again for every FDE unless it is given them like this.
+struct Cies<R: Reader> {
+    read: HashMap<R::Offset, CommonInformationEntry<R>>,
+}
+
+impl<R: Reader> Cies<R> {
+    fn new() -> Cies<R> {
+        Cies {
+            read: HashMap::new(),
+        }
+    }
+
+    /// The CIE at `offset` of `cfi`, as `get_cie` gives it to gimli.
+    fn get<S: UnwindSection<R>>(
+        &mut self,
+        cfi: &S,
+        bases: &BaseAddresses,
+        offset: S::Offset,
+    ) -> gimli::Result<CommonInformationEntry<R>> {
+        let key = UnwindOffset::into(offset);
+        if let Some(cie) = self.read.get(&key) {
+            return Ok(cie.clone());
+        }
+        let cie = cfi.cie_from_offset(bases, offset)?;
+        self.read.insert(key, cie.clone());
+        Ok(cie)
+    }
+}
+
 /// Where a table's rows go as they are made, in address order: a list of [`Row`]s, or
 /// their bytes as the kernel's table holds them ([`RowBytes`]). Only the last row is ever
 /// taken back ([`RowSink::pop_row`]), and then the one before it is the last: a sink
@@ -194,12 +237,13 @@ pub(super) fn build<R: Reader, S: UnwindSection<R>, K: RowSink>(
 ) -> Result<UnwindTable<K>, TooLarge> {
     let mut damaged = 0;
     let mut spans = Vec::new();
+    let mut cies = Cies::new();
     let mut entries = cfi.entries(bases);
     loop {
         match entries.next() {
             Ok(None) => break,
             Ok(Some(CieOrFde::Cie(_))) => {}
-            Ok(Some(CieOrFde::Fde(partial))) => match partial.parse(S::cie_from_offset) {
+            Ok(Some(CieOrFde::Fde(partial))) => match partial.parse(|s, b, o| cies.get(s, b, o)) {
                 Ok(fde) => match fde.initial_address().checked_add(fde.len()) {
                     Some(end) => spans.push(Span {
                         start: fde.initial_address(),
@@ -217,7 +261,8 @@ pub(super) fn build<R: Reader, S: UnwindSection<R>, K: RowSink>(
             }
         }
     }
-    spans.sort_by_key(|s| s.start);
+    // FDEs at one address keep their order in the section (the last one counts).
+    spans.sort_unstable_by_key(|s| (s.start, s.offset));
     let Some(base) = spans.first().map(|s| s.start) else {
         return Ok(UnwindTable {
             base: 0,
@@ -231,7 +276,10 @@ pub(super) fn build<R: Reader, S: UnwindSection<R>, K: RowSink>(
         rows: sink,
         max_rows,
     };
-    let mut context = Box::new(UnwindContext::new());
+    let mut reading = Reading {
+        cies,
+        context: Box::new(UnwindContext::new()),
+    };
     for (i, span) in spans.iter().enumerate() {
         let next = spans.get(i + 1).map_or(u64::MAX, |n| n.start);
         let limit = span.end.min(next);
@@ -239,7 +287,7 @@ pub(super) fn build<R: Reader, S: UnwindSection<R>, K: RowSink>(
         match rows_of_fde(
             cfi,
             bases,
-            &mut context,
+            &mut reading,
             span,
             limit,
             &mut cursor,
@@ -266,16 +314,18 @@ pub(super) fn build<R: Reader, S: UnwindSection<R>, K: RowSink>(
 fn rows_of_fde<R: Reader, S: UnwindSection<R>, K: RowSink>(
     cfi: &S,
     bases: &BaseAddresses,
-    context: &mut UnwindContext<R::Offset>,
+    reading: &mut Reading<R>,
     span: &Span<R::Offset>,
     limit: u64,
     cursor: &mut u64,
     rows: &mut Rows<K>,
 ) -> Result<(), Failed> {
-    let fde = cfi.fde_from_offset(bases, S::Offset::from(span.offset), S::cie_from_offset)?;
+    let fde = cfi.fde_from_offset(bases, S::Offset::from(span.offset), |s, b, o| {
+        reading.cies.get(s, b, o)
+    })?;
     let signal_frame = fde.is_signal_trampoline();
     let encoding = fde.cie().encoding();
-    let mut table = fde.rows(cfi, bases, context)?;
+    let mut table = fde.rows(cfi, bases, &mut reading.context)?;
     while let Some(row) = table.next_row()? {
         let start = row.start_address().max(*cursor);
         let end = row.end_address().min(limit);
