@@ -69,6 +69,12 @@ impl Section<'_> {
         self.header.sh_entsize(self.endian)
     }
 
+    /// Whether its bytes are compressed (`SHF_COMPRESSED`, or a `.zdebug_` name).
+    pub fn compressed(&self) -> bool {
+        self.name.starts_with(".zdebug_")
+            || self.header.sh_flags(self.endian).0 & object::elf::SHF_COMPRESSED.0 != 0
+    }
+
     /// Whether it holds code (`SHF_EXECINSTR`).
     pub fn executable(&self) -> bool {
         self.header.sh_flags(self.endian).0 & object::elf::SHF_EXECINSTR.0 != 0
@@ -139,6 +145,11 @@ impl<'d, R: ReadRef<'d>> Elf<'d, R> {
             Endianness::Little => gimli::RunTimeEndian::Little,
             Endianness::Big => gimli::RunTimeEndian::Big,
         }
+    }
+
+    /// Its `e_machine`: the architecture it is for.
+    pub fn machine(&self) -> u16 {
+        self.header.e_machine(self.endian).0
     }
 
     pub fn is_x86_64(&self) -> bool {

@@ -154,6 +154,11 @@ impl At {
         }
     }
 
+    /// A reader of the open file `file`.
+    pub fn of_file(file: Arc<std::fs::File>) -> At {
+        At::new(Image::File(file))
+    }
+
     /// A reader of bytes held in memory.
     pub fn of_bytes(data: Arc<[u8]>) -> At {
         At::new(Image::Bytes(data))

@@ -64,17 +64,20 @@ impl LibSymbols {
     /// Loads the symbols of `binary`, mapped from `mapped_path`: its own, and those of its
     /// separate debug file when it lacks DWARF or a full symbol table.
     pub fn load(binary: &Binary, mapped_path: &str, opts: &SymbolOptions) -> Option<LibSymbols> {
-        LibSymbols::load_for(binary, mapped_path, opts, None)
+        LibSymbols::load_for(binary, mapped_path, opts, None, false)
     }
 
     /// [`LibSymbols::load`], keeping of the symbol tables only what looking up
     /// `addresses` needs, when they are given (see `symtab`): every other address may
-    /// be named wrongly.
+    /// be named wrongly. Compressed DWARF is read from the cache's inflated copy when
+    /// there is one; with `keep_inflated`, the cache is asked to make one when there is
+    /// none (see [`cache::inflated`]).
     pub fn load_for(
         binary: &Binary,
         mapped_path: &str,
         opts: &SymbolOptions,
         addresses: Option<&[u64]>,
+        keep_inflated: bool,
     ) -> Option<LibSymbols> {
         // Only the parts that name things are read (symbol tables, DWARF), not its code;
         // what is kept is copied out of the reader, which goes at the end.
@@ -128,8 +131,10 @@ impl LibSymbols {
             symbols = symbols.or_named(stub.clone(), "_start");
         }
         let loaded = match (binary.has_dwarf, &debug, &debug_elf) {
-            (false, Some(d), Some(elf)) => DwarfInfo::load_for(elf, &d.binary.at(), addresses),
-            _ => DwarfInfo::load_for(&file, &binary.at(), addresses),
+            (false, Some(d), Some(elf)) => {
+                load_dwarf(&d.binary, elf, opts, addresses, keep_inflated)
+            }
+            _ => load_dwarf(binary, &file, opts, addresses, keep_inflated),
         };
         let (dwarf, no_debug_info) = match loaded {
             Ok(dwarf) => (Some(dwarf), None),
@@ -333,20 +338,55 @@ pub type Keep<'a> = dyn Fn(&[(Range<u64>, AddressInfo)]) + Sync + 'a;
 /// the file lacks: from the cache when it holds every address's function, else from the
 /// file and its debug information, whose functions are then added to the cache. `None`
 /// when the file is not ELF.
+/// The DWARF of `binary` (parsed as `elf`) for looking up `addresses`: from the
+/// cache's inflated copy when its DWARF is compressed and there is one, else from the
+/// file, asking the cache for a copy with `keep_inflated`.
+fn load_dwarf<'d, R: object::ReadRef<'d>>(
+    binary: &Binary,
+    elf: &Elf<'d, R>,
+    opts: &SymbolOptions,
+    addresses: Option<&[u64]>,
+    keep_inflated: bool,
+) -> Result<DwarfInfo, String> {
+    let copyable = opts
+        .cache
+        .as_ref()
+        .zip(binary.build_id.as_ref())
+        .filter(|_| cache::inflated::is_compressed(elf));
+    if let Some((store, build_id)) = copyable {
+        let at = binary.at();
+        if let Some(copy) = store.inflated(build_id, &at) {
+            let reader = object::ReadCache::new(copy.at.clone());
+            if let Some(loaded) = Elf::parse_held(&reader, Some(&copy.held))
+                .ok()
+                .and_then(|e| DwarfInfo::load_for(&e, &copy.at, addresses).ok())
+            {
+                return Ok(loaded);
+            }
+        }
+        if keep_inflated {
+            store.put_inflated(build_id, at);
+        }
+    }
+    DwarfInfo::load_for(elf, &binary.at(), addresses)
+}
+
 pub fn name_file(
     binary: &Binary,
     mapped_path: &str,
     addresses: &[u64],
     opts: &SymbolOptions,
 ) -> Option<(LibFacts, Vec<AddressInfo>)> {
-    let load =
-        || LibSymbols::load_for(binary, mapped_path, opts, Some(addresses)).ok_or_else(String::new);
+    let load = |warm: bool| {
+        LibSymbols::load_for(binary, mapped_path, opts, Some(addresses), warm)
+            .ok_or_else(String::new)
+    };
     let Some((store, key)) = opts
         .cache
         .as_ref()
         .and_then(|c| Some((c, cache::Key::of(binary)?)))
     else {
-        let syms = load().ok()?;
+        let syms = load(false).ok()?;
         return Some((syms.facts(), syms.lookup_many(addresses)));
     };
     let source = cache::predict_source(binary, mapped_path, opts);
@@ -365,13 +405,14 @@ pub fn name_file(
 /// information `source` (`None`: which is not known without reading it, so the entry is
 /// neither used nor written): from the entry when it holds every address's function
 /// (its facts about the library adjusted by `cached_facts`), else from the symbols
-/// `load` reads, whose functions are then added to the entry.
+/// `load` reads (told whether there was an entry: the library is named again), whose
+/// functions are then added to the entry.
 pub(super) fn name_cached(
     store: &cache::SymbolCache,
     key: &cache::Key,
     source: Option<cache::DebugSource>,
     addresses: &[u64],
-    load: impl FnOnce() -> Result<LibSymbols, String>,
+    load: impl FnOnce(bool) -> Result<LibSymbols, String>,
     cached_facts: impl FnOnce(LibFacts) -> LibFacts,
 ) -> Named {
     let entry = source
@@ -388,7 +429,7 @@ pub(super) fn name_cached(
         let facts = cached_facts(entry.facts());
         return Ok((facts, infos.into_iter().flatten().collect()));
     }
-    let syms = load()?;
+    let syms = load(entry.is_some())?;
     let wanted: Vec<u64> = missing.iter().map(|&i| addresses[i]).collect();
     // The functions resolved go into the entry as they come, after those it held, unless
     // that is already half the bound: then this run's functions make a new one.

@@ -144,6 +144,88 @@ fn dwarf_4_and_5_compressed_or_not_give_the_same_answers() {
     }
 }
 
+/// A file whose DWARF is compressed, named through the symbol cache: the first run
+/// reads the DWARF from the file and makes no copy; the second, which meets a function
+/// the cache's entry lacks, asks for an inflated copy (written with the entries); the
+/// third reads the copy (its use renews its modification time), with the answers the
+/// file gives. A copy made from another version of the file is not used.
+fn compressed_dwarf_is_read_from_an_inflated_copy_on_later_runs() {
+    use sampler::symbolicate::cache::{inflated, SymbolCache};
+    use std::time::{Duration, SystemTime};
+    let source = inline3_source();
+    for (i, (flags, recompress)) in [
+        (&["-gdwarf-5", "-gz=zlib"][..], None),
+        (&["-gdwarf-5"][..], Some("zstd")),
+        (&["-gdwarf-4", "-gz=zlib-gnu"][..], None),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let bin = compile_with("cc", &source, "c", &format!("inflate{i}/inline3"), flags);
+        if let Some(how) = recompress {
+            binutils(
+                bin.parent().unwrap(),
+                "objcopy",
+                &[&format!("--compress-debug-sections={how}"), "inline3"],
+            );
+        }
+        let data = std::fs::read(&bin).unwrap();
+        assert_ne!(dwarf_layout(&data).1, "none", "{flags:?} compresses");
+        let path = bin.to_str().unwrap();
+        let root = bin.parent().unwrap().join("cache");
+        let cache = std::sync::Arc::new(SymbolCache::at(root.clone(), None));
+        let opts = sampler::symbolicate::SymbolOptions {
+            cache: Some(cache.clone()),
+            ..Default::default()
+        };
+        let binary = sampler::files::binary::Binary::open(&bin).unwrap();
+        let copy = cache
+            .dir()
+            .join(inflated::file_name(binary.build_id.as_ref().unwrap()));
+        let whole = LibSymbols::from_elf(&data).unwrap();
+        let name = |function: &str| {
+            let (start, size) = symbol_range(&data, function);
+            let addresses: Vec<u64> = (start..start + size).collect();
+            let (_, infos) =
+                sampler::symbolicate::name_file(&binary, path, &addresses, &opts).unwrap();
+            let expected: Vec<_> = addresses.iter().map(|&a| whole.lookup(a)).collect();
+            assert_eq!(
+                infos, expected,
+                "{flags:?}: {function} as the file names it"
+            );
+            cache.save().unwrap();
+        };
+        name("work");
+        assert!(!copy.exists(), "{flags:?}: a first reading makes no copy");
+        name("main");
+        assert!(copy.exists(), "{flags:?}: a second reading makes one");
+        let copied = std::fs::read(&copy).unwrap();
+        assert!(
+            dwarf_layout(&copied) == (dwarf_layout(&data).0, "none"),
+            "{flags:?}: the copy's DWARF is inflated"
+        );
+        let old = SystemTime::now() - Duration::from_secs(3600);
+        // Whether the copy is still as old as `make_old` made it (a use renews it).
+        let unused = || {
+            std::fs::metadata(&copy).unwrap().modified().unwrap() < old + Duration::from_secs(60)
+        };
+        let make_old = || {
+            let file = std::fs::File::options().write(true).open(&copy).unwrap();
+            file.set_modified(old).unwrap();
+        };
+        make_old();
+        name("_start");
+        assert!(!unused(), "{flags:?}: the third reading uses the copy");
+        // The file changes (its change time): the copy is another version's.
+        make_old();
+        std::fs::set_permissions(&bin, std::fs::metadata(&bin).unwrap().permissions()).unwrap();
+        let binary = sampler::files::binary::Binary::open(&bin).unwrap();
+        let (start, _) = symbol_range(&data, "register_tm_clones");
+        sampler::symbolicate::name_file(&binary, path, &[start], &opts).unwrap();
+        assert!(unused(), "{flags:?}: another version's copy is not used");
+    }
+}
+
 /// Runs a GNU binutils command in `dir`.
 fn binutils(dir: &Path, program: &str, args: &[&str]) {
     let status = Command::new(program)
@@ -654,7 +736,7 @@ fn go_programs_read_for_some_addresses_answer_as_the_whole_file() {
         across.len()
     );
     for a in across {
-        let alone = LibSymbols::load_for(&binary, name, &opts, Some(&[a])).unwrap();
+        let alone = LibSymbols::load_for(&binary, name, &opts, Some(&[a]), false).unwrap();
         assert!(alone.dwarf.as_ref().unwrap().units_left_out() > 0);
         assert_eq!(alone.lookup(a), whole.lookup(a), "at {a:#x}");
     }
@@ -677,7 +759,7 @@ fn some_addresses_answer_as_the_whole_file(path: &Path, every: usize) {
     let opts = sampler::symbolicate::SymbolOptions::default();
     let name = path.to_str().unwrap();
     let whole = LibSymbols::load(&binary, name, &opts).unwrap();
-    let some = LibSymbols::load_for(&binary, name, &opts, Some(&addresses)).unwrap();
+    let some = LibSymbols::load_for(&binary, name, &opts, Some(&addresses), false).unwrap();
     assert!(some.symbols.len() < whole.symbols.len());
     let mut inlined = 0;
     for &a in &addresses {
@@ -695,7 +777,7 @@ fn some_addresses_answer_as_the_whole_file(path: &Path, every: usize) {
     // A profile's few addresses: the symbols, and the DWARF units `.debug_aranges`
     // places none of them in left out, answer them as the whole file does.
     let few: Vec<u64> = addresses.iter().step_by(97).copied().collect();
-    let some = LibSymbols::load_for(&binary, name, &opts, Some(&few)).unwrap();
+    let some = LibSymbols::load_for(&binary, name, &opts, Some(&few), false).unwrap();
     if let Some(dwarf) = &some.dwarf {
         assert!(
             dwarf.units_left_out() > 0,
@@ -725,7 +807,7 @@ fn some_addresses_answer_as_the_whole_file(path: &Path, every: usize) {
         ..Default::default()
     };
     for (set, kept_files) in [(&few, 0), (&addresses, 1), (&few, 1)] {
-        let kept = LibSymbols::load_for(&binary, name, &memo_opts, Some(set)).unwrap();
+        let kept = LibSymbols::load_for(&binary, name, &memo_opts, Some(set), false).unwrap();
         for &a in set {
             let expected = whole.lookup(a);
             assert_eq!(kept.lookup(a), expected, "{} at {a:#x}", path.display());
@@ -738,6 +820,7 @@ fn some_addresses_answer_as_the_whole_file(path: &Path, every: usize) {
 pub fn tests() -> Vec<crate::common::Test> {
     crate::tests![
         dwarf_4_and_5_compressed_or_not_give_the_same_answers;
+        compressed_dwarf_is_read_from_an_inflated_copy_on_later_runs;
         debuglink_without_build_id_is_matched_by_crc;
         inline_chain_lines_and_symbols_of_a_compiled_program;
         cpp_names_are_demangled;

@@ -28,6 +28,9 @@
 //!   ([`KernelTable`]), named `kernel-` and the kernel's key; the first run of a boot
 //!   that names a kernel address writes it, and the tables of the boots before, which
 //!   no later boot can use, are removed beyond the last few.
+//! - Compressed DWARF: an inflated copy of a debug file whose DWARF is compressed,
+//!   made the second time it is read, so that later runs read only the units they
+//!   need from it (see [`inflated`]).
 //! - Privacy: the directories are the user's alone (0700, made so when found open to
 //!   others), entries 0600. The kernel's tables are named after a keyed hash of the
 //!   boot and of where the kernel's text starts (see [`SymbolCache::kernel_key`]), with
@@ -39,11 +42,13 @@
 //!
 //! The parts: `key` says which file an entry is for and where its debug information
 //! came from, `format` reads and checks the flat entry, `builder` makes one from what a
-//! run named, `kernel_table` writes, reads and checks the kernel's table, and `store`
-//! keeps entries in the directory (secret, writes, eviction).
+//! run named, `inflated` writes and recognises the inflated copies, `kernel_table`
+//! writes, reads and checks the kernel's table, and `store` keeps entries in the
+//! directory (secret, writes, eviction).
 
 mod builder;
 mod format;
+pub mod inflated;
 mod kernel_table;
 mod key;
 mod store;

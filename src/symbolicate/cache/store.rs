@@ -7,9 +7,11 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
+use super::inflated;
 use super::kernel_table::{self, KernelTable};
 use super::key::kernel_key_with;
 use super::{Entry, Key, Secret, MAX_ENTRY_BYTES, MAX_TOTAL_BYTES};
+use crate::files::image::At;
 use crate::files::usercache::SudoUser;
 use crate::files::usercache::{self, TempFile};
 
@@ -31,6 +33,9 @@ pub struct SymbolCache {
     root: PathBuf,
     owner: Option<SudoUser>,
     pending: Mutex<Vec<(String, Vec<u8>)>>,
+    /// The debug files to write inflated copies of (see [`super::inflated`]), by the
+    /// copy's name: the file read, kept open.
+    pending_inflated: Mutex<Vec<(String, At)>>,
     /// The kernel table among `pending`, if any, and the prefix of the entries an older
     /// sampler kept of the same kernel (see `kernel_table::evict_other_tables`).
     kernel_table: Mutex<Option<(String, String)>>,
@@ -55,6 +60,7 @@ impl SymbolCache {
             root,
             owner,
             pending: Mutex::default(),
+            pending_inflated: Mutex::default(),
             kernel_table: Mutex::default(),
             secret: std::sync::OnceLock::new(),
         }
@@ -125,6 +131,45 @@ impl SymbolCache {
         })
     }
 
+    /// The inflated copy of the debug file with build ID `build_id` that `at` reads, when
+    /// there is one made from that very file; its use is recorded as an entry's is.
+    pub fn inflated(&self, build_id: &[u8], at: &At) -> Option<inflated::Copy> {
+        let identity = at.identity()?;
+        let dir = usercache::open_dir(&self.root, &DIRS, self.owner, false, PRIVATE).ok()?;
+        let name = inflated::file_name(build_id);
+        let file = usercache::open_file(&dir, &name, self.owner).ok()?;
+        usercache::make_private(&file).ok()?;
+        if file.metadata().ok()?.len() > MAX_ENTRY_BYTES {
+            return None;
+        }
+        let file = std::sync::Arc::new(file);
+        let copy = inflated::Copy {
+            at: At::of_file(file.clone()),
+            held: crate::files::image::Held::of(&file).ok()?,
+        };
+        let reader = object::ReadCache::new(copy.at.clone());
+        let made_from = crate::files::elf::Elf::parse_held(&reader, Some(&copy.held))
+            .is_ok_and(|elf| inflated::made_from(&elf, &copy.at, &identity));
+        if !made_from {
+            return None;
+        }
+        let _ = file.set_modified(SystemTime::now());
+        Some(copy)
+    }
+
+    /// Asks for an inflated copy of the debug file with build ID `build_id` that `at`
+    /// reads, written by [`SymbolCache::save`].
+    pub fn put_inflated(&self, build_id: &[u8], at: At) {
+        let name = inflated::file_name(build_id);
+        let mut pending = self
+            .pending_inflated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !pending.iter().any(|(n, _)| *n == name) {
+            pending.push((name, at));
+        }
+    }
+
     /// The file `name` of the entries' directory, read whole (at most
     /// [`MAX_ENTRY_BYTES`]) and checked by `parse`; when sound, its use is recorded.
     fn read<T>(&self, name: &str, parse: impl FnOnce(Vec<u8>) -> Option<T>) -> Option<T> {
@@ -178,7 +223,13 @@ impl SymbolCache {
     /// halved as well, so that it does not keep its file system full.
     pub fn save(&self) -> Result<usize, String> {
         let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
-        if pending.is_empty() {
+        let copies = std::mem::take(
+            &mut *self
+                .pending_inflated
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        if pending.is_empty() && copies.is_empty() {
             return Ok(0);
         }
         let cannot = |e: std::io::Error| format!("cannot write into {}: {e}", self.dir().display());
@@ -196,6 +247,16 @@ impl SymbolCache {
             };
             match write() {
                 Ok(()) => written.push(name.as_str()),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        for (name, at) in copies.iter().filter(|_| failed.is_none()) {
+            match write_inflated(&dir, name, at, self.owner) {
+                Ok(true) => written.push(name.as_str()),
+                Ok(false) => {}
                 Err(e) => {
                     failed = Some(e);
                     break;
@@ -226,6 +287,30 @@ impl SymbolCache {
                 crate::symbolicate::debuginfod::size(evicted.1)
             )),
         }
+    }
+}
+
+/// Writes into `dir` the inflated copy `name` of the debug file `at` reads; `Ok(false)`
+/// when that file cannot be made a copy of (it changed, it is not ELF, or its copy
+/// would be too large), `Err` when the directory could not take it.
+fn write_inflated(
+    dir: &std::os::fd::OwnedFd,
+    name: &str,
+    at: &At,
+    owner: Option<SudoUser>,
+) -> std::io::Result<bool> {
+    let Some(identity) = at.identity() else {
+        return Ok(false);
+    };
+    let reader = object::ReadCache::new(at.clone());
+    let Some(elf) = crate::files::elf::Elf::parse(&reader) else {
+        return Ok(false);
+    };
+    let mut temp = TempFile::create(dir.try_clone()?, name, FILE_MODE)?;
+    match inflated::write(&elf, &identity, &mut temp.file, MAX_ENTRY_BYTES) {
+        // Not flushed to disk, as entries are not.
+        Ok(()) => temp.commit(owner, false).map(|()| true),
+        Err(_) => Ok(false),
     }
 }
 
