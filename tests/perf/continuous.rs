@@ -72,6 +72,25 @@ fn window_lines(o: &Output) -> Vec<(String, usize)> {
         .collect()
 }
 
+/// The distinct (library name, address) pairs of the frames of profile `p`: the
+/// addresses it names.
+fn distinct_addresses(p: &serde_json::Value) -> std::collections::HashSet<(String, i64)> {
+    let frames = &p["shared"]["frameTable"];
+    let (addresses, libs) = (
+        frames["address"].as_array().unwrap(),
+        frames["lib"].as_array().unwrap(),
+    );
+    let lib_name = |l: &serde_json::Value| match l.as_u64() {
+        Some(l) => p["libs"][l as usize]["name"].as_str().unwrap().to_string(),
+        None => String::new(),
+    };
+    addresses
+        .iter()
+        .zip(libs)
+        .filter_map(|(a, l)| Some((lib_name(l), a.as_i64().filter(|&a| a >= 0)?)))
+        .collect()
+}
+
 fn windows_are_written_as_they_close_each_a_profile_of_its_own_time() {
     let test = "windows_are_written_as_they_close_each_a_profile_of_its_own_time";
     let target = Running::start("split7030", &["10"]);
@@ -118,10 +137,13 @@ fn windows_are_written_as_they_close_each_a_profile_of_its_own_time() {
     let mut total = 0;
     let mut starts = Vec::new();
     let (mut a, mut b) = (0, 0);
+    // Each window's distinct (library, address) pairs: what it names without memory.
+    let mut held = Vec::new();
     for file in &files {
         ffp_check(file);
         let p = load_checked(file);
         starts.push(p["meta"]["startTime"].as_f64().unwrap());
+        held.push(distinct_addresses(&p));
         let threads = thread_paths(&p);
         assert_eq!(threads.len(), 1, "{}", file.display());
         assert_eq!(threads[0].name, "split7030");
@@ -169,22 +191,35 @@ fn windows_are_written_as_they_close_each_a_profile_of_its_own_time() {
     let lines = window_lines(&o);
     assert_eq!(lines.len(), 4, "{}", stderr(&o));
     eprintln!(
-        "{test}: first window written {:.2} s after the start; new addresses per window {:?}",
+        "{test}: first window written {:.2} s after the start; new addresses per window {:?}, addresses each holds {:?}",
         first_at.as_secs_f64(),
-        lines.iter().map(|l| l.1).collect::<Vec<_>>()
+        lines.iter().map(|l| l.1).collect::<Vec<_>>(),
+        held.iter().map(|h| h.len()).collect::<Vec<_>>()
     );
     assert!(lines[0].1 > 0);
-    // Without the memory, windows 2 and 3 would each name again about as many addresses
-    // as the first, and the half window 4 more than half as many: over 2.5 times the
-    // first's in all. With it they name only addresses not seen before: an instruction
-    // of the loop first sampled now, and on a busy machine the kernel's functions of
-    // the preemptions that land in a window (measured under two spinning threads:
-    // [8, 5, 0, 9] and [13, 6, 2, 3]; idle: [14, 0, 0, 0]).
-    let later: usize = lines[1..].iter().map(|l| l.1).sum();
+    // Without the memory, each later window would name again every address it holds.
+    // With it, it names only addresses not seen before: an instruction of the loop first
+    // sampled now, and on a busy machine the kernel's functions of the preemptions that
+    // land in a window (measured under two spinning threads: [8, 5, 0, 9] and
+    // [13, 6, 2, 3]; idle: [14, 0, 0, 0]); the loop's frames (main, outer, hot_a, hot_b
+    // and the entry point's) are in every window and named once.
+    let mut seen = held[0].clone();
+    let (mut new, mut again) = (0, 0);
+    for (k, addresses) in held.iter().enumerate().skip(1) {
+        let fresh = addresses.difference(&seen).count();
+        assert!(
+            lines[k].1 <= fresh,
+            "window {}: named {} addresses, {fresh} of the {} it holds are new: {lines:?}",
+            k + 1,
+            lines[k].1,
+            addresses.len()
+        );
+        (new, again) = (new + fresh, again + addresses.len());
+        seen.extend(addresses.iter().cloned());
+    }
     assert!(
-        later < 2 * lines[0].1,
-        "the later windows named {later} addresses, the first {}: {lines:?}",
-        lines[0].1
+        new < again,
+        "the loop's addresses recur: {new} new of {again}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
