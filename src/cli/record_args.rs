@@ -70,7 +70,7 @@ pub struct RecordArgs {
     /// How user stacks are unwound: kernel (CFI tables walked in the kernel at each
     /// sample by an eBPF program; needs root), hybrid (CFI through a stack copy, then the
     /// frame-pointer chain), fp (frame pointers only, cheapest), dwarf (CFI only)
-    /// [default: kernel where it can run (a command or -p, as root), else hybrid].
+    /// [default: kernel where it can run (as root, not with --off-cpu), else hybrid].
     #[arg(long = "unwind", value_enum)]
     pub unwind: Option<UnwindArg>,
     /// Bytes of user stack copied with each sample [default: fp 512, hybrid 16384, dwarf

@@ -57,7 +57,7 @@ pub struct RecordOptions {
 }
 
 /// Whether user stacks are walked in the kernel by sampler's eBPF program at each
-/// sample (`--unwind kernel`), for a command or attached processes.
+/// sample (`--unwind kernel`), for a command, attached processes or the whole machine.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum KernelUnwind {
     /// Not at all: every sample carries a stack copy, unwound in user space.

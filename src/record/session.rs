@@ -163,6 +163,32 @@ struct Window {
     counted: Counts,
 }
 
+/// The kernel walker where it runs (and what to say of it), the frame limit and the
+/// depth the kernel's callchains get. The walker's depth is its own bound: with it the
+/// machine-wide frame limit stays as it is, but for a repair of what a killed session
+/// left, done first (the loaded program's callchain buffers keep the kernel from any
+/// change); without it the limit is raised to `--max-stack`.
+fn walker_and_frame_limit(
+    opts: &RecordOptions,
+) -> Result<(
+    Option<KernelWalker>,
+    Option<String>,
+    stack_limit::DeeperStacks,
+    u16,
+)> {
+    let unchanged = stack_limit::DeeperStacks::unchanged();
+    let (walker, note) = kernel_walker(opts)?;
+    let deeper = match walker {
+        Some(_) => unchanged,
+        None => stack_limit::DeeperStacks::raise(u64::from(opts.max_stack)),
+    };
+    let max_stack = deeper
+        .limit
+        .min(u64::from(opts.max_stack))
+        .min(u64::from(stack_limit::MAX_FITTING_FRAMES)) as u16;
+    Ok((walker, note, deeper, max_stack))
+}
+
 impl Session {
     /// Prepares the machine (signals, the frame limit, file limits, priority), then
     /// launches the command or stops the processes, attaches the events, and lets the
@@ -175,19 +201,7 @@ impl Session {
                 attach::check_pid(pid)?;
             }
         }
-        // The kernel walker's depth is its own bound: with it the machine-wide frame
-        // limit stays as it is, but for a repair of what a killed session left, done
-        // first (the loaded program's callchain buffers keep the kernel from any change).
-        let unchanged = stack_limit::DeeperStacks::unchanged();
-        let (mut walker, walker_note) = kernel_walker(opts)?;
-        let deeper = match walker {
-            Some(_) => unchanged,
-            None => stack_limit::DeeperStacks::raise(u64::from(opts.max_stack)),
-        };
-        let max_stack = deeper
-            .limit
-            .min(u64::from(opts.max_stack))
-            .min(u64::from(stack_limit::MAX_FITTING_FRAMES)) as u16;
+        let (mut walker, walker_note, deeper, max_stack) = walker_and_frame_limit(opts)?;
         let ring_pages = opts
             .mmap_pages
             .unwrap_or_else(|| default_ring_pages(opts.stack_bytes, opts.off_cpu.is_some()));
@@ -227,7 +241,12 @@ impl Session {
             Target::Pids(pids) => {
                 start_attached(pids, opts.duration, &request, per_cpu, walker.as_mut())?
             }
-            Target::System => start_system(opts.duration, &request, only_cpus.as_deref())?,
+            Target::System => start_system(
+                opts.duration,
+                &request,
+                only_cpus.as_deref(),
+                walker.as_mut(),
+            )?,
         };
         let Started {
             events,

@@ -185,6 +185,7 @@ pub(super) fn start_system(
     duration: Option<Duration>,
     request: &EventRequest,
     only_cpus: Option<&[i32]>,
+    walker: Option<&mut KernelWalker>,
 ) -> Result<Started> {
     // The descriptions are stamped before the events open: read from /proc while the
     // events already sample, they must come first in time order, or the samples of the
@@ -194,6 +195,14 @@ pub(super) fn start_system(
     let events = open_events(request, Placement::Cpus { started: true }, Scope::System)?;
     let sampling_since = Instant::now();
     let pending = attach::describe_all(start_ns);
+    let own_pid = std::process::id() as i32;
+    if let Some(walker) = walker {
+        walker.attach(&events).map_err(anyhow::Error::msg)?;
+        walker.follow_all_but(own_pid);
+        for event in &pending {
+            walker.on_event(event);
+        }
+    }
     let mut description = vec!["-a".to_string()];
     if let Some(cpus) = only_cpus {
         description.extend(["-C".to_string(), cpu_list_text(cpus)]);
@@ -211,6 +220,6 @@ pub(super) fn start_system(
         start_ns,
         pending,
         followed: None,
-        own_pid: Some(std::process::id() as i32),
+        own_pid: Some(own_pid),
     })
 }

@@ -132,6 +132,71 @@ fn all_cpus_sees_processes_that_start_and_exit_while_it_records() {
     );
 }
 
+/// `-a` with the kernel walker: a program without frame pointers that runs before the
+/// recording starts (its tables from its mappings in /proc) and one started during it
+/// (from its events) are both walked from `_start` to their leaves, in the kernel.
+fn the_kernel_walker_walks_every_process_of_the_machine() {
+    let test = "the_kernel_walker_walks_every_process_of_the_machine";
+    let before = Running::start("nofp", &["4"]);
+    let recording =
+        std::thread::spawn(|| record_without_command(&["-a", "-d", "2", "--unwind", "kernel"]));
+    std::thread::sleep(Duration::from_millis(500));
+    let mut during = Command::new(target("nofp"))
+        .arg("1")
+        .spawn()
+        .expect("nofp runs");
+    assert!(during.wait().unwrap().success());
+    let (o, path) = recording.join().unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("user stacks are walked in the kernel (eBPF)"),
+        "{err}"
+    );
+    let p = load_checked(&path);
+    let threads = thread_paths(&p);
+    let full = |path: &Vec<String>| {
+        path.first().is_some_and(|f| f == "_start")
+            && (has_run(path, &["main", "outer", "middle", "hot_a"])
+                || has_run(path, &["main", "outer", "middle", "hot_b"]))
+    };
+    let mut theirs = 0;
+    for (which, pid) in [
+        ("before", before.pid()),
+        ("during", during.id().to_string()),
+    ] {
+        let paths: Vec<&Vec<String>> = threads
+            .iter()
+            .filter(|t| t.pid == pid)
+            .flat_map(|t| &t.paths)
+            .collect();
+        let complete = paths.iter().filter(|p| full(p)).count();
+        eprintln!(
+            "{test}: nofp {which} the start: {complete} of {} samples complete",
+            paths.len()
+        );
+        assert!(paths.len() >= 300, "{which}: {} samples", paths.len());
+        assert!(
+            complete * 100 >= paths.len() * 95,
+            "{which}: {complete} of {}",
+            paths.len()
+        );
+        theirs += paths.len();
+    }
+    // Walked in the kernel: the walks that reached the outermost frame are at least
+    // nofp's samples (other processes ran too).
+    let outermost: usize = err
+        .split("user stacks: ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of kernel walks: {err}"));
+    assert!(
+        outermost * 100 >= theirs * 95,
+        "{outermost} walks, nofp's samples {theirs}: {err}"
+    );
+}
+
 fn cpu_list_records_only_those_cpus() {
     let test = "cpu_list_records_only_those_cpus";
     // split7030 runs on CPU 0, fploop on CPU 1, for the same time. The shell that runs
@@ -356,6 +421,7 @@ fn main() {
     run_tests(tests![
         all_cpus_sees_processes_that_start_and_exit_while_it_records: Need::Root, Need::Perf,
             Need::KernelFrames;
+        the_kernel_walker_walks_every_process_of_the_machine: Need::Root, Need::Perf;
         cpu_list_records_only_those_cpus: Need::Root, Need::Perf, Need::Cpus(2),
             Need::Program("taskset", &["-c", "0", "true"]);
         short_threads_are_counted: Need::Root, Need::Perf;

@@ -27,6 +27,8 @@ pub(super) struct Followed {
     lists: HashMap<i32, Vec<Entry>>,
     slots: HashMap<i32, u32>,
     free_slots: Vec<u32>,
+    /// Whole-machine recording: every process is followed but this one (sampler).
+    all_but: Option<i32>,
 }
 
 impl Followed {
@@ -35,6 +37,7 @@ impl Followed {
             lists: HashMap::new(),
             slots: HashMap::new(),
             free_slots: (0..slots).rev().collect(),
+            all_but: None,
         }
     }
 
@@ -42,14 +45,29 @@ impl Followed {
         self.lists.entry(pid).or_default();
     }
 
+    /// Follows every process but `except`: those whose mappings come later as events
+    /// too, each from its first event (a process forked by one not followed starts with
+    /// no mappings).
+    pub(super) fn follow_all_but(&mut self, except: i32) {
+        self.all_but = Some(except);
+    }
+
     pub(super) fn is_followed(&self, pid: i32) -> bool {
-        self.lists.contains_key(&pid)
+        self.lists.contains_key(&pid) || self.all_but.is_some_and(|e| e != pid)
+    }
+
+    /// `pid`'s list, made when every process is followed.
+    fn list_mut(&mut self, pid: i32) -> Option<&mut Vec<Entry>> {
+        match self.all_but {
+            Some(except) if except != pid => Some(self.lists.entry(pid).or_default()),
+            _ => self.lists.get_mut(&pid),
+        }
     }
 
     /// Puts `entry` in `pid`'s list in place of what it overlaps (as `mmap` replaces
     /// what was mapped there); whether `pid` is followed.
     pub(super) fn map(&mut self, pid: i32, entry: Entry) -> bool {
-        let Some(list) = self.lists.get_mut(&pid) else {
+        let Some(list) = self.list_mut(pid) else {
             return false;
         };
         list.retain(|e| e.end <= entry.start || e.start >= entry.end);
@@ -64,7 +82,7 @@ impl Followed {
     /// Takes out of `pid`'s list what `range` overlaps (mapped anew with no rows);
     /// whether the list changed.
     pub(super) fn unmap(&mut self, pid: i32, range: std::ops::Range<u64>) -> bool {
-        let Some(list) = self.lists.get_mut(&pid) else {
+        let Some(list) = self.list_mut(pid) else {
             return false;
         };
         let before = list.len();
@@ -73,9 +91,10 @@ impl Followed {
     }
 
     /// A new process `pid` forked by `ppid`: followed, with its parent's mappings, when
-    /// the parent is.
+    /// the parent is (when every process is, with none if the parent's are not known).
     pub(super) fn fork(&mut self, pid: i32, ppid: i32) -> bool {
-        let Some(parent) = self.lists.get(&ppid).cloned() else {
+        let parent = self.lists.get(&ppid).cloned();
+        let Some(parent) = parent.or_else(|| self.is_followed(pid).then(Vec::new)) else {
             return false;
         };
         self.lists.insert(pid, parent);
@@ -84,7 +103,7 @@ impl Followed {
 
     /// Process `pid` ran a new program: its mappings are gone (the new ones follow).
     pub(super) fn exec(&mut self, pid: i32) -> bool {
-        match self.lists.get_mut(&pid) {
+        match self.list_mut(pid) {
             Some(list) => {
                 list.clear();
                 true
@@ -183,6 +202,28 @@ mod tests {
         let (other, _) = f.slot_and_list(2).unwrap();
         assert_ne!(slot, other);
         assert!(!f.exit(1), "already gone");
+    }
+
+    #[test]
+    fn the_whole_machine_follows_every_process_but_one() {
+        let mut f = Followed::new(4);
+        f.follow_all_but(99);
+        assert!(f.is_followed(7) && !f.is_followed(99));
+        assert!(
+            f.map(7, entry(0x1000, 0x2000)),
+            "followed from its first mapping"
+        );
+        assert!(!f.map(99, entry(0x1000, 0x2000)), "sampler itself is not");
+        assert!(f.slot_and_list(99).is_none());
+        // A child of a process whose mappings are known starts with them; one of a
+        // process never seen starts with none, and is followed from its own mappings.
+        assert!(f.fork(8, 7));
+        assert_eq!(starts(&mut f, 8), [0x1000]);
+        assert!(f.fork(9, 5));
+        assert!(f.slot_and_list(9).is_none());
+        assert!(f.exec(10), "a process first seen at its exec");
+        assert!(f.map(10, entry(0x3000, 0x4000)));
+        assert_eq!(starts(&mut f, 10), [0x3000]);
     }
 
     #[test]

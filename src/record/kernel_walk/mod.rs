@@ -14,26 +14,30 @@
 //! `bpf-output` event that writes into its CPU's ring: in time order with the other
 //! records, without a ring or a mapping of its own.
 //!
-//! A large file's table is compiled on a thread of its own (a large library takes a second),
-//! so that the recording thread goes on draining the rings meanwhile; until its rows are
-//! in the kernel, the file's mappings are listed as compiling, and the program hands
-//! back the samples whose walk reaches one.
+//! A large file's table is compiled, and its rows written into the kernel's table, on a
+//! thread of its own (a large library takes a second), so that the recording thread goes
+//! on draining the rings meanwhile; until its rows are in the kernel, the file's
+//! mappings are listed as compiling, and the program hands back the samples whose walk
+//! reaches one.
+//!
+//! With `-a`, every process but sampler is walked: those running at the start from
+//! their mappings in /proc, the others from their events; all tables are then compiled
+//! on that thread.
 //!
 //! Rows are never freed while recording: a file's rows serve every process that maps it,
 //! and the table's size bounds them (files beyond it are walked in user space).
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::PathBuf;
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, TryLockError};
 
 use anyhow::{bail, Result};
 use libbpf_rs::{MapCore, MapFlags, ObjectBuilder};
 use perf_event_open_sys::bindings as pb;
 
 use super::open::OpenEvents;
-use super::options::{KernelUnwind, RecordOptions, Target};
+use super::options::{KernelUnwind, RecordOptions};
 use super::parse::Walks;
 use super::sys;
 
@@ -122,28 +126,101 @@ enum Rows {
     Without,
 }
 
-/// The thread that compiles files' tables, in the order they are asked for.
+/// The thread that compiles files' tables, in the order they are asked for, and gives
+/// their rows to the kernel.
 struct Compiler {
     jobs: mpsc::Sender<(usize, Arc<Binary>)>,
-    done: mpsc::Receiver<(usize, PathBuf, Result<KernelTable, String>)>,
+    done: mpsc::Receiver<(usize, Loaded)>,
 }
 
+/// A file's rows once given to the kernel: where they are (`None`: it has none), or why
+/// not (one line naming the file).
+type Loaded = Result<Option<FileRows>, String>;
+
 impl Compiler {
-    fn start(tables: Arc<dyn KernelTables>) -> Result<Compiler, String> {
+    fn start(
+        tables: Arc<dyn KernelTables>,
+        store: Arc<Mutex<RowStore>>,
+    ) -> Result<Compiler, String> {
         let (jobs, asked) = mpsc::channel::<(usize, Arc<Binary>)>();
         let (finished, done) = mpsc::channel();
         std::thread::Builder::new()
             .name("sampler-tables".into())
             .spawn(move || {
                 for (file, binary) in asked {
-                    let table = tables.table(&binary);
-                    if finished.send((file, binary.path.clone(), table)).is_err() {
+                    let loaded = tables.table(&binary).and_then(|table| {
+                        let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
+                        store.load(&binary.path, table)
+                    });
+                    if finished.send((file, loaded)).is_err() {
                         break;
                     }
                 }
             })
             .map_err(|e| format!("the thread that compiles unwind tables: {e}"))?;
         Ok(Compiler { jobs, done })
+    }
+}
+
+/// The kernel's table of rows, and how much of it is taken. Written by the compiler's
+/// thread: a large library's rows (libLLVM: 1.4 million) took 220 ms to write while
+/// rustc kept both CPUs busy, a stall of the rings' draining that lost samples when
+/// the recording thread did it; small files' rows are written by the recording thread
+/// when the store is free (else they wait for the compiler's thread too).
+struct RowStore {
+    chunks: Chunks,
+    next_row: u32,
+}
+
+impl RowStore {
+    /// Appends the rows of `table` (of the file at `path`) to the kernel's: where they
+    /// are, `None` for a table without rows, `Err` when they do not fit or cannot be
+    /// given.
+    fn load(&mut self, path: &std::path::Path, mut table: KernelTable) -> Loaded {
+        let Ok(count) = u32::try_from(table.count) else {
+            return Ok(None);
+        };
+        if count == 0 {
+            return Ok(None);
+        }
+        let capacity = self.chunks.capacity();
+        if u64::from(count) > capacity - u64::from(self.next_row) {
+            return Err(format!(
+                "{}: its {count} rows do not fit in the kernel's table ({} of {capacity} used)",
+                path.display(),
+                self.next_row
+            ));
+        }
+        let first_row = self.next_row;
+        let mut written = 0u32;
+        let chunks = &mut self.chunks;
+        let given = table.rows.blocks(&mut |block| {
+            let rows = (block.len() / KernelTable::ROW_BYTES) as u32;
+            if rows > count - written {
+                return Err("more rows than its table has".into());
+            }
+            chunks.write(first_row + written, block)?;
+            written += rows;
+            Ok(())
+        });
+        // Rows written before a failure are overwritten by the next file's.
+        given
+            .and_then(|()| match written == count {
+                true => Ok(()),
+                false => Err(format!("{written} rows of {count}")),
+            })
+            .map_err(|e| {
+                format!(
+                    "{}: its rows could not be given to the kernel: {e}",
+                    path.display()
+                )
+            })?;
+        self.next_row += count;
+        Ok(Some(FileRows {
+            first_row,
+            rows: count,
+            base: table.base,
+        }))
     }
 }
 
@@ -161,11 +238,13 @@ pub(super) struct KernelWalker {
     file_index: HashMap<FileKey, usize>,
     /// What is known of each file's rows.
     rows: Vec<Rows>,
-    /// The kernel's table of rows, and the processes' mappings.
-    row_chunks: Chunks,
+    /// The kernel's table of rows, shared with the compiler's thread.
+    store: Arc<Mutex<RowStore>>,
+    /// The processes' mappings.
     mappings: Chunks,
-    next_row: u32,
     followed: Followed,
+    /// Files up to this size have their tables compiled on the recording thread.
+    compile_at_once_bytes: u64,
     /// Why files got no rows, said once each at the end.
     pub(super) refused: Vec<String>,
 }
@@ -217,7 +296,7 @@ impl KernelWalker {
             set.map_err(|e| format!("the eBPF program's map {name}: {e}"))?;
         }
         let object = open.load().map_err(|e| load_error(&e))?;
-        let row_chunks = Chunks::new(
+        let rows = Chunks::new(
             &object,
             Layout {
                 name: "rows",
@@ -227,6 +306,10 @@ impl KernelWalker {
                 mapped: true,
             },
         )?;
+        let store = Arc::new(Mutex::new(RowStore {
+            chunks: rows,
+            next_row: 0,
+        }));
         let mappings = Chunks::new(
             &object,
             Layout {
@@ -243,14 +326,14 @@ impl KernelWalker {
             outputs: Vec::new(),
             output_ids: HashSet::new(),
             files: FileFinder::default(),
-            compiler: Compiler::start(tables.clone())?,
+            compiler: Compiler::start(tables.clone(), store.clone())?,
             tables,
             file_index: HashMap::new(),
             rows: Vec::new(),
-            row_chunks,
+            store,
             mappings,
-            next_row: 0,
             followed: Followed::new(MAX_PROCESSES),
+            compile_at_once_bytes: COMPILE_AT_ONCE_BYTES,
             refused: Vec::new(),
         })
     }
@@ -300,6 +383,15 @@ impl KernelWalker {
     /// as events).
     pub(super) fn follow(&mut self, pid: i32) {
         self.followed.follow(pid);
+    }
+
+    /// Walks every process but `except` (sampler itself), from the events that describe
+    /// them (at the start, from /proc), all tables compiled on the compiler's thread: the
+    /// files of a whole machine's processes, read at once, would keep the rings from
+    /// being drained.
+    pub(super) fn follow_all_but(&mut self, except: i32) {
+        self.followed.follow_all_but(except);
+        self.compile_at_once_bytes = 0;
     }
 
     /// Follows what `event` changes of the followed processes' mappings (events in time
@@ -367,13 +459,27 @@ impl KernelWalker {
                 let file = self.rows.len();
                 let small = binary
                     .size()
-                    .is_ok_and(|size| size <= COMPILE_AT_ONCE_BYTES);
-                let rows = match small {
-                    true => {
-                        let table = self.tables.table(&binary);
-                        self.rows_of(&binary.path, table)
-                    }
-                    false => match self.compiler.jobs.send((file, binary.clone())) {
+                    .is_ok_and(|size| size <= self.compile_at_once_bytes);
+                // On this thread only when the store is free.
+                let loaded = match small {
+                    true => match self.store.try_lock() {
+                        Ok(mut store) => Some(
+                            self.tables
+                                .table(&binary)
+                                .and_then(|table| store.load(&binary.path, table)),
+                        ),
+                        Err(TryLockError::Poisoned(e)) => Some(
+                            self.tables
+                                .table(&binary)
+                                .and_then(|table| e.into_inner().load(&binary.path, table)),
+                        ),
+                        Err(TryLockError::WouldBlock) => None,
+                    },
+                    false => None,
+                };
+                let rows = match loaded {
+                    Some(loaded) => self.rows_of(loaded),
+                    None => match self.compiler.jobs.send((file, binary.clone())) {
                         Ok(()) => Rows::Compiling,
                         Err(_) => Rows::Without,
                     },
@@ -397,71 +503,25 @@ impl KernelWalker {
     /// Takes the tables compiled since the last call: their rows go to the kernel, and
     /// the processes that map their files are listed again.
     pub(super) fn collect(&mut self) {
-        while let Ok((file, path, table)) = self.compiler.done.try_recv() {
-            self.rows[file] = self.rows_of(&path, table);
+        while let Ok((file, loaded)) = self.compiler.done.try_recv() {
+            self.rows[file] = self.rows_of(loaded);
             for pid in self.followed.mapping(file) {
                 self.write_process(pid);
             }
         }
     }
 
-    /// The rows of the file at `path` once its table is compiled: appended to the
-    /// kernel's, or none (said at the end) when it could not be compiled or given.
-    fn rows_of(&mut self, path: &std::path::Path, table: Result<KernelTable, String>) -> Rows {
-        let loaded = match table {
-            Ok(table) => self.load_rows(path, table),
+    /// What is known of a file's rows once they are loaded: none (said at the end)
+    /// when its table could not be compiled or given.
+    fn rows_of(&mut self, loaded: Loaded) -> Rows {
+        match loaded {
+            Ok(Some(rows)) => Rows::Loaded(rows),
+            Ok(None) => Rows::Without,
             Err(why) => {
                 self.refused.push(why);
-                None
+                Rows::Without
             }
-        };
-        loaded.map_or(Rows::Without, Rows::Loaded)
-    }
-
-    /// Appends the rows of `table` (of the file at `path`) to the kernel's.
-    fn load_rows(&mut self, path: &std::path::Path, mut table: KernelTable) -> Option<FileRows> {
-        let count = u32::try_from(table.count).ok()?;
-        if count == 0 {
-            return None;
         }
-        let capacity = self.row_chunks.capacity();
-        if u64::from(count) > capacity - u64::from(self.next_row) {
-            self.refused.push(format!(
-                "{}: its {count} rows do not fit in the kernel's table ({} of {capacity} used)",
-                path.display(),
-                self.next_row
-            ));
-            return None;
-        }
-        let first_row = self.next_row;
-        let mut written = 0u32;
-        let chunks = &mut self.row_chunks;
-        let given = table.rows.blocks(&mut |block| {
-            let rows = (block.len() / KernelTable::ROW_BYTES) as u32;
-            if rows > count - written {
-                return Err("more rows than its table has".into());
-            }
-            chunks.write(first_row + written, block)?;
-            written += rows;
-            Ok(())
-        });
-        // Rows written before a failure are overwritten by the next file's.
-        if let Err(e) = given.and_then(|()| match written == count {
-            true => Ok(()),
-            false => Err(format!("{written} rows of {count}")),
-        }) {
-            self.refused.push(format!(
-                "{}: its rows could not be given to the kernel: {e}",
-                path.display()
-            ));
-            return None;
-        }
-        self.next_row += count;
-        Some(FileRows {
-            first_row,
-            rows: count,
-            base: table.base,
-        })
     }
 
     /// Writes process `pid`'s list to the program's maps: its mappings into its slot,
@@ -536,11 +596,7 @@ impl KernelWalker {
 pub(super) fn kernel_walker(
     opts: &RecordOptions,
 ) -> Result<(Option<KernelWalker>, Option<String>)> {
-    let not_here = match (&opts.target, opts.off_cpu) {
-        (Target::System, _) => Some("it walks a command or attached processes, not -a yet"),
-        (_, Some(_)) => Some("it does not record off-CPU time yet"),
-        _ => None,
-    };
+    let not_here = opts.off_cpu.map(|_| "it does not record off-CPU time yet");
     let loaded = match (opts.kernel_unwind, not_here) {
         (KernelUnwind::Off, _) => return Ok((None, None)),
         // By default it is used where it can be, without a word where it cannot be.
