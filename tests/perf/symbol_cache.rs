@@ -762,7 +762,25 @@ fn a_boot_writes_one_kernel_table_and_the_boots_before_go() {
 /// symbols, not from the entry of the old build: rewritten in place with its
 /// modification time put back, and replaced by a new file.
 fn a_file_rebuilt_with_the_same_build_id_and_size_is_named_afresh() {
-    let dir = scratch("rebuilt");
+    rebuilt_in_place_and_replaced(
+        "rebuilt",
+        "-Wl,--build-id=0x5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+    );
+}
+
+/// A file without a build ID (as rustc and its libraries are) has an entry named after
+/// its device, inode and size, which a later run answers from (and renews); rebuilt in
+/// place or replaced, it is named afresh.
+fn a_file_without_a_build_id_is_cached_by_its_inode() {
+    rebuilt_in_place_and_replaced("no-build-id", "-Wl,--build-id=none");
+}
+
+/// Two builds of one size whose functions lie at one address (linked with
+/// `build_id_flag`), named through the cache: the first, the second written over it in
+/// place (its modification time put back), then the first as a new file.
+fn rebuilt_in_place_and_replaced(name: &str, build_id_flag: &str) {
+    use std::os::unix::fs::MetadataExt;
+    let dir = scratch(name);
     let build = |function: &str, out: &Path| {
         let source = dir.join(format!("{function}.c"));
         std::fs::write(
@@ -774,12 +792,7 @@ fn a_file_rebuilt_with_the_same_build_id_and_size_is_named_afresh() {
         )
         .unwrap();
         run(Command::new("cc")
-            .args([
-                "-O1",
-                "-g",
-                "-Wl,--build-id=0x5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
-                "-o",
-            ])
+            .args(["-O1", "-g", build_id_flag, "-o"])
             .arg(out)
             .arg(&source));
         let data = std::fs::read(out).unwrap();
@@ -801,10 +814,31 @@ fn a_file_rebuilt_with_the_same_build_id_and_size_is_named_afresh() {
     std::fs::write(&program, &alpha).unwrap();
     let (out, _) = symbolize(&program, &[alpha_at], &[], &env);
     assert!(out.contains("alpha_fn"), "{out}");
-    let entries = std::fs::read_dir(cache.join("sampler/symbols"))
+    let entries: Vec<PathBuf> = std::fs::read_dir(cache.join("sampler/symbols"))
         .unwrap()
-        .count();
-    assert_eq!(entries, 1, "the program's entry");
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "the program's entry: {entries:?}");
+    let meta = std::fs::metadata(&program).unwrap();
+    if build_id_flag.ends_with("=none") {
+        let want = format!("file-{:x}-{:x}-{:x}", meta.dev(), meta.ino(), meta.len());
+        assert!(entries[0].ends_with(&want), "{entries:?}, not {want}");
+        // A second run answers from it, and renews it.
+        let long_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let file = std::fs::File::options()
+            .write(true)
+            .open(&entries[0])
+            .unwrap();
+        file.set_modified(long_ago).unwrap();
+        drop(file);
+        let (again, _) = symbolize(&program, &[alpha_at], &[], &env);
+        assert_eq!(again, out);
+        let used = std::fs::metadata(&entries[0]).unwrap().modified().unwrap();
+        assert!(
+            used > long_ago + std::time::Duration::from_secs(60),
+            "not used"
+        );
+    }
 
     // Rewritten in place (same inode), its modification time put back.
     let mtime = std::fs::metadata(&program).unwrap().modified().unwrap();
@@ -994,5 +1028,6 @@ fn main() {
         a_file_rebuilt_with_the_same_build_id_and_size_is_named_afresh;
         the_bound_counts_what_entries_take_of_the_disk;
         a_full_disk_is_not_kept_full_by_the_cache: Need::Root;
+        a_file_without_a_build_id_is_cached_by_its_inode;
     ]);
 }

@@ -61,25 +61,36 @@ impl Stamp {
 }
 
 impl Key {
-    /// The key of `binary`; `None` without a build ID (or an implausibly long one), or
-    /// when it was read from memory (no file to tell versions apart).
+    /// The key of `binary`; `None` with an implausibly long build ID, or when it was
+    /// read from memory (no file to tell versions apart). A file without a build ID
+    /// (rustc, cargo and rustc's libraries have none) has an empty one, and its entry
+    /// is named after its device and inode (`file-DEV-INODE-SIZE`).
     pub fn of(binary: &Binary) -> Option<Key> {
-        let id = binary.build_id.as_ref()?;
+        let build_id = binary.build_id.clone().unwrap_or_default();
         let meta = binary.metadata()?;
         let stamp = Stamp::of(&meta)?;
-        (!id.is_empty() && id.len() <= MAX_BUILD_ID).then(|| Key {
-            build_id: id.clone(),
+        (build_id.len() <= MAX_BUILD_ID).then_some(Key {
+            build_id,
             size: meta.len(),
             stamp,
         })
     }
 
+    /// The entry's name: `HEX-SIZE`, after the build ID, or `file-DEV-INODE-SIZE` for a
+    /// file without one. The stamp in the entry tells the file's versions apart either
+    /// way.
     pub(crate) fn file_name(&self) -> String {
-        format!(
-            "{}-{:x}",
-            crate::symbolicate::debuginfod::hex(&self.build_id),
-            self.size
-        )
+        match self.build_id.is_empty() {
+            true => format!(
+                "file-{:x}-{:x}-{:x}",
+                self.stamp.dev, self.stamp.ino, self.size
+            ),
+            false => format!(
+                "{}-{:x}",
+                crate::symbolicate::debuginfod::hex(&self.build_id),
+                self.size
+            ),
+        }
     }
 }
 

@@ -6,14 +6,15 @@
 //!
 //! - Where: `$XDG_CACHE_HOME/sampler/symbols/`, else `~/.cache/sampler/symbols/`; under
 //!   sudo the invoking user's, created and written as [`crate::files::usercache`] does.
-//! - Key: one entry per file, named after its build ID and size (`HEX-SIZE`); files
-//!   without a build ID are not cached. The entry holds the file's device, inode,
-//!   modification and change times ([`Stamp`]) and is used only for that very file: a
-//!   file rebuilt with a fixed build ID and the same size is another file (its change
-//!   time at least differs, and nobody can set that back). The entry also records where the file's debug
-//!   information came from (its own sections, a separate debug file by path, device,
-//!   inode, size and modification time, or none), and is used only when the same source
-//!   would be used now (see [`predict_source`]): installing or removing a debug package,
+//! - Key: one entry per file, named after its build ID and size (`HEX-SIZE`), or for a
+//!   file without one after its device, inode and size (`file-DEV-INODE-SIZE`). The
+//!   entry holds the file's device, inode, modification and change times ([`Stamp`])
+//!   and is used only for that very file: a file rebuilt with a fixed build ID and the
+//!   same size is another file (its change time at least differs, and nobody can set
+//!   that back). The entry also records where the file's debug information came from
+//!   (its own sections, a separate debug file by path, device, inode, size and
+//!   modification time, or none), and is used only when the same source would be used
+//!   now (see [`predict_source`]): installing or removing a debug package,
 //!   or another `--debug-root`, makes the entry stale, and it is rebuilt.
 //! - Format: one flat, little-endian buffer (see [`Entry`]) that can be used where it
 //!   lies, memory-mapped or, as here, read whole; checked entirely before use (magic,
