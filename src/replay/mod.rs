@@ -193,7 +193,7 @@ impl ProfileBuilder {
         if exec {
             self.threads.exec(pid);
             self.unwinder.exec(pid);
-            self.stacks.maps_changed();
+            self.stacks.maps_changed(pid);
         }
         let new = !self.threads.knows(tid);
         self.threads.named(t, pid, tid, name);

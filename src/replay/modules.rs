@@ -58,7 +58,7 @@ impl ProfileBuilder {
     /// through [`FileFinder`], which checks the inode: a replaced file's symbols and CFI
     /// would be wrong, so it is not used).
     pub(super) fn on_mmap(&mut self, m: &Mapping) {
-        self.stacks.maps_changed();
+        self.stacks.maps_changed(m.pid);
         if is_jit_dump(&m.path) || is_anonymous(m) {
             self.note_jit_user(m.pid);
         }

@@ -39,15 +39,26 @@ pub(super) struct Stacks {
     /// only the frames past what the two share (a 2,000-deep recursion shares nearly all
     /// of them, and interning each frame was most of the cost of recording it).
     last_stacks: HashMap<i32, LastStack>,
-    /// Counts the changes of every process's code mappings: what a shared prefix was
-    /// interned as holds only while the addresses resolve as they did.
-    map_generation: u64,
+    /// Each process's code mappings' version (a number no other change had): what a
+    /// shared prefix was interned as holds only while its process's addresses resolve as
+    /// they did. Per process: with `-a`, some process maps code every few milliseconds
+    /// (a build starting compilers), which must not make every thread intern its whole
+    /// stack again.
+    map_generations: HashMap<i32, u64>,
+    /// The changes of code mappings so far, of all processes.
+    map_changes: u64,
 }
 
 impl Stacks {
-    /// Some process's code mappings changed: addresses may resolve differently now.
-    pub(super) fn maps_changed(&mut self) {
-        self.map_generation += 1;
+    /// Process `pid`'s code mappings changed: its addresses may resolve differently now.
+    pub(super) fn maps_changed(&mut self, pid: i32) {
+        self.map_changes += 1;
+        self.map_generations.insert(pid, self.map_changes);
+    }
+
+    /// The version of process `pid`'s code mappings.
+    fn map_generation(&self, pid: i32) -> u64 {
+        self.map_generations.get(&pid).copied().unwrap_or(0)
     }
 
     /// Thread `tid` is gone (or new): its last stack says nothing of its next.
@@ -72,18 +83,17 @@ impl Stacks {
     ) -> Option<RawStackIndex> {
         let marked = stack.truncated.is_some();
         let mut last = self.last_stacks.remove(&tid).unwrap_or_default();
-        let shared = if last.pid == pid
-            && last.map_generation == self.map_generation
-            && last.marked == marked
-        {
-            last.frames
-                .iter()
-                .zip(stack.user.iter().rev())
-                .take_while(|(a, b)| a == b)
-                .count()
-        } else {
-            0
-        };
+        let generation = self.map_generation(pid);
+        let shared =
+            if last.pid == pid && last.map_generation == generation && last.marked == marked {
+                last.frames
+                    .iter()
+                    .zip(stack.user.iter().rev())
+                    .take_while(|(a, b)| a == b)
+                    .count()
+            } else {
+                0
+            };
         last.frames.truncate(shared);
         last.stacks.truncate(shared);
         let mut prefix = last.stacks.last().copied();
@@ -111,7 +121,7 @@ impl Stacks {
             last.stacks.push(interned);
         }
         last.pid = pid;
-        last.map_generation = self.map_generation;
+        last.map_generation = generation;
         last.marked = marked;
         self.last_stacks.insert(tid, last);
         for &addr in stack.kernel.iter().rev() {
