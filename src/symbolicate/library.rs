@@ -334,10 +334,6 @@ fn separate_debug_file(
 /// What receives the pieces of each function [`LibSymbols::resolve_many`] resolves.
 pub type Keep<'a> = dyn Fn(&[(Range<u64>, AddressInfo)]) + Sync + 'a;
 
-/// Names `addresses` (lib-relative) of `binary`, mapped from `mapped_path`, and says what
-/// the file lacks: from the cache when it holds every address's function, else from the
-/// file and its debug information, whose functions are then added to the cache. `None`
-/// when the file is not ELF.
 /// The DWARF of `binary` (parsed as `elf`) for looking up `addresses`: from the
 /// cache's inflated copy when its DWARF is compressed and there is one, else from the
 /// file, asking the cache for a copy with `keep_inflated`.
@@ -355,14 +351,11 @@ fn load_dwarf<'d, R: object::ReadRef<'d>>(
         .filter(|_| cache::inflated::is_compressed(elf));
     if let Some((store, build_id)) = copyable {
         let at = binary.at();
-        if let Some(copy) = store.inflated(build_id, &at) {
-            let reader = object::ReadCache::new(copy.at.clone());
-            if let Some(loaded) = Elf::parse_held(&reader, Some(&copy.held))
-                .ok()
-                .and_then(|e| DwarfInfo::load_for(&e, &copy.at, addresses).ok())
-            {
-                return Ok(loaded);
-            }
+        let from_copy = store.with_inflated(build_id, &at, |copy, copy_at| {
+            DwarfInfo::load_for(copy, copy_at, addresses).ok()
+        });
+        if let Some(loaded) = from_copy {
+            return Ok(loaded);
         }
         if keep_inflated {
             store.put_inflated(build_id, at);
@@ -371,6 +364,10 @@ fn load_dwarf<'d, R: object::ReadRef<'d>>(
     DwarfInfo::load_for(elf, &binary.at(), addresses)
 }
 
+/// Names `addresses` (lib-relative) of `binary`, mapped from `mapped_path`, and says what
+/// the file lacks: from the cache when it holds every address's function, else from the
+/// file and its debug information, whose functions are then added to the cache. `None`
+/// when the file is not ELF.
 pub fn name_file(
     binary: &Binary,
     mapped_path: &str,

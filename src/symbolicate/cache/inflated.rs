@@ -28,13 +28,6 @@ use object::ReadRef;
 use crate::files::elf::{section_data, Elf};
 use crate::files::image::At;
 
-/// A copy found for the file being named: a reader of it, and what it holds (every
-/// section it lists must lie inside, [`crate::files::image::Held::check`]).
-pub struct Copy {
-    pub at: At,
-    pub held: crate::files::image::Held,
-}
-
 /// The prefix of a copy's name among the entries.
 const PREFIX: &str = "inflated-";
 

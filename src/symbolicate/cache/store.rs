@@ -11,7 +11,8 @@ use super::inflated;
 use super::kernel_table::{self, KernelTable};
 use super::key::kernel_key_with;
 use super::{Entry, Key, Secret, MAX_ENTRY_BYTES, MAX_TOTAL_BYTES};
-use crate::files::image::At;
+use crate::files::elf::Elf;
+use crate::files::image::{At, Held};
 use crate::files::usercache::SudoUser;
 use crate::files::usercache::{self, TempFile};
 
@@ -131,9 +132,16 @@ impl SymbolCache {
         })
     }
 
-    /// The inflated copy of the debug file with build ID `build_id` that `at` reads, when
-    /// there is one made from that very file; its use is recorded as an entry's is.
-    pub fn inflated(&self, build_id: &[u8], at: &At) -> Option<inflated::Copy> {
+    /// What `read` makes of the inflated copy of the debug file with build ID `build_id`
+    /// that `at` reads (the copy parsed, and a reader of it), when there is one made from
+    /// that very file and `read` makes something of it; then its use is recorded as an
+    /// entry's is.
+    pub fn with_inflated<T>(
+        &self,
+        build_id: &[u8],
+        at: &At,
+        read: impl FnOnce(&Elf<'_, &object::ReadCache<At>>, &At) -> Option<T>,
+    ) -> Option<T> {
         let identity = at.identity()?;
         let dir = usercache::open_dir(&self.root, &DIRS, self.owner, false, PRIVATE).ok()?;
         let name = inflated::file_name(build_id);
@@ -143,18 +151,16 @@ impl SymbolCache {
             return None;
         }
         let file = std::sync::Arc::new(file);
-        let copy = inflated::Copy {
-            at: At::of_file(file.clone()),
-            held: crate::files::image::Held::of(&file).ok()?,
-        };
-        let reader = object::ReadCache::new(copy.at.clone());
-        let made_from = crate::files::elf::Elf::parse_held(&reader, Some(&copy.held))
-            .is_ok_and(|elf| inflated::made_from(&elf, &copy.at, &identity));
-        if !made_from {
+        let held = Held::of(&file).ok()?;
+        let copy = At::of_file(file.clone());
+        let reader = object::ReadCache::new(copy.clone());
+        let elf = Elf::parse_held(&reader, Some(&held)).ok()?;
+        if !inflated::made_from(&elf, &copy, &identity) {
             return None;
         }
+        let made = read(&elf, &copy)?;
         let _ = file.set_modified(SystemTime::now());
-        Some(copy)
+        Some(made)
     }
 
     /// Asks for an inflated copy of the debug file with build ID `build_id` that `at`
@@ -303,7 +309,7 @@ fn write_inflated(
         return Ok(false);
     };
     let reader = object::ReadCache::new(at.clone());
-    let Some(elf) = crate::files::elf::Elf::parse(&reader) else {
+    let Some(elf) = Elf::parse(&reader) else {
         return Ok(false);
     };
     let mut temp = TempFile::create(dir.try_clone()?, name, FILE_MODE)?;
