@@ -162,8 +162,8 @@ fn the_kernel_walker_walks_every_process_of_the_machine() {
     };
     let mut theirs = 0;
     for (which, pid) in [
-        ("before", before.pid()),
-        ("during", during.id().to_string()),
+        ("running at the start", before.pid()),
+        ("started during it", during.id().to_string()),
     ] {
         let paths: Vec<&Vec<String>> = threads
             .iter()
@@ -172,7 +172,7 @@ fn the_kernel_walker_walks_every_process_of_the_machine() {
             .collect();
         let complete = paths.iter().filter(|p| full(p)).count();
         eprintln!(
-            "{test}: nofp {which} the start: {complete} of {} samples complete",
+            "{test}: nofp {which}: {complete} of {} samples complete",
             paths.len()
         );
         assert!(paths.len() >= 300, "{which}: {} samples", paths.len());

@@ -461,22 +461,16 @@ impl KernelWalker {
                     .size()
                     .is_ok_and(|size| size <= self.compile_at_once_bytes);
                 // On this thread only when the store is free.
-                let loaded = match small {
-                    true => match self.store.try_lock() {
-                        Ok(mut store) => Some(
-                            self.tables
-                                .table(&binary)
-                                .and_then(|table| store.load(&binary.path, table)),
-                        ),
-                        Err(TryLockError::Poisoned(e)) => Some(
-                            self.tables
-                                .table(&binary)
-                                .and_then(|table| e.into_inner().load(&binary.path, table)),
-                        ),
-                        Err(TryLockError::WouldBlock) => None,
-                    },
-                    false => None,
+                let free = match small.then(|| self.store.try_lock()) {
+                    None | Some(Err(TryLockError::WouldBlock)) => None,
+                    Some(Ok(store)) => Some(store),
+                    Some(Err(TryLockError::Poisoned(e))) => Some(e.into_inner()),
                 };
+                let loaded = free.map(|mut store| {
+                    self.tables
+                        .table(&binary)
+                        .and_then(|table| store.load(&binary.path, table))
+                });
                 let rows = match loaded {
                     Some(loaded) => self.rows_of(loaded),
                     None => match self.compiler.jobs.send((file, binary.clone())) {

@@ -9,9 +9,8 @@
 //! has no entry, and where the section's entries cannot be followed any more, the FDEs
 //! beyond are missing; [`UnwindTable::damaged`] counts them.
 
-use std::path::Path;
-
 use std::collections::HashMap;
+use std::path::Path;
 
 use gimli::{
     BaseAddresses, CieOrFde, CommonInformationEntry, Reader, UnwindContext, UnwindOffset,
