@@ -77,20 +77,30 @@ pub fn made_from<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, at: &At, identity: &[u64;
             .all(|(word, &want)| u64::from_le_bytes(word.try_into().unwrap_or_default()) == want)
 }
 
+/// Why a copy was not written.
+#[derive(Debug)]
+pub enum NotWritten {
+    /// The file cannot be made a copy of (its sections, its size).
+    Unfit(String),
+    /// Writing failed.
+    Io(std::io::Error),
+}
+
 /// Writes into `out` the copy of the 64-bit little-endian ELF file `elf`, whose
 /// identity is `identity`: the file header, each DWARF section inflated as it comes
 /// (at most `max_bytes` in all), the source section, the section names and the section
-/// table. `Err` says why not.
+/// table. `Err` says why not: the file cannot be made a copy of, or `out` could not
+/// take it (a full disk).
 pub fn write<'d, R: ReadRef<'d>>(
     elf: &Elf<'d, R>,
     identity: &[u64; 5],
     out: &mut std::fs::File,
     max_bytes: u64,
-) -> Result<(), String> {
+) -> Result<(), NotWritten> {
     if !elf.is_little_endian() {
-        return Err("not a little-endian file".into());
+        return Err(NotWritten::Unfit("not a little-endian file".into()));
     }
-    let io = |e: std::io::Error| e.to_string();
+    let io = NotWritten::Io;
     // (name offset in the names, type, offset, size) of each section after the null one.
     let mut table: Vec<(u32, u32, u64, u64)> = Vec::new();
     let mut names = vec![0u8];
@@ -109,10 +119,12 @@ pub fn write<'d, R: ReadRef<'d>>(
         if section.kind() == object::elf::SHT_NOBITS {
             continue;
         }
-        let bytes = section_data(elf, &section)?;
+        let bytes = section_data(elf, &section).map_err(NotWritten::Unfit)?;
         offset += bytes.len() as u64;
         if offset > max_bytes {
-            return Err(format!("more than {max_bytes} bytes inflated"));
+            return Err(NotWritten::Unfit(format!(
+                "more than {max_bytes} bytes inflated"
+            )));
         }
         out.write_all(&bytes).map_err(io)?;
         let at = name(&mut names, &copied);
@@ -147,7 +159,7 @@ pub fn write<'d, R: ReadRef<'d>>(
         headers.extend_from_slice(&h);
     }
     out.write_all(&headers).map_err(io)?;
-    let count = u16::try_from(table.len() + 1).map_err(|e| e.to_string())?;
+    let count = u16::try_from(table.len() + 1).map_err(|e| NotWritten::Unfit(e.to_string()))?;
     let mut header = [0u8; HEADER_BYTES];
     header[0..4].copy_from_slice(b"\x7fELF");
     // ELFCLASS64, ELFDATA2LSB, EV_CURRENT; an ET_REL file (no program headers).

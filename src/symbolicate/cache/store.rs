@@ -298,7 +298,8 @@ impl SymbolCache {
 
 /// Writes into `dir` the inflated copy `name` of the debug file `at` reads; `Ok(false)`
 /// when that file cannot be made a copy of (it changed, it is not ELF, or its copy
-/// would be too large), `Err` when the directory could not take it.
+/// would be too large), `Err` when the directory could not take it (the temporary file
+/// could not be made or written).
 fn write_inflated(
     dir: &std::os::fd::OwnedFd,
     name: &str,
@@ -316,7 +317,9 @@ fn write_inflated(
     match inflated::write(&elf, &identity, &mut temp.file, MAX_ENTRY_BYTES) {
         // Not flushed to disk, as entries are not.
         Ok(()) => temp.commit(owner, false).map(|()| true),
-        Err(_) => Ok(false),
+        Err(inflated::NotWritten::Unfit(_)) => Ok(false),
+        // A full disk: as for an entry, the cache is halved.
+        Err(inflated::NotWritten::Io(e)) => Err(e),
     }
 }
 
