@@ -141,11 +141,14 @@ fn the_kernel_walker_walks_every_process_of_the_machine() {
     let recording =
         std::thread::spawn(|| record_without_command(&["-a", "-d", "2", "--unwind", "kernel"]));
     std::thread::sleep(Duration::from_millis(500));
-    let mut during = Command::new(target("nofp"))
-        .arg("1")
-        .spawn()
-        .expect("nofp runs");
-    assert!(during.wait().unwrap().success());
+    let (during, during_cpu_ms) = children_cpu_ms(|| {
+        let mut child = Command::new(target("nofp"))
+            .arg("1")
+            .spawn()
+            .expect("nofp runs");
+        assert!(child.wait().unwrap().success());
+        child
+    });
     let (o, path) = recording.join().unwrap();
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
@@ -175,7 +178,13 @@ fn the_kernel_walker_walks_every_process_of_the_machine() {
             "{test}: nofp {which}: {complete} of {} samples complete",
             paths.len()
         );
-        assert!(paths.len() >= 300, "{which}: {} samples", paths.len());
+        // The one started during the recording is sampled for all the CPU time it got;
+        // the other's time outside the recording's 2 s is not known apart (both share
+        // the CPUs with whatever else runs).
+        match pid == before.pid() {
+            true => assert!(paths.len() >= 100, "{which}: {} samples", paths.len()),
+            false => assert_covers_cpu(which, paths.len(), during_cpu_ms, 0.75),
+        }
         assert!(
             complete * 100 >= paths.len() * 95,
             "{which}: {complete} of {}",
