@@ -21,6 +21,18 @@ static volatile long rounds;
 /* Units of work per round of hot_a and hot_b (of 10). */
 static long units_a = 7, units_b = 3;
 
+/* The size of a round's unit: 100,000 on average, but each round's drawn from
+ * 50,000..150,000 by a fixed pseudo-random sequence (so `-n` always does the same work).
+ * Rounds of one fixed length would be a period that the sampling period can lock onto:
+ * where a round takes exactly 1 ms (or 0.5 ms) of CPU on a slower or busier machine, a
+ * 1000 Hz profiler samples the same phase of it every time, and the 70/30 split it
+ * sees can be anything (a test once saw 57% in hot_a). */
+static long next_unit(void) {
+    static unsigned long long state = 0x9E3779B97F4A7C15ull;
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return 50000 + (long)((state >> 33) % 100001);
+}
+
 __attribute__((noinline)) void outer(long unit) {
     hot_a(units_a * unit);
     hot_b(units_b * unit);
@@ -43,11 +55,11 @@ int main(int argc, char **argv) {
         argv++;
     }
     if (argc > 2 && strcmp(argv[1], "-n") == 0) {
-        for (long r = atol(argv[2]); r > 0; r--) outer(100000);
+        for (long r = atol(argv[2]); r > 0; r--) outer(next_unit());
         return 0;
     }
     double seconds = argc > 1 ? atof(argv[1]) : 2.0;
     double end = now() + seconds;
-    while (now() < end) outer(100000);
+    while (now() < end) outer(next_unit());
     return 0;
 }

@@ -509,6 +509,23 @@ pub fn count_run(paths: &[Vec<String>], run: &[&str]) -> (usize, f64) {
     (n, 100.0 * n as f64 / paths.len().max(1) as f64)
 }
 
+/// The `n` most frequent of `paths` with their counts, most frequent first, one per line
+/// (callers joined by " > "): what an assertion on a share prints when it fails.
+pub fn commonest_paths(paths: &[Vec<String>], n: usize) -> String {
+    let mut counts: std::collections::HashMap<&[String], usize> = Default::default();
+    for p in paths {
+        *counts.entry(p.as_slice()).or_default() += 1;
+    }
+    let mut counts: Vec<_> = counts.into_iter().collect();
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    counts
+        .iter()
+        .take(n)
+        .map(|(p, c)| format!("{c:6}  {}", p.join(" > ")))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }

@@ -325,8 +325,9 @@ fn exec_of_another_program_in_a_child_is_followed() {
     let (hot, pct) = count_run(&bench.paths, &["main", "outer", "hot_a"]);
     assert!(
         pct >= 60.0,
-        "{hot} of {} samples in main > outer > hot_a",
-        bench.paths.len()
+        "{hot} of {} samples in main > outer > hot_a; the commonest stacks:\n{}",
+        bench.paths.len(),
+        commonest_paths(&bench.paths, 8)
     );
 }
 
