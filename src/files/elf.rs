@@ -459,7 +459,7 @@ pub fn section_units<'d, R: object::ReadRef<'d>>(
         |why: &dyn std::fmt::Display| format!("its section {name} cannot be read: {why}");
     let (range, len) = stored_range(elf, section)?;
     let mut source = match range.format {
-        CompressionFormat::None => UnitSource::Stored(at, range.offset),
+        CompressionFormat::None => UnitSource::Stored(at.clone(), range.offset),
         format => {
             let stored = usize::try_from(range.compressed_size).map_err(|e| unreadable(&e))?;
             let input = at
@@ -514,22 +514,26 @@ pub fn section_units<'d, R: object::ReadRef<'d>>(
     Ok(Some(data))
 }
 
-/// Where [`section_units`] reads a section's bytes: the file, where the section starts;
-/// or its inflating stream, and how far it has inflated (it reads only forward).
+/// Where [`section_units`] reads a section's bytes: the file, where the section starts
+/// (read through the reader's read-ahead: units' lengths and heads are a few bytes each,
+/// a few kilobytes apart, and a read of the file for each, two per unit, 6,000 for libc's
+/// debug file, cost more than the bytes themselves); or its inflating stream, and how far
+/// it has inflated (it reads only forward).
 enum UnitSource<'a> {
-    Stored(&'a At, u64),
+    Stored(At, u64),
     Inflating(Box<dyn std::io::Read + 'a>, usize),
 }
 
 impl UnitSource<'_> {
     /// Fills `out` with the section's bytes from `from` (for a stream, where it is).
     fn copy(&mut self, from: usize, out: &mut [u8], name: &str) -> Result<(), String> {
+        use std::io::{Read as _, Seek as _};
         let short = || format!("its section {name} cannot be read: it is shorter than it says");
         match self {
-            UnitSource::Stored(at, offset) => match at.read_into(*offset + from as u64, out) {
-                Some(got) if got == out.len() => Ok(()),
-                _ => Err(short()),
-            },
+            UnitSource::Stored(reader, offset) => reader
+                .seek(std::io::SeekFrom::Start(*offset + from as u64))
+                .and_then(|_| reader.read_exact(out))
+                .map_err(|_| short()),
             UnitSource::Inflating(stream, at) => {
                 debug_assert_eq!(*at, from, "a stream is read forward only");
                 stream.read_exact(out).map_err(|_| short())?;

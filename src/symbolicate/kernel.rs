@@ -65,7 +65,7 @@ pub(super) fn name_kernel(base: u64, addresses: &[u64], opts: &SymbolOptions) ->
     let mut outside = Vec::new();
     for (i, &address) in addresses.iter().enumerate() {
         match table.as_ref().map(|t| t.lookup(address)) {
-            Some(cache::InTable::Function(start, name)) => infos[i] = named(start, name),
+            Some(cache::InTable::Function(start, name)) => infos[i] = named(start, &name),
             _ => outside.push(i),
         }
     }
@@ -351,7 +351,10 @@ ffffffffc0002000 t bpf_prog_6deef7357e7b4530_sd_fw_egress\t[bpf]
             match table.lookup(probe - BASE) {
                 cache::InTable::Function(start, name) => {
                     assert!(probe < own.end, "0x{probe:x}");
-                    assert_eq!((start + BASE, name), (expected.address, &*expected.name));
+                    assert_eq!(
+                        (start + BASE, name.as_str()),
+                        (expected.address, &*expected.name)
+                    );
                 }
                 other => assert!(probe >= own.end, "0x{probe:x}: {other:?}"),
             }
@@ -362,7 +365,7 @@ ffffffffc0002000 t bpf_prog_6deef7357e7b4530_sd_fw_egress\t[bpf]
         );
         assert_eq!(
             table.lookup(0x8),
-            cache::InTable::Function(0, "_text"),
+            cache::InTable::Function(0, "_text".into()),
             "the first listed of two at one address"
         );
     }

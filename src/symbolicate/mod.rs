@@ -194,17 +194,20 @@ pub fn symbolicate(raw: RawProfile, lib_binaries: &[LibFile], opts: &SymbolOptio
         named[i] = Some(name(i));
     }
     let workers = cpus.clamp(1, small.len().max(1));
+    // Each worker takes the next library when it is done with one: one that must read
+    // debug information (tens of milliseconds) holds up only its own worker.
+    let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                let (small, name) = (&small, &name);
+            .map(|_| {
+                let (small, name, next) = (&small, &name, &next);
                 scope.spawn(move || {
-                    small
-                        .iter()
-                        .skip(w)
-                        .step_by(workers)
-                        .map(|&i| (i, name(i)))
-                        .collect::<Vec<_>>()
+                    std::iter::from_fn(|| {
+                        let &i =
+                            small.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))?;
+                        Some((i, name(i)))
+                    })
+                    .collect::<Vec<_>>()
                 })
             })
             .collect();

@@ -517,6 +517,9 @@ impl Tables {
             }
         };
         entries.dedup_by_key(|e| e.address);
+        // Names read in the order they lie in their tables, through each reader's
+        // read-ahead: in address order each would be a read of the file of its own.
+        entries.sort_unstable_by_key(|e| (e.table, e.name));
         let mut readers = HashMap::new();
         let mut by_hash: Vec<(u64, Entry)> = entries
             .into_iter()

@@ -1,21 +1,27 @@
 //! The kernel's table: the running kernel's own functions (their starts and names, as
 //! `/proc/kallsyms` lists them), one file per boot, written by the first run of the boot
 //! that names a kernel address, so that later runs read neither kallsyms nor anything
-//! else of the kernel's. One flat, little-endian buffer, checked whole before use
-//! (magic, version, length, checksum, the key, starts sorted, every name in range and
-//! UTF-8), then looked up in place by binary search.
+//! else of the kernel's. One flat, little-endian file. Its head (the header, the starts
+//! and where each name ends: an eighth of it) is read and checked whole before use
+//! (magic, version, length, checksum, the key, starts sorted, name ends in order and in
+//! range), then looked up by binary search; the names (the rest) are read one at a time,
+//! only those of the functions looked up, each checked as it is read (UTF-8, no longer
+//! than a kernel symbol can be). A run that names a few dozen kernel addresses so reads
+//! 1 MB of the 4 MB, and checks only that.
+
+use std::os::unix::fs::FileExt as _;
 
 use super::key::MAX_BUILD_ID;
-use super::words::{check_frame, u32_at, u64_at};
-use super::{with_checksum, Key, Refused};
+use super::words::{checksum, u32_at, u64_at, CHECKSUM_AT};
+use super::{Key, Refused};
 
 // The layout. Every number is little-endian.
 //
 // header (HEADER_BYTES):
 //   0 magic, 8 version u32, 12 count u32 (of functions), 16 length u64 (of the whole
-//   table), 24 checksum u64 (of everything else), 32 the kernel's fingerprint u64 (its
-//   key's `size`), 40 text end u64, 48 build ID length u32, 52 names' length u32,
-//   56 build ID (MAX_BUILD_ID bytes, zero-padded).
+//   table), 24 checksum u64 (of the head but this field: header, starts and ends), 32
+//   the kernel's fingerprint u64 (its key's `size`), 40 text end u64, 48 build ID
+//   length u32, 52 names' length u32, 56 build ID (MAX_BUILD_ID bytes, zero-padded).
 // then:
 //   starts (count u32): each function's start, relative to the kernel's text start,
 //     strictly ascending, all below the text end.
@@ -25,35 +31,52 @@ use super::{with_checksum, Key, Refused};
 
 const MAGIC: [u8; 8] = *b"SMPLKTAB";
 /// Raised whenever the layout or the meaning of a field changes: a table of another
-/// version is ignored and written anew.
-const VERSION: u32 = 1;
+/// version is ignored and written anew. Version 2: the checksum covers the head only.
+const VERSION: u32 = 2;
 const HEADER_BYTES: usize = 56 + MAX_BUILD_ID;
+/// The longest name read: a kernel symbol's name is at most 511 bytes (KSYM_NAME_LEN).
+const MAX_NAME_BYTES: usize = 512;
 
 /// The kernel's own functions, relative to its text start, as a run of this boot read
-/// them: checked whole, looked up in place.
+/// them: the head checked whole and held, the names read where needed.
 pub struct KernelTable {
-    bytes: Vec<u8>,
+    /// The header, the starts and the ends.
+    head: Vec<u8>,
+    names: Names,
     count: usize,
+    names_len: usize,
     text_end: u64,
 }
 
+/// Where a table's names are.
+enum Names {
+    /// Held, after the head: a table a test checks in memory.
+    #[cfg(test)]
+    Held(Vec<u8>),
+    /// In the table's file, from this offset on.
+    File(std::fs::File, u64),
+}
+
 /// What a lookup in the table says of an address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InTable<'t> {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InTable {
     /// In the function that starts at this (relative) address, of this name.
-    Function(u64, &'t str),
+    Function(u64, String),
     /// Below the first function: no symbol names it.
     Below,
     /// At or past the text end: not the kernel's own code (a module's, a BPF program's),
     /// which the table does not hold.
     Outside,
+    /// In a function whose name cannot be read (the file was cut short or damaged since
+    /// it was checked): kallsyms names it instead.
+    Unreadable,
 }
 
 impl KernelTable {
     /// The bytes of the table of the kernel of `key`, whose own functions start at
     /// `starts` (relative, strictly ascending) with the names `names` (as many), and
     /// whose own text ends at `text_end`; `None` when they do not fit the layout (more
-    /// than 4 GiB of names or text).
+    /// than 4 GiB of names or text, a name longer than a kernel symbol's).
     pub fn build<'n>(
         key: &Key,
         starts: &[u64],
@@ -61,10 +84,12 @@ impl KernelTable {
         text_end: u64,
     ) -> Option<Vec<u8>> {
         let count = u32::try_from(starts.len()).ok()?;
-        let (named, names_len) = names
-            .clone()
-            .fold((0, 0), |(n, len), name| (n + 1, len + name.len()));
+        let (named, names_len, longest) =
+            names.clone().fold((0, 0, 0), |(n, len, most), name: &str| {
+                (n + 1, len + name.len(), name.len().max(most))
+            });
         if named != starts.len()
+            || longest > MAX_NAME_BYTES
             || key.build_id.len() > MAX_BUILD_ID
             || starts.windows(2).any(|w| w[0] >= w[1])
             || starts.last().is_some_and(|&last| last >= text_end)
@@ -73,7 +98,8 @@ impl KernelTable {
         }
         let names_len = u32::try_from(names_len).ok()?;
         // Sized at once: 120,000 functions would otherwise grow it a few bytes at a time.
-        let mut bytes = vec![0u8; HEADER_BYTES + 8 * starts.len()];
+        let head_len = HEADER_BYTES + 8 * starts.len();
+        let mut bytes = vec![0u8; head_len];
         bytes.reserve_exact(names_len as usize);
         let (start_words, end_words) = bytes[HEADER_BYTES..].split_at_mut(4 * starts.len());
         for (word, &start) in start_words.chunks_exact_mut(4).zip(starts) {
@@ -97,38 +123,73 @@ impl KernelTable {
         bytes[48..52].copy_from_slice(&(key.build_id.len() as u32).to_le_bytes());
         bytes[52..56].copy_from_slice(&names_len.to_le_bytes());
         bytes[56..56 + key.build_id.len()].copy_from_slice(&key.build_id);
-        Some(with_checksum(bytes))
+        let sum = checksum(&bytes[..head_len]);
+        bytes[CHECKSUM_AT..CHECKSUM_AT + 8].copy_from_slice(&sum.to_le_bytes());
+        Some(bytes)
     }
 
-    /// Checks `bytes` as the table of the kernel of `key`.
-    pub fn parse(bytes: Vec<u8>, key: &Key) -> Result<KernelTable, Refused> {
-        check_frame(&bytes, HEADER_BYTES, &MAGIC, VERSION)?;
-        let id_len = u32_at(&bytes, 48) as usize;
-        if u64_at(&bytes, 32) != key.size
+    /// Checks `bytes` as the table of the kernel of `key`, names and all.
+    #[cfg(test)]
+    pub fn parse(mut bytes: Vec<u8>, key: &Key) -> Result<KernelTable, Refused> {
+        let head_len = head_len(&bytes, bytes.len() as u64)?;
+        let names = bytes.split_off(head_len);
+        let table = KernelTable::of_head(bytes, Names::Held(Vec::new()), key)?;
+        if names.len() != table.names_len {
+            return Err("tables out of range");
+        }
+        let text = std::str::from_utf8(&names).map_err(|_| "names not UTF-8")?;
+        if (0..table.count).any(|i| !text.is_char_boundary(table.end(i))) {
+            return Err("name out of range");
+        }
+        Ok(KernelTable {
+            names: Names::Held(names),
+            ..table
+        })
+    }
+
+    /// Reads and checks the head of the table in `file` (`len` bytes long) as the table
+    /// of the kernel of `key`; its names are read from the file as lookups need them.
+    pub fn open(file: std::fs::File, len: u64, key: &Key) -> Result<KernelTable, Refused> {
+        let mut header = vec![0u8; HEADER_BYTES];
+        file.read_exact_at(&mut header, 0)
+            .map_err(|_| "shorter than its header")?;
+        let head_len = head_len(&header, len)?;
+        let mut head = header;
+        head.resize(head_len, 0);
+        file.read_exact_at(&mut head[HEADER_BYTES..], HEADER_BYTES as u64)
+            .map_err(|_| "tables out of range")?;
+        KernelTable::of_head(head, Names::File(file, head_len as u64), key)
+    }
+
+    /// Checks `head` (the header, starts and ends of a table whose names are `names`).
+    fn of_head(head: Vec<u8>, names: Names, key: &Key) -> Result<KernelTable, Refused> {
+        if u64_at(&head, CHECKSUM_AT) != checksum(&head) {
+            return Err("bad checksum");
+        }
+        let id_len = u32_at(&head, 48) as usize;
+        if u64_at(&head, 32) != key.size
             || id_len != key.build_id.len()
-            || bytes[56..56 + id_len.min(MAX_BUILD_ID)] != key.build_id[..]
+            || head[56..56 + id_len.min(MAX_BUILD_ID)] != key.build_id[..]
         {
             return Err("another kernel's");
         }
-        if bytes[56 + id_len..HEADER_BYTES].iter().any(|&b| b != 0) {
+        if head[56 + id_len..HEADER_BYTES].iter().any(|&b| b != 0) {
             return Err("padding not zero");
         }
-        let count = u32_at(&bytes, 12) as usize;
-        let names_len = u32_at(&bytes, 52) as usize;
-        if HEADER_BYTES + 8 * count + names_len != bytes.len() {
-            return Err("tables out of range");
-        }
         let table = KernelTable {
-            text_end: u64_at(&bytes, 40),
-            bytes,
-            count,
+            count: u32_at(&head, 12) as usize,
+            names_len: u32_at(&head, 52) as usize,
+            text_end: u64_at(&head, 40),
+            head,
+            names,
         };
-        table.check(names_len)?;
+        table.check()?;
         Ok(table)
     }
 
-    /// Starts ascending and below the text end, names in order, in range, UTF-8.
-    fn check(&self, names_len: usize) -> Result<(), Refused> {
+    /// Starts ascending and below the text end, name ends in order, in range, and none
+    /// longer than a kernel symbol's.
+    fn check(&self) -> Result<(), Refused> {
         let mut before = None;
         for i in 0..self.count {
             let start = self.start(i);
@@ -137,12 +198,10 @@ impl KernelTable {
             }
             before = Some(start);
         }
-        let names = &self.bytes[self.bytes.len() - names_len..];
-        let names = std::str::from_utf8(names).map_err(|_| "names not UTF-8")?;
         let mut at = 0;
         for i in 0..self.count {
             let end = self.end(i);
-            if end < at || end > names.len() || !names.is_char_boundary(end) {
+            if end < at || end > self.names_len || end - at > MAX_NAME_BYTES {
                 return Err("name out of range");
             }
             at = end;
@@ -151,18 +210,29 @@ impl KernelTable {
     }
 
     fn start(&self, i: usize) -> u64 {
-        u64::from(u32_at(&self.bytes, HEADER_BYTES + 4 * i))
+        u64::from(u32_at(&self.head, HEADER_BYTES + 4 * i))
     }
 
     fn end(&self, i: usize) -> usize {
-        u32_at(&self.bytes, HEADER_BYTES + 4 * (self.count + i)) as usize
+        u32_at(&self.head, HEADER_BYTES + 4 * (self.count + i)) as usize
     }
 
-    /// The name of function `i` (checked: in range and UTF-8).
-    fn name(&self, i: usize) -> &str {
-        let names = &self.bytes[HEADER_BYTES + 8 * self.count..];
+    /// The name of function `i`, when it can be read and is UTF-8 (its range was
+    /// checked with the head).
+    fn name(&self, i: usize) -> Option<String> {
         let from = if i == 0 { 0 } else { self.end(i - 1) };
-        std::str::from_utf8(&names[from..self.end(i)]).unwrap_or_default()
+        let range = from..self.end(i);
+        let bytes = match &self.names {
+            #[cfg(test)]
+            Names::Held(names) => names.get(range)?.to_vec(),
+            Names::File(file, at) => {
+                let mut bytes = vec![0u8; range.len()];
+                file.read_exact_at(&mut bytes, at + range.start as u64)
+                    .ok()?;
+                bytes
+            }
+        };
+        String::from_utf8(bytes).ok()
     }
 
     /// How many functions it holds.
@@ -177,7 +247,7 @@ impl KernelTable {
     /// What the table says of the kernel-relative `address`: the function with the
     /// highest start at or below it, as a lookup in kallsyms gives, when it lies in the
     /// kernel's own text.
-    pub fn lookup(&self, address: u64) -> InTable<'_> {
+    pub fn lookup(&self, address: u64) -> InTable {
         if address >= self.text_end {
             return InTable::Outside;
         }
@@ -191,10 +261,38 @@ impl KernelTable {
             }
         }
         match low.checked_sub(1) {
-            Some(i) => InTable::Function(self.start(i), self.name(i)),
+            Some(i) => match self.name(i) {
+                Some(name) => InTable::Function(self.start(i), name),
+                None => InTable::Unreadable,
+            },
             None => InTable::Below,
         }
     }
+}
+
+/// How long the head of the table whose header is at the start of `bytes` is, the whole
+/// table being `len` bytes long: checked against the header's magic, version, length,
+/// count and names' length.
+fn head_len(bytes: &[u8], len: u64) -> Result<usize, Refused> {
+    if bytes.len() < HEADER_BYTES {
+        return Err("shorter than its header");
+    }
+    if bytes[..8] != MAGIC[..] {
+        return Err("bad magic");
+    }
+    if u32_at(bytes, 8) != VERSION {
+        return Err("another version");
+    }
+    if u64_at(bytes, 16) != len {
+        return Err("length differs");
+    }
+    let count = u32_at(bytes, 12) as u64;
+    let names_len = u32_at(bytes, 52) as u64;
+    let head_len = HEADER_BYTES as u64 + 8 * count;
+    if head_len + names_len != len {
+        return Err("tables out of range");
+    }
+    usize::try_from(head_len).map_err(|_| "tables out of range")
 }
 
 /// Kernel tables are named `kernel-` and their key's name ([`Key::file_name`]: the build
@@ -262,12 +360,13 @@ mod tests {
         let names = ["first", "sécond", "third"];
         let bytes = KernelTable::build(&key(), &starts, names.into_iter(), 0x2_0000).unwrap();
         let table = KernelTable::parse(bytes.clone(), &key()).unwrap();
+        let function = |start, name: &str| InTable::Function(start, name.to_string());
         assert_eq!(table.len(), 3);
         assert_eq!(table.lookup(0x8), InTable::Below);
-        assert_eq!(table.lookup(0x10), InTable::Function(0x10, "first"));
-        assert_eq!(table.lookup(0x3f), InTable::Function(0x10, "first"));
-        assert_eq!(table.lookup(0x40), InTable::Function(0x40, "sécond"));
-        assert_eq!(table.lookup(0x1_ffff), InTable::Function(0x1_0000, "third"));
+        assert_eq!(table.lookup(0x10), function(0x10, "first"));
+        assert_eq!(table.lookup(0x3f), function(0x10, "first"));
+        assert_eq!(table.lookup(0x40), function(0x40, "sécond"));
+        assert_eq!(table.lookup(0x1_ffff), function(0x1_0000, "third"));
         assert_eq!(table.lookup(0x2_0000), InTable::Outside);
         assert_eq!(table.lookup(u64::MAX), InTable::Outside);
 
@@ -279,8 +378,9 @@ mod tests {
             KernelTable::parse(bytes.clone(), &other).err(),
             Some("another kernel's")
         );
-        // Any byte changed, and any length cut off, is refused.
-        for at in 0..bytes.len() {
+        // Any byte of the head changed, and any length cut off, is refused.
+        let head = bytes.len() - names.concat().len();
+        for at in 0..head {
             let mut damaged = bytes.clone();
             damaged[at] ^= 0x20;
             assert!(KernelTable::parse(damaged, &key()).is_err(), "byte {at}");
@@ -288,20 +388,66 @@ mod tests {
         for len in 0..bytes.len() {
             assert!(KernelTable::parse(bytes[..len].to_vec(), &key()).is_err());
         }
-        // Unsorted starts, a start past the text end, or names missing: nothing built.
+        // Unsorted starts, a start past the text end, names missing or longer than a
+        // kernel symbol's: nothing built.
         let build =
             |starts: &[u64], end| KernelTable::build(&key(), starts, names.into_iter(), end);
         assert!(build(&[0x40, 0x10, 0x50], 0x100).is_none());
         assert!(build(&[0x10, 0x40, 0x100], 0x100).is_none());
         assert!(build(&[0x10, 0x40, 0x50, 0x60], 0x100).is_none());
         assert!(build(&[0x10, 0x1_0000_0000], u64::MAX).is_none());
+        let long = "x".repeat(MAX_NAME_BYTES + 1);
+        assert!(KernelTable::build(&key(), &[0x10], [long.as_str()].into_iter(), 0x100).is_none());
+    }
+
+    /// Read from its file, a table reads its head and checks it whole, and reads each
+    /// name only when a lookup lands in its function: a name damaged on disk later is
+    /// `Unreadable` (kallsyms names the address), the others still answer.
+    #[test]
+    fn a_table_in_a_file_reads_the_names_it_is_asked_for() {
+        use std::io::Write as _;
+        let scratch = crate::files::testdir::TestDir::new("kernel-table-file");
+        let bytes =
+            KernelTable::build(&key(), &[0x10, 0x40], ["first", "é"].into_iter(), 0x100).unwrap();
+        let path = scratch.join("table");
+        let open = |bytes: &[u8]| {
+            std::fs::write(&path, bytes).unwrap();
+            let file = std::fs::File::open(&path).unwrap();
+            KernelTable::open(file, bytes.len() as u64, &key())
+        };
+        let table = open(&bytes).unwrap();
+        assert_eq!(table.lookup(0x41), InTable::Function(0x40, "é".into()));
+        let mut damaged = bytes.clone();
+        damaged[HEADER_BYTES] ^= 1;
+        assert_eq!(open(&damaged).err(), Some("bad checksum"));
+        assert_eq!(
+            KernelTable::open(std::fs::File::open(&path).unwrap(), 5, &key()).err(),
+            Some("length differs")
+        );
+        // The last name's bytes overwritten with a byte that is not UTF-8, after the open.
+        let table = open(&bytes).unwrap();
+        let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        use std::io::Seek as _;
+        file.seek(std::io::SeekFrom::Start(bytes.len() as u64 - 1))
+            .unwrap();
+        file.write_all(&[0xff]).unwrap();
+        assert_eq!(table.lookup(0x40), InTable::Unreadable);
+        assert_eq!(table.lookup(0x10), InTable::Function(0x10, "first".into()));
+        // Cut short after the open: the names past the end cannot be read.
+        file.set_len(bytes.len() as u64 - 2).unwrap();
+        assert_eq!(table.lookup(0x40), InTable::Unreadable);
     }
 
     #[test]
     fn a_table_whose_checksum_is_right_is_still_checked_whole() {
         let bytes =
             KernelTable::build(&key(), &[0x10, 0x40], ["a", "é"].into_iter(), 0x100).unwrap();
-        let resum = with_checksum;
+        let resum = |mut bytes: Vec<u8>| {
+            let head = HEADER_BYTES + 16;
+            let sum = checksum(&bytes[..head]);
+            bytes[CHECKSUM_AT..CHECKSUM_AT + 8].copy_from_slice(&sum.to_le_bytes());
+            bytes
+        };
         let names_at = bytes.len() - 3;
         let ends_at = names_at - 8;
         let mut swapped = bytes.clone();

@@ -127,9 +127,15 @@ impl SymbolCache {
     /// The kernel table of `key` ([`SymbolCache::kernel_key`]), when there is one and
     /// it is sound; its use is recorded as an entry's is.
     pub fn load_kernel_table(&self, key: &Key) -> Option<KernelTable> {
-        self.read(&kernel_table::file_name(key), |bytes| {
-            KernelTable::parse(bytes, key).ok()
-        })
+        let dir = usercache::open_dir(&self.root, &DIRS, self.owner, false, PRIVATE).ok()?;
+        let file = usercache::open_file(&dir, &kernel_table::file_name(key), self.owner).ok()?;
+        usercache::make_private(&file).ok()?;
+        let len = file.metadata().ok()?.len();
+        if len > MAX_ENTRY_BYTES {
+            return None;
+        }
+        let _ = file.set_modified(SystemTime::now());
+        KernelTable::open(file, len, key).ok()
     }
 
     /// What `read` makes of the inflated copy of the debug file with build ID `build_id`
