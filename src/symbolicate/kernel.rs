@@ -60,7 +60,7 @@ pub(super) fn name_kernel(base: u64, addresses: &[u64], opts: &SymbolOptions) ->
     let key = store.and_then(|store| store.kernel_key(base));
     let table = store
         .zip(key.as_ref())
-        .and_then(|(s, k)| s.load_kernel_table(k));
+        .and_then(|(s, k)| s.load_kernel_table(k, addresses.len()));
     let mut infos = vec![AddressInfo::default(); addresses.len()];
     let mut outside = Vec::new();
     for (i, &address) in addresses.iter().enumerate() {

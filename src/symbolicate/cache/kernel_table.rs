@@ -34,6 +34,11 @@ const MAGIC: [u8; 8] = *b"SMPLKTAB";
 /// version is ignored and written anew. Version 2: the checksum covers the head only.
 const VERSION: u32 = 2;
 const HEADER_BYTES: usize = 56 + MAX_BUILD_ID;
+/// Up to this many lookups, a table read from its file reads each name found alone;
+/// past it, all its names at once. A read of one name takes a system call (some 2 µs);
+/// all 2.7 MB of names about 0.5 ms: a whole-machine recording names thousands of
+/// kernel addresses, a command's a few dozen.
+pub const NAMES_READ_ONE_BY_ONE: usize = 256;
 /// The longest name read: a kernel symbol's name is at most 511 bytes (KSYM_NAME_LEN).
 const MAX_NAME_BYTES: usize = 512;
 
@@ -50,8 +55,7 @@ pub struct KernelTable {
 
 /// Where a table's names are.
 enum Names {
-    /// Held, after the head: a table a test checks in memory.
-    #[cfg(test)]
+    /// Held, after the head: read whole for many lookups, or a table a test checks.
     Held(Vec<u8>),
     /// In the table's file, from this offset on.
     File(std::fs::File, u64),
@@ -148,8 +152,14 @@ impl KernelTable {
     }
 
     /// Reads and checks the head of the table in `file` (`len` bytes long) as the table
-    /// of the kernel of `key`; its names are read from the file as lookups need them.
-    pub fn open(file: std::fs::File, len: u64, key: &Key) -> Result<KernelTable, Refused> {
+    /// of the kernel of `key`; its names are read from the file as lookups need them, or,
+    /// for `lookups` of more than [`NAMES_READ_ONE_BY_ONE`], at once.
+    pub fn open(
+        file: std::fs::File,
+        len: u64,
+        key: &Key,
+        lookups: usize,
+    ) -> Result<KernelTable, Refused> {
         let mut header = vec![0u8; HEADER_BYTES];
         file.read_exact_at(&mut header, 0)
             .map_err(|_| "shorter than its header")?;
@@ -158,7 +168,20 @@ impl KernelTable {
         head.resize(head_len, 0);
         file.read_exact_at(&mut head[HEADER_BYTES..], HEADER_BYTES as u64)
             .map_err(|_| "tables out of range")?;
-        KernelTable::of_head(head, Names::File(file, head_len as u64), key)
+        let table = KernelTable::of_head(head, Names::File(file, head_len as u64), key)?;
+        if lookups <= NAMES_READ_ONE_BY_ONE {
+            return Ok(table);
+        }
+        let Names::File(file, at) = &table.names else {
+            return Ok(table);
+        };
+        let mut names = vec![0u8; table.names_len];
+        file.read_exact_at(&mut names, *at)
+            .map_err(|_| "tables out of range")?;
+        Ok(KernelTable {
+            names: Names::Held(names),
+            ..table
+        })
     }
 
     /// Checks `head` (the header, starts and ends of a table whose names are `names`).
@@ -223,7 +246,6 @@ impl KernelTable {
         let from = if i == 0 { 0 } else { self.end(i - 1) };
         let range = from..self.end(i);
         let bytes = match &self.names {
-            #[cfg(test)]
             Names::Held(names) => names.get(range)?.to_vec(),
             Names::File(file, at) => {
                 let mut bytes = vec![0u8; range.len()];
@@ -413,7 +435,7 @@ mod tests {
         let open = |bytes: &[u8]| {
             std::fs::write(&path, bytes).unwrap();
             let file = std::fs::File::open(&path).unwrap();
-            KernelTable::open(file, bytes.len() as u64, &key())
+            KernelTable::open(file, bytes.len() as u64, &key(), 1)
         };
         let table = open(&bytes).unwrap();
         assert_eq!(table.lookup(0x41), InTable::Function(0x40, "é".into()));
@@ -421,7 +443,7 @@ mod tests {
         damaged[HEADER_BYTES] ^= 1;
         assert_eq!(open(&damaged).err(), Some("bad checksum"));
         assert_eq!(
-            KernelTable::open(std::fs::File::open(&path).unwrap(), 5, &key()).err(),
+            KernelTable::open(std::fs::File::open(&path).unwrap(), 5, &key(), 1).err(),
             Some("length differs")
         );
         // The last name's bytes overwritten with a byte that is not UTF-8, after the open.
@@ -436,6 +458,24 @@ mod tests {
         // Cut short after the open: the names past the end cannot be read.
         file.set_len(bytes.len() as u64 - 2).unwrap();
         assert_eq!(table.lookup(0x40), InTable::Unreadable);
+        // For many lookups, every name is read with the head: what the file says later
+        // changes nothing.
+        std::fs::write(&path, &bytes).unwrap();
+        let many = NAMES_READ_ONE_BY_ONE + 1;
+        let table = KernelTable::open(
+            std::fs::File::open(&path).unwrap(),
+            bytes.len() as u64,
+            &key(),
+            many,
+        )
+        .unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        assert_eq!(table.lookup(0x41), InTable::Function(0x40, "é".into()));
     }
 
     #[test]

@@ -126,7 +126,7 @@ impl SymbolCache {
 
     /// The kernel table of `key` ([`SymbolCache::kernel_key`]), when there is one and
     /// it is sound; its use is recorded as an entry's is.
-    pub fn load_kernel_table(&self, key: &Key) -> Option<KernelTable> {
+    pub fn load_kernel_table(&self, key: &Key, lookups: usize) -> Option<KernelTable> {
         let dir = usercache::open_dir(&self.root, &DIRS, self.owner, false, PRIVATE).ok()?;
         let file = usercache::open_file(&dir, &kernel_table::file_name(key), self.owner).ok()?;
         usercache::make_private(&file).ok()?;
@@ -135,7 +135,7 @@ impl SymbolCache {
             return None;
         }
         let _ = file.set_modified(SystemTime::now());
-        KernelTable::open(file, len, key).ok()
+        KernelTable::open(file, len, key, lookups).ok()
     }
 
     /// What `read` makes of the inflated copy of the debug file with build ID `build_id`
@@ -424,7 +424,7 @@ mod tests {
             one = bytes.len();
             cache.put_kernel_table(&key, bytes);
             assert_eq!(cache.save(), Ok(1));
-            assert!(cache.load_kernel_table(&key).is_some(), "boot {boot}");
+            assert!(cache.load_kernel_table(&key, 1).is_some(), "boot {boot}");
         }
         let files: Vec<_> = std::fs::read_dir(cache.dir())
             .unwrap()
@@ -445,6 +445,6 @@ mod tests {
             size: 0x1000 + 9,
             stamp: Default::default(),
         };
-        assert!(cache.load_kernel_table(&last).is_some());
+        assert!(cache.load_kernel_table(&last, 1).is_some());
     }
 }
