@@ -38,7 +38,7 @@ const HEADER_BYTES: usize = 56 + MAX_BUILD_ID;
 /// past it, all its names at once. A read of one name takes a system call (some 2 µs);
 /// all 2.7 MB of names about 0.5 ms: a whole-machine recording names thousands of
 /// kernel addresses, a command's a few dozen.
-pub const NAMES_READ_ONE_BY_ONE: usize = 256;
+const NAMES_READ_ONE_BY_ONE: usize = 256;
 /// The longest name read: a kernel symbol's name is at most 511 bytes (KSYM_NAME_LEN).
 const MAX_NAME_BYTES: usize = 512;
 
@@ -153,7 +153,7 @@ impl KernelTable {
 
     /// Reads and checks the head of the table in `file` (`len` bytes long) as the table
     /// of the kernel of `key`; its names are read from the file as lookups need them, or,
-    /// for `lookups` of more than [`NAMES_READ_ONE_BY_ONE`], at once.
+    /// for `lookups` of more than `NAMES_READ_ONE_BY_ONE` (256), at once.
     pub fn open(
         file: std::fs::File,
         len: u64,
