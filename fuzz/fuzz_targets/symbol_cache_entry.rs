@@ -1,6 +1,7 @@
 //! The symbol cache's entry reader on any bytes, given the checksum they need (else
 //! nearly every input would stop there): checked, then every interval read back and
-//! looked up; and the kernel table's reader on the same bytes, then looked up.
+//! looked up; and the kernel table's reader on the same bytes (given the checksum of
+//! their head), then looked up.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -35,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
         size: word(32, 8),
         stamp: Default::default(),
     };
-    if let Ok(table) = KernelTable::parse(cache::with_checksum(data.to_vec()), &kernel) {
+    if let Ok(table) = KernelTable::parse(KernelTable::with_checksum(data.to_vec()), &kernel) {
         for at in (0..data.len()).step_by(4) {
             let probe = word(at, 4);
             if let InTable::Function(start, _) = table.lookup(probe) {
