@@ -26,6 +26,12 @@ struct LastStack {
     /// Its user frames, outermost first, and the stack each one ends.
     frames: Vec<CodeAddress>,
     stacks: Vec<RawStackIndex>,
+    /// The stack its kernel frames went on (its user stack), and they, outermost first,
+    /// with the stack each one ends: a thread in a system call or a page fault is often
+    /// sampled there again, under the same user stack.
+    kernel_base: Option<RawStackIndex>,
+    kernel_frames: Vec<CodeAddress>,
+    kernel_stacks: Vec<RawStackIndex>,
 }
 
 /// The frame and stack tables, and what speeds up interning into them.
@@ -123,11 +129,31 @@ impl Stacks {
         last.pid = pid;
         last.map_generation = generation;
         last.marked = marked;
-        self.last_stacks.insert(tid, last);
-        for &addr in stack.kernel.iter().rev() {
-            let frame = self.kernel_frame(addr);
-            prefix = Some(self.push(prefix, frame));
+        // Kernel addresses mean the same in every process: what the kernel frames share
+        // with the last sample's holds whenever they go on the same stack.
+        let kernel_shared = if last.kernel_base == prefix {
+            last.kernel_frames
+                .iter()
+                .zip(stack.kernel.iter().rev())
+                .take_while(|(a, b)| a == b)
+                .count()
+        } else {
+            0
+        };
+        last.kernel_frames.truncate(kernel_shared);
+        last.kernel_stacks.truncate(kernel_shared);
+        last.kernel_base = prefix;
+        if let Some(&shared_end) = last.kernel_stacks.last() {
+            prefix = Some(shared_end);
         }
+        for &addr in stack.kernel.iter().rev().skip(kernel_shared) {
+            let frame = self.kernel_frame(addr);
+            let interned = self.push(prefix, frame);
+            prefix = Some(interned);
+            last.kernel_frames.push(addr);
+            last.kernel_stacks.push(interned);
+        }
+        self.last_stacks.insert(tid, last);
         prefix
     }
 
@@ -244,6 +270,49 @@ mod tests {
         // main, main>callee, two leaves; the last sample's two.
         assert_eq!(b.stacks.stacks.items.len(), 6);
         assert!(b.stacks.has_kernel_frames());
+    }
+
+    /// Kernel frames under the same user stack share their outer part with the thread's
+    /// last sample; under another user stack (or none), they are interned on it.
+    #[test]
+    fn kernel_frames_share_what_the_last_sample_had_under_the_same_user_stack() {
+        let mut b = ProfileBuilder::new(UnwindMode::Fp);
+        let k = |offset: u64| KERNEL_SPACE_START + offset;
+        b.add_events(&[
+            fork(1, 10, 10),
+            // A page fault's kernel stack, leaf first, twice with another leaf.
+            sample(2, 10, &[0x1000, 0x2001], &[k(0x10), k(0x20), k(0x30)]),
+            sample(3, 10, &[0x1000, 0x2001], &[k(0x11), k(0x20), k(0x30)]),
+            // The same kernel frames under another user stack, then with no user stack.
+            sample(4, 10, &[0x1100, 0x2001], &[k(0x11), k(0x20), k(0x30)]),
+            sample(5, 10, &[], &[k(0x11), k(0x20), k(0x30)]),
+            sample(6, 10, &[], &[k(0x12), k(0x20), k(0x30)]),
+            // Back to the first: shared with what was interned then.
+            sample(7, 10, &[0x1000, 0x2001], &[k(0x10), k(0x20), k(0x30)]),
+        ]);
+        use CodeKind::{Kernel, User};
+        // Callers are looked up before their return addresses.
+        let kernel = |leaf: u64| [(Kernel, k(0x2f)), (Kernel, k(0x1f)), (Kernel, k(leaf))];
+        let on = |user: &[(CodeKind, u64)], leaf| [user, &kernel(leaf)[..]].concat();
+        let (first, second) = (
+            [(User, 0x2000), (User, 0x1000)],
+            [(User, 0x2000), (User, 0x1100)],
+        );
+        assert_eq!(
+            stacks_of(&b),
+            [
+                on(&first, 0x10),
+                on(&first, 0x11),
+                on(&second, 0x11),
+                on(&[], 0x11),
+                on(&[], 0x12),
+                on(&first, 0x10),
+            ]
+        );
+        // Each distinct (prefix, frame) once, as fresh interning makes them: the user
+        // stacks (2, then 1 more), the kernel frames under the first (3 and another leaf),
+        // the second (3) and none (3 and another leaf).
+        assert_eq!(b.stacks.stacks.items.len(), 3 + 4 + 3 + 4);
     }
 
     #[test]
