@@ -34,6 +34,28 @@ struct LastStack {
     kernel_stacks: Vec<RawStackIndex>,
 }
 
+/// How many of `frames` (a last sample's, outermost first, each ending the stack of the
+/// same place in `stacks`) the new sample's `callchain` (leaf first) begins with, when
+/// `same` says they went on the same stack; `frames` and `stacks` are cut to that.
+fn keep_shared(
+    same: bool,
+    frames: &mut Vec<CodeAddress>,
+    stacks: &mut Vec<RawStackIndex>,
+    callchain: &[CodeAddress],
+) -> usize {
+    let shared = match same {
+        true => frames
+            .iter()
+            .zip(callchain.iter().rev())
+            .take_while(|(a, b)| a == b)
+            .count(),
+        false => 0,
+    };
+    frames.truncate(shared);
+    stacks.truncate(shared);
+    shared
+}
+
 /// The frame and stack tables, and what speeds up interning into them.
 #[derive(Default)]
 pub(super) struct Stacks {
@@ -90,18 +112,8 @@ impl Stacks {
         let marked = stack.truncated.is_some();
         let mut last = self.last_stacks.remove(&tid).unwrap_or_default();
         let generation = self.map_generation(pid);
-        let shared =
-            if last.pid == pid && last.map_generation == generation && last.marked == marked {
-                last.frames
-                    .iter()
-                    .zip(stack.user.iter().rev())
-                    .take_while(|(a, b)| a == b)
-                    .count()
-            } else {
-                0
-            };
-        last.frames.truncate(shared);
-        last.stacks.truncate(shared);
+        let same = last.pid == pid && last.map_generation == generation && last.marked == marked;
+        let shared = keep_shared(same, &mut last.frames, &mut last.stacks, &stack.user);
         let mut prefix = last.stacks.last().copied();
         if marked && shared == 0 {
             let marker = AddressFrame {
@@ -131,17 +143,13 @@ impl Stacks {
         last.marked = marked;
         // Kernel addresses mean the same in every process: what the kernel frames share
         // with the last sample's holds whenever they go on the same stack.
-        let kernel_shared = if last.kernel_base == prefix {
-            last.kernel_frames
-                .iter()
-                .zip(stack.kernel.iter().rev())
-                .take_while(|(a, b)| a == b)
-                .count()
-        } else {
-            0
-        };
-        last.kernel_frames.truncate(kernel_shared);
-        last.kernel_stacks.truncate(kernel_shared);
+        let same = last.kernel_base == prefix;
+        let kernel_shared = keep_shared(
+            same,
+            &mut last.kernel_frames,
+            &mut last.kernel_stacks,
+            &stack.kernel,
+        );
         last.kernel_base = prefix;
         if let Some(&shared_end) = last.kernel_stacks.last() {
             prefix = Some(shared_end);
