@@ -29,6 +29,7 @@ fn main() -> ExitCode {
             stack_limit::watchdog_main(pid, start).map(|()| 0)
         }
         Command::ContinueStopped => record::guardian_main().map(|()| 0),
+        Command::TracepointId { name } => record::tracepoint_id_main(&name).map(|()| 0),
         Command::ReadSources { budget } => {
             sampler::files::sources::read_sources_main(budget).map(|()| 0)
         }

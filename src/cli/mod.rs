@@ -74,6 +74,10 @@ pub enum Command {
     /// `crate::files::sources`).
     #[command(name = crate::files::sources::READ_SOURCES_COMMAND, hide = true)]
     ReadSources { budget: usize },
+    /// Internal: prints a tracepoint's id where tracefs is not mounted (see
+    /// `crate::record::tracepoint_id_main`).
+    #[command(name = crate::record::TRACEPOINT_ID_COMMAND, hide = true)]
+    TracepointId { name: String },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]

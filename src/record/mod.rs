@@ -34,6 +34,7 @@ mod start;
 #[allow(unsafe_code)]
 mod sys;
 mod teardown;
+mod tracefs;
 
 use anyhow::Result;
 
@@ -50,6 +51,7 @@ pub use program::{program_path, resolve_pids};
 pub use rings::min_ring_pages;
 pub use sys::{release_free_memory, tune_allocator, zeroed_shared};
 pub use teardown::Teardown;
+pub use tracefs::{tracepoint_id_main, TRACEPOINT_ID_COMMAND};
 
 /// Where a recording's events go as they are read.
 pub trait Sink {

@@ -86,22 +86,28 @@ const EXIT_GROUP_IDS: [&str; 2] = [
     "/sys/kernel/debug/tracing/events/syscalls/sys_enter_exit_group/id",
 ];
 
+/// The `exit_group` tracepoint, as tracefs names it.
+const EXIT_GROUP_TRACEPOINT: &str = "syscalls/sys_enter_exit_group";
+
 /// The `exit_group` events beside the sampling event `sampling` (see
-/// [`exit_attr`]) and their ids; `None` where tracefs cannot be read (not root) or the
-/// kernel refuses them: the teardown samples of exiting processes then keep no user
-/// stack, as before.
+/// [`exit_attr`]) and their ids; `None` where tracefs cannot be read, mounted or not
+/// (not root), or the kernel refuses them: the teardown samples of exiting processes
+/// then keep no user stack, as before.
 fn open_exit_events(
     sampling: &pb::perf_event_attr,
     placement: Placement<'_>,
     cpus: &[i32],
 ) -> Option<(CpuEvents, HashSet<u64>)> {
-    let id = EXIT_GROUP_IDS.iter().find_map(|path| {
-        std::fs::read_to_string(path)
-            .ok()?
-            .trim()
-            .parse::<u64>()
-            .ok()
-    })?;
+    let id = EXIT_GROUP_IDS
+        .iter()
+        .find_map(|path| {
+            std::fs::read_to_string(path)
+                .ok()?
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .or_else(|| super::tracefs::id_in_private_mount(EXIT_GROUP_TRACEPOINT))?;
     let fds = open_placed(&exit_attr(sampling, id), placement, cpus).ok()?;
     let ids = fds
         .iter()

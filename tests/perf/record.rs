@@ -530,6 +530,38 @@ fn unprivileged_user_records_without_kernel_frames_or_is_told_why() {
     assert!(hot > 100, "only {hot} samples in hot_a");
 }
 
+/// Where tracefs is not mounted, sampler reads the `exit_group` tracepoint's id (which
+/// the teardown samples' user stacks need) in a mount namespace of its own: the same id
+/// as the mounted tracefs gives, and no mount left on the machine.
+fn a_tracepoint_id_is_read_without_mounting_anything_here() {
+    let mounts = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(" - tracefs "))
+            .count()
+    };
+    let before = mounts();
+    let o = Command::new(sampler_bin())
+        .args(["tracepoint-id", "syscalls/sys_enter_exit_group"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let id: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    assert_eq!(mounts(), before, "a tracefs mount was left behind");
+    match std::fs::read_to_string("/sys/kernel/tracing/events/syscalls/sys_enter_exit_group/id") {
+        Ok(mounted) => assert_eq!(id, mounted.trim().parse::<u64>().unwrap()),
+        Err(_) => eprintln!("tracefs is not mounted here: id {id} read in a namespace of its own"),
+    }
+    // A name that is not a tracepoint's: one line, a failure, nothing read.
+    let o = Command::new(sampler_bin())
+        .args(["tracepoint-id", "../../../etc/passwd"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+}
+
 fn main() {
     run_tests(tests![
         split_70_30_under_main_and_outer: Need::Perf;
@@ -548,5 +580,6 @@ fn main() {
         kernel_frames_are_named_and_categorised: Need::Perf, Need::KernelFrames;
         user_mistakes_get_one_line_and_non_zero_exit: Need::Perf;
         unprivileged_user_records_without_kernel_frames_or_is_told_why: Need::Nobody;
+        a_tracepoint_id_is_read_without_mounting_anything_here: Need::Root;
     ]);
 }
