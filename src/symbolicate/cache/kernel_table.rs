@@ -12,7 +12,7 @@
 use std::os::unix::fs::FileExt as _;
 
 use super::key::MAX_BUILD_ID;
-use super::words::{checksum, u32_at, u64_at, CHECKSUM_AT};
+use super::words::{check_header, checksum, u32_at, u64_at, CHECKSUM_AT};
 use super::{Key, Refused};
 
 // The layout. Every number is little-endian.
@@ -149,7 +149,7 @@ impl KernelTable {
     pub fn parse(mut bytes: Vec<u8>, key: &Key) -> Result<KernelTable, Refused> {
         let head_len = head_len(&bytes, bytes.len() as u64)?;
         let names = bytes.split_off(head_len);
-        let table = KernelTable::of_head(bytes, Names::Held(Vec::new()), key)?;
+        let table = KernelTable::of_head(bytes, key)?;
         if names.len() != table.names_len {
             return Err("tables out of range");
         }
@@ -180,24 +180,21 @@ impl KernelTable {
         head.resize(head_len, 0);
         file.read_exact_at(&mut head[HEADER_BYTES..], HEADER_BYTES as u64)
             .map_err(|_| "tables out of range")?;
-        let table = KernelTable::of_head(head, Names::File(file, head_len as u64), key)?;
-        if lookups <= NAMES_READ_ONE_BY_ONE {
-            return Ok(table);
-        }
-        let Names::File(file, at) = &table.names else {
-            return Ok(table);
+        let table = KernelTable::of_head(head, key)?;
+        let names = if lookups <= NAMES_READ_ONE_BY_ONE {
+            Names::File(file, head_len as u64)
+        } else {
+            let mut names = vec![0u8; table.names_len];
+            file.read_exact_at(&mut names, head_len as u64)
+                .map_err(|_| "tables out of range")?;
+            Names::Held(names)
         };
-        let mut names = vec![0u8; table.names_len];
-        file.read_exact_at(&mut names, *at)
-            .map_err(|_| "tables out of range")?;
-        Ok(KernelTable {
-            names: Names::Held(names),
-            ..table
-        })
+        Ok(KernelTable { names, ..table })
     }
 
-    /// Checks `head` (the header, starts and ends of a table whose names are `names`).
-    fn of_head(head: Vec<u8>, names: Names, key: &Key) -> Result<KernelTable, Refused> {
+    /// Checks `head` (the header, starts and ends of a table) as the head of the table of
+    /// the kernel of `key`; the table has no names yet, which the caller gives it.
+    fn of_head(head: Vec<u8>, key: &Key) -> Result<KernelTable, Refused> {
         if u64_at(&head, CHECKSUM_AT) != checksum(&head) {
             return Err("bad checksum");
         }
@@ -216,7 +213,7 @@ impl KernelTable {
             names_len: u32_at(&head, 52) as usize,
             text_end: u64_at(&head, 40),
             head,
-            names,
+            names: Names::Held(Vec::new()),
         };
         table.check()?;
         Ok(table)
@@ -308,18 +305,7 @@ impl KernelTable {
 /// table being `len` bytes long: checked against the header's magic, version, length,
 /// count and names' length.
 fn head_len(bytes: &[u8], len: u64) -> Result<usize, Refused> {
-    if bytes.len() < HEADER_BYTES {
-        return Err("shorter than its header");
-    }
-    if bytes[..8] != MAGIC[..] {
-        return Err("bad magic");
-    }
-    if u32_at(bytes, 8) != VERSION {
-        return Err("another version");
-    }
-    if u64_at(bytes, 16) != len {
-        return Err("length differs");
-    }
+    check_header(bytes, HEADER_BYTES, &MAGIC, VERSION, len)?;
     let count = u32_at(bytes, 12) as u64;
     let names_len = u32_at(bytes, 52) as u64;
     let head_len = HEADER_BYTES as u64 + 8 * count;

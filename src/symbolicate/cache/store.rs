@@ -127,15 +127,13 @@ impl SymbolCache {
     /// The kernel table of `key` ([`SymbolCache::kernel_key`]), when there is one and
     /// it is sound; its use is recorded as an entry's is.
     pub fn load_kernel_table(&self, key: &Key, lookups: usize) -> Option<KernelTable> {
-        let dir = usercache::open_dir(&self.root, &DIRS, self.owner, false, PRIVATE).ok()?;
-        let file = usercache::open_file(&dir, &kernel_table::file_name(key), self.owner).ok()?;
-        usercache::make_private(&file).ok()?;
-        let len = file.metadata().ok()?.len();
-        if len > MAX_ENTRY_BYTES {
-            return None;
+        let (file, len) = self.open_entry(&kernel_table::file_name(key))?;
+        let used = file.try_clone();
+        let table = KernelTable::open(file, len, key, lookups).ok()?;
+        if let Ok(used) = used {
+            let _ = used.set_modified(SystemTime::now());
         }
-        let _ = file.set_modified(SystemTime::now());
-        KernelTable::open(file, len, key, lookups).ok()
+        Some(table)
     }
 
     /// What `read` makes of the inflated copy of the debug file with build ID `build_id`
@@ -149,13 +147,7 @@ impl SymbolCache {
         read: impl FnOnce(&Elf<'_, &object::ReadCache<At>>, &At) -> Option<T>,
     ) -> Option<T> {
         let identity = at.identity()?;
-        let dir = usercache::open_dir(&self.root, &DIRS, self.owner, false, PRIVATE).ok()?;
-        let name = inflated::file_name(build_id);
-        let file = usercache::open_file(&dir, &name, self.owner).ok()?;
-        usercache::make_private(&file).ok()?;
-        if file.metadata().ok()?.len() > MAX_ENTRY_BYTES {
-            return None;
-        }
+        let (file, _) = self.open_entry(&inflated::file_name(build_id))?;
         let file = std::sync::Arc::new(file);
         let held = Held::of(&file).ok()?;
         let copy = At::of_file(file.clone());
@@ -182,16 +174,21 @@ impl SymbolCache {
         }
     }
 
-    /// The file `name` of the entries' directory, read whole (at most
-    /// [`MAX_ENTRY_BYTES`]) and checked by `parse`; when sound, its use is recorded.
-    fn read<T>(&self, name: &str, parse: impl FnOnce(Vec<u8>) -> Option<T>) -> Option<T> {
+    /// The file `name` of the entries' directory, opened as the cache's own (its owner
+    /// checked, no link followed, made private), and its length: `None` when it is not
+    /// there or is larger than [`MAX_ENTRY_BYTES`].
+    fn open_entry(&self, name: &str) -> Option<(std::fs::File, u64)> {
         let dir = usercache::open_dir(&self.root, &DIRS, self.owner, false, PRIVATE).ok()?;
         let file = usercache::open_file(&dir, name, self.owner).ok()?;
         usercache::make_private(&file).ok()?;
         let len = file.metadata().ok()?.len();
-        if len > MAX_ENTRY_BYTES {
-            return None;
-        }
+        (len <= MAX_ENTRY_BYTES).then_some((file, len))
+    }
+
+    /// The file `name` of the entries' directory, read whole (at most
+    /// [`MAX_ENTRY_BYTES`]) and checked by `parse`; when sound, its use is recorded.
+    fn read<T>(&self, name: &str, parse: impl FnOnce(Vec<u8>) -> Option<T>) -> Option<T> {
+        let (file, len) = self.open_entry(name)?;
         let mut bytes = Vec::with_capacity(len as usize);
         (&file)
             .take(MAX_ENTRY_BYTES + 1)

@@ -50,6 +50,23 @@ pub(super) fn check_frame(
     magic: &[u8; 8],
     version: u32,
 ) -> Result<(), &'static str> {
+    check_header(bytes, header, magic, version, bytes.len() as u64)?;
+    if u64_at(bytes, CHECKSUM_AT) != checksum(bytes) {
+        return Err("bad checksum");
+    }
+    Ok(())
+}
+
+/// [`check_frame`]'s checks of the header at the start of `bytes` alone, for a buffer
+/// `len` bytes long of which `bytes` may be only the start: at least `header` bytes,
+/// `magic`, `version` and the length.
+pub(super) fn check_header(
+    bytes: &[u8],
+    header: usize,
+    magic: &[u8; 8],
+    version: u32,
+    len: u64,
+) -> Result<(), &'static str> {
     if bytes.len() < header.max(CHECKSUM_AT + 8) {
         return Err("shorter than its header");
     }
@@ -59,11 +76,8 @@ pub(super) fn check_frame(
     if u32_at(bytes, 8) != version {
         return Err("another version");
     }
-    if u64_at(bytes, 16) != bytes.len() as u64 {
+    if u64_at(bytes, 16) != len {
         return Err("length differs");
-    }
-    if u64_at(bytes, CHECKSUM_AT) != checksum(bytes) {
-        return Err("bad checksum");
     }
     Ok(())
 }
