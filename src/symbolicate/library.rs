@@ -512,7 +512,11 @@ fn plt_symbols_for<'d, R: object::ReadRef<'d>>(
     if !in_plt {
         return Vec::new();
     }
-    plt::plt_symbols(file, &binary.at(), |asked| tables.names_at(asked))
+    let mut sorted = addresses.to_vec();
+    sorted.sort_unstable();
+    plt::plt_symbols(file, &binary.at(), Some(&sorted), |asked| {
+        tables.names_at(asked)
+    })
 }
 
 /// See [`LibSymbols::names`].

@@ -48,16 +48,25 @@ pub fn is_plt_section(name: &str) -> bool {
     matches!(name, ".plt" | ".plt.sec" | ".plt.got")
 }
 
-/// One symbol per PLT entry of `file`, whose bytes `at` reads; `ifunc_names` names the
-/// functions at some addresses of the file (for `IRELATIVE` slots, whose relocation
-/// carries an address, not a symbol). Only the dynamic relocations of the slots the stubs
-/// jump through are kept, streamed from the file: a large library has hundreds of
-/// thousands of others.
+/// One symbol per PLT entry of `file`, whose bytes `at` reads, or with `only` (sorted
+/// addresses) per entry that holds one of them; `ifunc_names` names the functions at some
+/// addresses of the file (for `IRELATIVE` slots, whose relocation carries an address,
+/// not a symbol). Only the dynamic relocations of the slots the stubs named jump through
+/// are kept, streamed from the file: a large library has hundreds of thousands of
+/// others. Naming only the entries asked for matters there: each entry's name is a read
+/// of `.dynsym` and one of its strings, and rustc's LLVM has thousands of entries.
 pub fn plt_symbols<'d, R: object::ReadRef<'d>>(
     file: &Elf<'d, R>,
     at: &At,
+    only: Option<&[u64]>,
     ifunc_names: impl FnOnce(&[u64]) -> HashMap<u64, String>,
 ) -> Vec<Symbol> {
+    let asked = |address: u64, size: u64| {
+        only.is_none_or(|sorted| {
+            let i = sorted.partition_point(|&a| a < address);
+            sorted.get(i).is_some_and(|&a| a - address < size)
+        })
+    };
     let x86_64 = file.is_x86_64();
     // Each entry: its address and size, and the GOT slot it jumps through.
     let mut entries: Vec<(u64, u64, Option<u64>)> = Vec::new();
@@ -82,6 +91,9 @@ pub fn plt_symbols<'d, R: object::ReadRef<'d>>(
         }
         for (i, entry) in data.chunks(entry_size as usize).enumerate() {
             let address = section.address().wrapping_add(i as u64 * entry_size);
+            if !asked(address, entry.len() as u64) {
+                continue;
+            }
             let slot = jump_slot(entry).and_then(|(at, disp)| {
                 let next = address.checked_add((at + JMP_RIP_LEN) as u64)?;
                 Some(next.wrapping_add_signed(i64::from(disp)))

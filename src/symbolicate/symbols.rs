@@ -241,7 +241,7 @@ pub fn with_plt<'d, R: object::ReadRef<'d>>(
     file: &crate::files::elf::Elf<'d, R>,
     at: &crate::files::image::At,
 ) -> Vec<(bool, Symbol)> {
-    let plt = super::plt::plt_symbols(file, at, |addresses| {
+    let plt = super::plt::plt_symbols(file, at, None, |addresses| {
         let mut named: HashMap<u64, String> = HashMap::new();
         for (global, s) in &functions {
             if addresses.binary_search(&s.address).is_err() {

@@ -581,6 +581,27 @@ fn plt_entries_are_named_after_the_functions_they_call() {
                 assert_eq!((got.name.as_str(), got.address), (want.as_str(), *start));
             }
         }
+        // Loaded for the addresses of a profile (as recording names a library), the
+        // stubs that hold one are named the same; the others are not read.
+        let binary = sampler::files::binary::Binary::open(&bin).unwrap();
+        let opts = sampler::symbolicate::SymbolOptions::default();
+        let (asked_start, asked_name) = &entries[0];
+        let asked = [asked_start + 3];
+        let few = LibSymbols::load_for(&binary, bin.to_str().unwrap(), &opts, Some(&asked), false)
+            .unwrap();
+        let got = few.lookup(asked[0]).symbol.expect("the stub asked for");
+        assert_eq!(
+            (got.name.as_str(), got.address),
+            (asked_name.as_str(), *asked_start)
+        );
+        for (start, name) in &entries[1..] {
+            let other = few.lookup(*start).symbol.map(|s| s.name);
+            assert_ne!(
+                other.as_deref(),
+                Some(name.as_str()),
+                "{name} was not asked for"
+            );
+        }
         // The lazy-binding header calls no one function.
         let plt = file.section_by_name(".plt").unwrap();
         use object::ObjectSection;
