@@ -433,26 +433,25 @@ pub fn section_shared<'d, R: object::ReadRef<'d>>(
     })
 }
 
-/// How much of each unit [`section_units`] reads when it does not keep the unit whole:
-/// more than the longest unit header of 32-bit DWARF (a DWARF 5 type unit's 24 bytes).
-pub const UNIT_HEAD_BYTES: usize = 32;
-
 /// A section made of units that each start with their 32-bit length (`.debug_info`,
-/// `.debug_line`), read keeping whole only the units at the offsets `keep` wants, and of
-/// the others only their first `head` bytes (at least their length): the rest is the
-/// zeros of the buffer `zeroed` gives, never written (zeros that may cost no memory until
-/// written: `record::zeroed_shared`). A
+/// `.debug_line`), read keeping only the units at the offsets `keep` wants, into the
+/// buffer `zeroed` gives (zeros that may cost no memory until written:
+/// `record::zeroed_shared`). Each run of units left out between them is handed to
+/// `stand_in` as its bytes in the buffer (zeros) to write there what readers of the
+/// section are to find instead, if anything; nothing else of a run is written, so its
+/// pages cost nothing. Gives the bytes and where every unit of the section starts. A
 /// compressed section is inflated as a stream, through a small buffer. `None` when the
-/// section is not laid out as such units (a unit in the 64-bit format, or past the end):
-/// the caller reads it whole.
+/// section is not laid out as such units (a unit in the 64-bit format, or past the end)
+/// or `stand_in` could not stand in for a run (it says so with `false`): the caller reads
+/// it whole.
 pub fn section_units<'d, R: object::ReadRef<'d>>(
     elf: &Elf<'d, R>,
     section: &Section<'d>,
     at: &At,
-    head: usize,
     keep: &dyn Fn(usize) -> bool,
+    stand_in: &dyn Fn(&mut [u8]) -> bool,
     zeroed: &dyn Fn(usize) -> Result<SectionBytes, String>,
-) -> Result<Option<SectionBytes>, String> {
+) -> Result<Option<(SectionBytes, Vec<usize>)>, String> {
     use gimli::Endianity as _;
     let name = section.name;
     let unreadable =
@@ -484,14 +483,21 @@ pub fn section_units<'d, R: object::ReadRef<'d>>(
         .filter(|out| out.len() == len)
         .ok_or_else(|| unreadable(&"no buffer of its own"))?;
     let endian = elf.gimli_endian();
+    let mut starts = Vec::new();
+    // Where the run of units left out that reaches `start` began.
+    let mut run: Option<usize> = None;
     let mut start = 0;
     while start < len {
         let length_end = len.min(start + 4);
-        source.copy(start, &mut out[start..length_end], name)?;
+        let mut head = [0u8; 4];
+        let got = &mut head[..length_end - start];
+        source.copy(start, got, name)?;
         if length_end - start < 4 {
+            // Padding after the last unit.
+            out[start..length_end].copy_from_slice(got);
             break;
         }
-        let length = endian.read_u32(&out[start..length_end]);
+        let length = endian.read_u32(&head);
         // 0xffff_fff0 and above: the 64-bit format, or reserved values.
         if length >= 0xffff_fff0 {
             return Ok(None);
@@ -502,22 +508,33 @@ pub fn section_units<'d, R: object::ReadRef<'d>>(
         else {
             return Ok(None);
         };
-        let read_to = if keep(start) {
-            end
+        starts.push(start);
+        if keep(start) {
+            if let Some(from) = run.take() {
+                if !stand_in(&mut out[from..start]) {
+                    return Ok(None);
+                }
+            }
+            out[start..length_end].copy_from_slice(&head);
+            source.copy(length_end, &mut out[length_end..end], name)?;
         } else {
-            end.min(start.saturating_add(head)).max(length_end)
-        };
-        source.copy(length_end, &mut out[length_end..read_to], name)?;
-        source.skip_to(end, name)?;
+            run.get_or_insert(start);
+            source.skip_to(end, name)?;
+        }
         start = end;
     }
-    Ok(Some(data))
+    if let Some(from) = run {
+        if !stand_in(&mut out[from..start]) {
+            return Ok(None);
+        }
+    }
+    Ok(Some((data, starts)))
 }
 
 /// Where [`section_units`] reads a section's bytes: the file, where the section starts
-/// (read through the reader's read-ahead: units' lengths and heads are a few bytes each,
-/// a few kilobytes apart, and a read of the file for each, two per unit, 6,000 for libc's
-/// debug file, cost more than the bytes themselves); or its inflating stream, and how far
+/// (read through the reader's read-ahead: units' lengths are a few bytes each, a few
+/// kilobytes apart, and a read of the file for each, 2,000 for libc's debug file, cost
+/// more than the bytes themselves); or its inflating stream, and how far
 /// it has inflated (it reads only forward).
 enum UnitSource<'a> {
     Stored(At, u64),
@@ -630,8 +647,10 @@ mod tests {
 
     /// [`section_units`] on real sections, stored (this test program's `.debug_info` and
     /// `.debug_line`) and zlib-compressed (libc's debug file, when libc6-dbg is there):
-    /// keeping every unit gives the section as [`section_shared`] reads it; keeping none,
-    /// each unit's first bytes and zeros; a file cut short is refused, not read past.
+    /// keeping every unit gives the section as [`section_shared`] reads it, and where
+    /// each unit starts; keeping every third, those units as they are, each run of the
+    /// others handed to the stand-in once and otherwise zeros; a stand-in that cannot be
+    /// made is refused; a file cut short is refused, not read past.
     #[test]
     fn sections_of_units_keep_what_is_asked_and_zeros() {
         let exe = std::env::current_exe().unwrap();
@@ -648,6 +667,7 @@ mod tests {
             files.push((debug, CompressionFormat::Zlib));
         }
         let zeroed = |len| Ok(vec![0; len].into());
+        let nothing = |_: &mut [u8]| true;
         for (path, format) in files {
             let data: std::sync::Arc<[u8]> = std::fs::read(&path).unwrap().into();
             let elf = Elf::parse(&*data).unwrap();
@@ -657,29 +677,64 @@ mod tests {
                 let section = elf.section(name).unwrap();
                 assert_eq!(elf.compressed_range(&section).unwrap().format, format);
                 let whole = section_shared(&elf, &section, &at).unwrap();
-                let all = section_units(&elf, &section, &at, 0, &|_| true, &zeroed).unwrap();
-                assert!(all.as_deref() == Some(&*whole), "{what}");
-                let none = section_units(&elf, &section, &at, UNIT_HEAD_BYTES, &|_| false, &zeroed)
+                let (all, starts) =
+                    section_units(&elf, &section, &at, &|_| true, &nothing, &zeroed)
+                        .unwrap()
+                        .unwrap();
+                assert!(*all == *whole, "{what}");
+                // Each unit's start, from the lengths in the section.
+                let (mut start, mut expected) = (0, Vec::new());
+                while start + 4 <= whole.len() {
+                    expected.push(start);
+                    let length = u32::from_le_bytes(whole[start..start + 4].try_into().unwrap());
+                    start += 4 + length as usize;
+                }
+                assert_eq!(starts, expected, "{what}");
+                assert!(starts.len() > 10, "{what}: {} units", starts.len());
+
+                let kept = |unit: usize| starts.binary_search(&unit).is_ok_and(|i| i % 3 == 0);
+                let runs = std::cell::RefCell::new(Vec::new());
+                let mark = |run: &mut [u8]| {
+                    assert!(
+                        run.iter().all(|&b| b == 0),
+                        "{what}: a run is handed over zeroed"
+                    );
+                    runs.borrow_mut().push(run.len());
+                    run[0] = 0xa5;
+                    true
+                };
+                let (some, again) = section_units(&elf, &section, &at, &kept, &mark, &zeroed)
                     .unwrap()
                     .unwrap();
-                let (mut start, mut units) = (0, 0);
-                while start + 4 <= whole.len() {
-                    let length = u32::from_le_bytes(whole[start..start + 4].try_into().unwrap());
-                    let end = start + 4 + length as usize;
-                    let head = end.min(start + UNIT_HEAD_BYTES);
-                    assert_eq!(none[start..head], whole[start..head], "{what} at {start}");
-                    assert!(none[head..end].iter().all(|&b| b == 0), "{what} at {start}");
-                    (start, units) = (end, units + 1);
+                assert_eq!(again, starts, "{what}");
+                let mut expected_runs = Vec::new();
+                for (i, &unit) in starts.iter().enumerate() {
+                    let end = starts.get(i + 1).copied().unwrap_or(whole.len());
+                    match kept(unit) {
+                        true => assert!(some[unit..end] == whole[unit..end], "{what} at {unit}"),
+                        false => {
+                            let first = i == 0 || kept(starts[i - 1]);
+                            if first {
+                                expected_runs.push(0);
+                            }
+                            *expected_runs.last_mut().unwrap() += end - unit;
+                            let zeros = &some[unit + usize::from(first)..end];
+                            assert!(zeros.iter().all(|&b| b == 0), "{what} at {unit}");
+                            assert_eq!(some[unit] == 0xa5, first, "{what} at {unit}");
+                        }
+                    }
                 }
-                assert!(units > 10 && none != whole, "{what}: {units} units");
+                assert_eq!(*runs.borrow(), expected_runs, "{what}");
+                let refused = section_units(&elf, &section, &at, &kept, &|_| false, &zeroed);
+                assert!(refused.unwrap().is_none(), "{what}");
 
                 let cut = match format {
                     CompressionFormat::None => section.file_range().unwrap().0 as usize + 1000,
                     _ => elf.compressed_range(&section).unwrap().offset as usize + 1000,
                 };
                 let short = At::of_bytes(data[..cut].into());
-                let refused =
-                    section_units(&elf, &section, &short, 0, &|_| true, &zeroed).unwrap_err();
+                let refused = section_units(&elf, &section, &short, &|_| true, &nothing, &zeroed)
+                    .unwrap_err();
                 assert!(refused.contains(name), "{what}: {refused}");
             }
         }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use gimli::{EndianArcSlice, RunTimeEndian};
 
-use crate::files::elf::{Elf, Section, UNIT_HEAD_BYTES};
+use crate::files::elf::{Elf, Section};
 
 mod units;
 use units::{keep_only, line_programs_read, InfoRead, ReadUnits, Units};
@@ -28,6 +28,30 @@ pub struct SourceFrame {
 }
 
 type Reader = EndianArcSlice<RunTimeEndian>;
+
+/// `.debug_info` (`section`) read keeping only the units `kept` keeps, each run of the
+/// others a stand-in (see `units::stand_in`) with the abbreviation table at `.1` of
+/// `keeping`, where `keeping` reads units and the section is laid out for it; else whole,
+/// with `read`.
+fn info_keeping<'d>(
+    section: &Section<'d>,
+    kept: &Units,
+    keeping: Option<(&ReadUnits<'d, '_>, u32)>,
+    read: &dyn Fn(&Section<'d>) -> Result<Loaded, String>,
+    endian: RunTimeEndian,
+) -> Result<InfoRead, String> {
+    if let Some((read_units, table)) = keeping {
+        let keep = |unit: usize| kept.kept(unit);
+        let stand_in = |run: &mut [u8]| units::stand_in(run, table, endian);
+        if let Some((own, starts)) = read_units(section, &keep, &stand_in)? {
+            return Ok((own, Some(starts)));
+        }
+    }
+    Ok(match read(section)? {
+        (_, Some(own)) => (own, None),
+        (whole, None) => (Arc::from(whole.bytes()), None),
+    })
+}
 
 /// A section as loaded: its reader, and the buffer that reader alone reads when the
 /// section was read into one of its own.
@@ -77,7 +101,8 @@ impl DwarfInfo {
     /// inflated) into a buffer of its own. For looking up `addresses` only, when they
     /// are given: the compilation units `.debug_aranges` places none of them in are left
     /// out (see `only_units_for`), and neither they nor their line programs are read
-    /// (only their headers, into a buffer whose other bytes cost no memory): in
+    /// (each run of them one small stand-in, in a buffer whose other bytes cost no
+    /// memory): in
     /// sampler's own release binary, 15 MB of `.debug_info` and 6 MB of `.debug_line`, of
     /// which a profile's addresses need a few hundred KB.
     pub fn load_for<'d, R: object::ReadRef<'d>>(
@@ -90,13 +115,15 @@ impl DwarfInfo {
             crate::files::elf::section_shared(file, section, at)
                 .map(|own| (EndianArcSlice::new(own.clone(), endian), Some(own)))
         };
-        let read_units = |section: &Section<'d>, head: usize, keep: &dyn Fn(usize) -> bool| {
+        let read_units = |section: &Section<'d>,
+                          keep: &dyn Fn(usize) -> bool,
+                          stand_in: &dyn Fn(&mut [u8]) -> bool| {
             crate::files::elf::section_units(
                 file,
                 section,
                 at,
-                head,
                 keep,
+                stand_in,
                 &crate::record::zeroed_shared,
             )
         };
@@ -129,22 +156,17 @@ impl DwarfInfo {
             }),
             _ => None,
         };
-        // `.debug_info` read keeping whole only the units `kept` keeps, where it can.
+        // Where `units::LEFT_OUT_ABBREVIATIONS` lies in `.debug_abbrev`, appended to it
+        // as it is loaded when units are read keeping only some (gimli loads it before
+        // `.debug_info`).
+        let appended: std::cell::Cell<Option<u32>> = Default::default();
+        // `.debug_info` read keeping only the units `kept` keeps, where it can.
         let reread = |kept: &Units| -> Result<InfoRead, String> {
             let section = file.section(".debug_info").ok_or("no .debug_info")?;
-            let sparse = match read_units {
-                Some(read_units) => read_units(&section, UNIT_HEAD_BYTES, &|u| kept.kept(u))?,
-                None => None,
-            };
-            if let Some(own) = sparse {
-                return Ok((own, true));
-            }
-            Ok(match read(&section)? {
-                (_, Some(own)) => (own, false),
-                (whole, None) => (Arc::from(whole.bytes()), false),
-            })
+            let keeping = read_units.zip(appended.get());
+            info_keeping(&section, kept, keeping, read, endian)
         };
-        let sparse_info = std::cell::Cell::new(false);
+        let info_starts: std::cell::RefCell<Option<Vec<usize>>> = Default::default();
         let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
             // Location lists say where variables live, which naming code never needs;
             // leaving them out saves reading (and inflating) them.
@@ -167,9 +189,16 @@ impl DwarfInfo {
                         return Ok(reader);
                     }
                 }
+                (gimli::SectionId::DebugAbbrev, Some(_), _) => {
+                    let (reader, _) = read(&section).map_err(refuse)?;
+                    let bytes = reader.bytes();
+                    appended.set(u32::try_from(bytes.len()).ok());
+                    let abbrev = units::with_left_out_abbreviations(bytes);
+                    return Ok(EndianArcSlice::new(abbrev, endian));
+                }
                 (gimli::SectionId::DebugInfo, Some(_), Some(kept)) => {
-                    let (own, sparse) = reread(kept).map_err(refuse)?;
-                    sparse_info.set(sparse);
+                    let (own, starts) = reread(kept).map_err(refuse)?;
+                    *info_starts.borrow_mut() = starts;
                     *own_info.borrow_mut() = Some(own.clone());
                     return Ok(EndianArcSlice::new(own, endian));
                 }
@@ -201,8 +230,8 @@ impl DwarfInfo {
         });
         let units_left_out = match kept.as_mut() {
             Some(kept) => {
-                let (own, sparse) = (own_info.take(), sparse_info.get());
-                keep_only(&mut sections, kept, (own, sparse), &reread, endian)?
+                let read = (own_info.take(), info_starts.take());
+                keep_only(&mut sections, kept, read, appended.get(), &reread, endian)?
             }
             None => 0,
         };

@@ -11,21 +11,26 @@ use std::sync::Arc;
 use gimli::{EndianArcSlice, RunTimeEndian};
 
 use super::{Loaded, Reader};
-use crate::files::elf::{Section, UNIT_HEAD_BYTES};
+use crate::files::elf::Section;
 
-/// Reads a section made of units keeping whole only those at the offsets it is given,
-/// and the first bytes of the others ([`crate::files::elf::section_units`]); `None` when
-/// the section is not laid out for it.
-pub(super) type ReadUnits<'d, 'a> =
-    dyn Fn(&Section<'d>, usize, &dyn Fn(usize) -> bool) -> Result<Option<Arc<[u8]>>, String> + 'a;
+/// Reads a section made of units keeping only those at the offsets it is given, each run
+/// of the others handed to a stand-in ([`crate::files::elf::section_units`]): the bytes,
+/// and where every unit starts; `None` when the section is not laid out for it.
+pub(super) type ReadUnits<'d, 'a> = dyn Fn(
+        &Section<'d>,
+        &dyn Fn(usize) -> bool,
+        &dyn Fn(&mut [u8]) -> bool,
+    ) -> Result<Option<(Arc<[u8]>, Vec<usize>)>, String>
+    + 'a;
 
-/// Reads `.debug_info` again, keeping whole only the units kept by the [`Units`] given
-/// where it can (the others zero past their heads, costing no memory), else whole; and
-/// whether it could.
+/// Reads `.debug_info` again, keeping only the units kept by the [`Units`] given where it
+/// can (each run of the others one [`stand_in`], the rest of them zeros that cost no
+/// memory), else whole.
 pub(super) type Reread<'a> = dyn Fn(&Units) -> Result<InfoRead, String> + 'a;
 
-/// The bytes of `.debug_info` as read, and whether only the units kept were read whole.
-pub(super) type InfoRead = (Arc<[u8]>, bool);
+/// The bytes of `.debug_info` as read and, when only the units kept were read (the others
+/// stood in for), where every unit of the file's section starts.
+pub(super) type InfoRead = (Arc<[u8]>, Option<Vec<usize>>);
 
 /// The abbreviation table that units left out of `.debug_info` are pointed at: code 1, a
 /// compilation unit without children or attributes, then the table's end. Appended to
@@ -34,7 +39,40 @@ pub(super) type InfoRead = (Arc<[u8]>, bool);
 /// zeroed entries alone read as null entries, which the search for the root steps over
 /// one byte at a time, through the whole unit (for libc's debug file, all 5.8 MB of
 /// `.debug_info`: a fifth of the CPU of a first run).
-const LEFT_OUT_ABBREVIATIONS: [u8; 6] = [1, 0x11, 0, 0, 0, 0];
+pub(super) const LEFT_OUT_ABBREVIATIONS: [u8; 6] = [1, 0x11, 0, 0, 0, 0];
+
+/// The bytes of a [`stand_in`]: a DWARF 4 unit header (length 4, version 2, abbreviation
+/// offset 4, address size 1) and the root's abbreviation code.
+const STAND_IN_BYTES: usize = 12;
+
+/// Writes over `run` (zeros where a run of units left out of `.debug_info` lies) one unit
+/// that spans it, whose root is the one entry of [`LEFT_OUT_ABBREVIATIONS`] (at `table`
+/// in `.debug_abbrev`) and has no children: readers of the section's units (`addr2line`
+/// parses each unit's root as it starts) pass over the whole run in one step, and the
+/// units in it are never written, so their pages cost no memory. libc's debug file has
+/// about 2,000 units, a few kilobytes apart: writing each one's header touched every page
+/// of its 5.8 MB `.debug_info`. `false` when the run is too short for a unit header (a
+/// damaged section) or too long for 32-bit DWARF.
+pub(super) fn stand_in(run: &mut [u8], table: u32, endian: RunTimeEndian) -> bool {
+    use gimli::Endianity as _;
+    let Some(length) = run
+        .len()
+        .checked_sub(4)
+        .and_then(|l| u32::try_from(l).ok())
+        .filter(|&l| l < 0xffff_fff0)
+    else {
+        return false;
+    };
+    if run.len() < STAND_IN_BYTES {
+        return false;
+    }
+    endian.write_u32(&mut run[0..4], length);
+    endian.write_u16(&mut run[4..6], 4);
+    endian.write_u32(&mut run[6..10], table);
+    run[10] = 8;
+    run[11] = LEFT_OUT_ABBREVIATIONS[0];
+    true
+}
 
 /// The compilation units of `.debug_info`, by offset, whose address ranges are listed
 /// (by `.debug_aranges`, else by their roots), and of those the ones whose ranges hold
@@ -112,34 +150,40 @@ impl Units {
     /// were read whole, each scanned once (`scanned`), and from the units this adds
     /// among them. Whether it added a unit that was not read (the section must be read
     /// again, keeping it, and scanned on).
+    /// `starts`: where every unit starts, when `dwarf`'s `.debug_info` has runs of units
+    /// stood in for (whose headers it does not have), else its units are read.
     fn add_referenced(
         &mut self,
         dwarf: &gimli::Dwarf<Reader>,
+        starts: Option<&[usize]>,
         scanned: &mut HashSet<usize>,
         readable: &dyn Fn(usize) -> bool,
     ) -> bool {
-        let mut headers = Vec::new();
-        let mut units = dwarf.units();
-        while let Ok(Some(header)) = units.next() {
-            if let Some(offset) = header.debug_info_offset() {
-                headers.push((offset.0, header));
-            }
-        }
+        let offsets: Vec<usize> = match starts {
+            Some(starts) => starts.to_vec(),
+            None => unit_offsets(dwarf).collect(),
+        };
         let unit_of = |at: usize| {
-            headers
-                .partition_point(|(offset, _)| *offset <= at)
+            offsets
+                .partition_point(|offset| *offset <= at)
                 .checked_sub(1)
         };
-        let mut work: Vec<usize> = (0..headers.len())
-            .filter(|&i| self.kept(headers[i].0) && readable(headers[i].0))
+        let mut work: Vec<usize> = (0..offsets.len())
+            .filter(|&i| self.kept(offsets[i]) && readable(offsets[i]))
             .collect();
         let mut unread = false;
         while let Some(i) = work.pop() {
-            let (offset, header) = &headers[i];
-            if !scanned.insert(*offset) {
+            let offset = offsets[i];
+            if !scanned.insert(offset) {
                 continue;
             }
-            let Ok(abbreviations) = dwarf.abbreviations(header) else {
+            let Ok(header) = dwarf
+                .debug_info
+                .header_from_offset(gimli::DebugInfoOffset(offset))
+            else {
+                continue;
+            };
+            let Ok(abbreviations) = dwarf.abbreviations(&header) else {
                 continue;
             };
             let mut entries = header.entries(&abbreviations);
@@ -150,7 +194,7 @@ impl Units {
                         continue;
                     };
                     let Some(j) = unit_of(to.0) else { continue };
-                    let target = headers[j].0;
+                    let target = offsets[j];
                     if self.kept(target) {
                         continue;
                     }
@@ -243,16 +287,22 @@ fn root_ranges(
 }
 
 /// `.debug_info` with only the compilation units `kept` keeps (those lookups of a set
-/// of addresses need) left as they are: each other unit listed (see [`Units`]) keeps its
-/// place and header but points at [`LEFT_OUT_ABBREVIATIONS`] and has its entries
-/// reduced to that table's one entry, so that `addr2line` passes over it (a unit with an
-/// empty root) without parsing its abbreviations and line program. libc's debug file
-/// has some 1,800 units, whose abbreviations alone take about 15 MB once parsed, and a
-/// profile's addresses lie in a few dozen. Units not listed (the table may miss some)
-/// are untouched, and offsets are kept, so references between units still point where
-/// they did. Returned as the changes to make (see [`LeaveOut::apply`]); `None` when
-/// nothing would be left out, or the layout is not the usual one (32-bit DWARF).
-fn only_units_for(dwarf: &gimli::Dwarf<Reader>, kept: &Units) -> Option<LeaveOut> {
+/// of addresses need) left as they are, for a section read whole: each other unit listed
+/// (see [`Units`]) keeps its place and header but points at [`LEFT_OUT_ABBREVIATIONS`]
+/// (at `appended` in `.debug_abbrev` when it was appended as the section was loaded,
+/// else to be appended) and has its entries reduced to that table's one entry, so that
+/// `addr2line` passes over it (a unit with an empty root) without parsing its
+/// abbreviations and line program. libc's debug file has some 2,000 units, whose
+/// abbreviations alone take about 15 MB once parsed, and a profile's addresses lie in a
+/// few dozen. Units not listed (the table may miss some) are untouched, and offsets are
+/// kept, so references between units still point where they did. Returned as the changes
+/// to make (see [`LeaveOut::apply`]); `None` when nothing would be left out, or the
+/// layout is not the usual one (32-bit DWARF).
+fn only_units_for(
+    dwarf: &gimli::Dwarf<Reader>,
+    kept: &Units,
+    appended: Option<u32>,
+) -> Option<LeaveOut> {
     // Where each unit left out starts, has its abbreviation offset and its entries.
     let mut left_out: Vec<LeftOut> = Vec::new();
     let mut units = dwarf.units();
@@ -268,38 +318,49 @@ fn only_units_for(dwarf: &gimli::Dwarf<Reader>, kept: &Units) -> Option<LeaveOut
         let abbrev_at = offset + if encoding.version >= 5 { 8 } else { 6 };
         let entries = offset + header.header_size()..offset + 4 + header.unit_length();
         if !entries.is_empty() {
-            left_out.push(LeftOut {
-                unit: offset,
-                abbrev_at,
-                entries,
-            });
+            left_out.push(LeftOut { abbrev_at, entries });
         }
     }
     use gimli::Section as _;
-    let table = u32::try_from(dwarf.debug_abbrev.reader().len()).ok()?;
-    (!left_out.is_empty()).then_some(LeaveOut { table, left_out })
+    let table = match appended {
+        Some(table) => table,
+        None => u32::try_from(dwarf.debug_abbrev.reader().len()).ok()?,
+    };
+    (!left_out.is_empty()).then_some(LeaveOut {
+        table,
+        append: appended.is_none(),
+        left_out,
+    })
 }
 
 /// Leaves out of `sections`' `.debug_info` the units that `kept` does not keep, nor the
 /// units it keeps refer to ([`keep_referenced`]); `read`: the bytes `.debug_info` was
-/// read into when a buffer of its own, and whether only the units kept were read whole.
-/// How many units it left out.
+/// read into when a buffer of its own, and where its units start when runs of the units
+/// left out were stood in for ([`stand_in`]); `appended`: where
+/// [`LEFT_OUT_ABBREVIATIONS`] lies in `.debug_abbrev`, when it was appended as the
+/// section was loaded. How many units it left out.
 pub(super) fn keep_only(
     sections: &mut gimli::Dwarf<Reader>,
     kept: &mut Units,
-    read: (Option<Arc<[u8]>>, bool),
+    read: (Option<Arc<[u8]>>, Option<Vec<usize>>),
+    appended: Option<u32>,
     reread: &Reread<'_>,
     endian: RunTimeEndian,
 ) -> Result<usize, String> {
-    let (mut own, mut sparse) = read;
-    if let Some((again, again_sparse)) = keep_referenced(sections, kept, sparse, reread, endian)? {
-        (own, sparse) = (Some(again), again_sparse);
+    let (mut own, mut starts) = read;
+    if let Some((again, again_starts)) =
+        keep_referenced(sections, kept, starts.as_deref(), reread, endian)?
+    {
+        (own, starts) = (Some(again), again_starts);
     }
-    let Some(leave_out) = only_units_for(sections, kept) else {
+    if let Some(starts) = starts {
+        // Left out as it was read.
+        return Ok(starts.iter().filter(|&&u| !kept.kept(u)).count());
+    }
+    let Some(leave_out) = only_units_for(sections, kept, appended) else {
         return Ok(0);
     };
-    leave_out.leave_out_of(sections, kept, own, sparse, reread, endian)?;
-    Ok(leave_out.units())
+    leave_out.leave_out_of(sections, kept, own, reread, endian)
 }
 
 /// How many times `.debug_info` is read again for units that kept units refer to (a unit
@@ -309,36 +370,38 @@ pub(super) fn keep_only(
 const MAX_REREADS: usize = 4;
 
 /// Adds to `kept` the units that kept units refer to ([`Units::add_referenced`]). When
-/// `.debug_info` was read keeping only the units kept then (`sparse`), reads it again
-/// with `reread` while a unit referred to was not read (at most [`MAX_REREADS`] times),
-/// and gives what it read last (now `sections`' `.debug_info`).
+/// `.debug_info` was read keeping only the units kept then (`starts`: where every unit
+/// starts), reads it again with `reread` while a unit referred to was not read (at most
+/// [`MAX_REREADS`] times), and gives what it read last (now `sections`' `.debug_info`).
 fn keep_referenced(
     sections: &mut gimli::Dwarf<Reader>,
     kept: &mut Units,
-    sparse: bool,
+    starts: Option<&[usize]>,
     reread: &Reread<'_>,
     endian: RunTimeEndian,
 ) -> Result<Option<InfoRead>, String> {
-    let kept_now = |dwarf: &gimli::Dwarf<Reader>, kept: &Units| -> HashSet<usize> {
-        unit_offsets(dwarf).filter(|&u| kept.kept(u)).collect()
+    let kept_of = |starts: &[usize], kept: &Units| -> HashSet<usize> {
+        starts.iter().copied().filter(|&u| kept.kept(u)).collect()
     };
+    let mut starts: Option<Vec<usize>> = starts.map(<[usize]>::to_vec);
     // The units read whole; `None`: all.
-    let mut read_whole = sparse.then(|| kept_now(sections, kept));
+    let mut read_whole = starts.as_deref().map(|s| kept_of(s, kept));
     let mut scanned = HashSet::new();
     let mut last = None;
     for round in 1.. {
         let readable = |unit: usize| read_whole.as_ref().is_none_or(|r| r.contains(&unit));
-        if !kept.add_referenced(sections, &mut scanned, &readable) {
+        if !kept.add_referenced(sections, starts.as_deref(), &mut scanned, &readable) {
             break;
         }
         if round == MAX_REREADS {
             // A chain of references each found only once the last is read: every unit.
             kept.listed.clear();
         }
-        let (own, sparse) = reread(kept)?;
+        let (own, again) = reread(kept)?;
         sections.debug_info = EndianArcSlice::new(own.clone(), endian).into();
-        read_whole = sparse.then(|| kept_now(sections, kept));
-        last = Some((own, sparse));
+        read_whole = again.as_deref().map(|s| kept_of(s, kept));
+        starts.clone_from(&again);
+        last = Some((own, again));
         if round == MAX_REREADS {
             break;
         }
@@ -347,7 +410,8 @@ fn keep_referenced(
 }
 
 /// `.debug_line` (`section`) read with `read_units` keeping only the line programs of
-/// the units of `sections` (else whole, with `read`).
+/// the units of `sections` (else whole, with `read`): nothing stands in for the others,
+/// as line programs are read only where a unit points.
 pub(super) fn line_programs_read<'d>(
     sections: &gimli::Dwarf<Reader>,
     section: &Section<'d>,
@@ -356,11 +420,11 @@ pub(super) fn line_programs_read<'d>(
     endian: RunTimeEndian,
 ) -> Result<gimli::DebugLine<Reader>, String> {
     let sparse = match line_programs(sections) {
-        Some(programs) => read_units(section, 0, &|at| programs.contains(&at))?,
+        Some(programs) => read_units(section, &|at| programs.contains(&at), &|_| true)?,
         None => None,
     };
     Ok(match sparse {
-        Some(own) => EndianArcSlice::new(own, endian).into(),
+        Some((own, _)) => EndianArcSlice::new(own, endian).into(),
         None => read(section)?.0.into(),
     })
 }
@@ -385,33 +449,25 @@ fn line_programs(dwarf: &gimli::Dwarf<Reader>) -> Option<HashSet<usize>> {
 }
 
 /// The units [`only_units_for`] leaves out of `.debug_info`: where in `.debug_abbrev`
-/// [`LEFT_OUT_ABBREVIATIONS`] is appended (its end), and for each unit where its
-/// abbreviation offset lies and its entries.
+/// [`LEFT_OUT_ABBREVIATIONS`] lies (its end, when `append`: it is yet to be appended),
+/// and for each unit where its abbreviation offset lies and its entries.
 struct LeaveOut {
     table: u32,
+    append: bool,
     left_out: Vec<LeftOut>,
 }
 
-/// One unit left out of `.debug_info`: where it starts, where its abbreviation offset
-/// lies, and its entries (after its header, to its end).
+/// One unit left out of `.debug_info`: where its abbreviation offset lies, and its
+/// entries (after its header, to its end).
 struct LeftOut {
-    unit: usize,
     abbrev_at: usize,
     entries: Range<usize>,
 }
 
 impl LeaveOut {
-    /// How many units are left out.
-    fn units(&self) -> usize {
-        self.left_out.len()
-    }
-
-    /// Makes the changes in `info` (`.debug_info`), or none when it is not the section
-    /// they were found in (one of them would lie outside it). `sparse`: `info` was read
-    /// by [`crate::files::elf::section_units`], which left the units left out zero past
-    /// their first [`UNIT_HEAD_BYTES`]; only those bytes are cleared, and the rest of the
-    /// buffer stays unwritten.
-    fn apply(&self, info: &mut [u8], sparse: bool) {
+    /// Makes the changes in `info` (`.debug_info`, whole), or none when it is not the
+    /// section they were found in (one of them would lie outside it).
+    fn apply(&self, info: &mut [u8]) {
         let fits = |r: &Range<usize>| r.start < r.end && r.end <= info.len();
         if !self
             .left_out
@@ -420,67 +476,54 @@ impl LeaveOut {
         {
             return;
         }
-        for LeftOut {
-            unit,
-            abbrev_at,
-            entries,
-        } in &self.left_out
-        {
+        for LeftOut { abbrev_at, entries } in &self.left_out {
             info[*abbrev_at..abbrev_at + 4].copy_from_slice(&self.table.to_le_bytes());
-            let written_to = match sparse {
-                true => entries.end.min(unit + UNIT_HEAD_BYTES).max(entries.start),
-                false => entries.end,
-            };
-            info[entries.start..written_to].fill(0);
+            info[entries.clone()].fill(0);
             info[entries.start] = LEFT_OUT_ABBREVIATIONS[0];
         }
     }
 
-    /// Leaves the units out of `sections`' `.debug_info`: read again keeping only the
-    /// units `kept` keeps when it was read whole (`sparse` false: the roots said which
-    /// units to keep only once it was read), so that the units left out take no memory;
-    /// else changed in place when the section is a buffer of its own (`own`; once the
-    /// reader is taken out of the sections, the only reference to it), else in a copy.
+    /// Leaves the units out of `sections`' `.debug_info` (read whole: `own`, when a
+    /// buffer of its own): read again keeping only the units `kept` keeps where it can, so
+    /// that the units left out take no memory (each run of them a [`stand_in`]), else
+    /// changed in a copy of its own. How many units it left out.
     fn leave_out_of(
         &self,
         sections: &mut gimli::Dwarf<Reader>,
         kept: &Units,
         own: Option<Arc<[u8]>>,
-        sparse: bool,
         reread: &Reread<'_>,
         endian: RunTimeEndian,
-    ) -> Result<(), String> {
+    ) -> Result<usize, String> {
         use gimli::Section as _;
         let empty = EndianArcSlice::new(Arc::from(&[][..]), endian);
-        let reader = std::mem::replace(&mut sections.debug_info, empty.into());
-        let (mut info, sparse) = match sparse {
-            true => {
-                let own = own.unwrap_or_else(|| Arc::from(reader.reader().bytes()));
-                // The reader let go, the buffer has no other owner: changed in place.
-                drop(reader);
-                (own, true)
-            }
-            false => {
-                // The whole section is let go before the units kept are read.
-                drop(reader);
-                drop(own);
-                reread(kept)?
+        // The whole section is let go before the units kept are read.
+        drop(std::mem::replace(&mut sections.debug_info, empty.into()));
+        drop(own);
+        let (mut info, starts) = reread(kept)?;
+        let left_out = match &starts {
+            Some(starts) => starts.iter().filter(|&&u| !kept.kept(u)).count(),
+            None => {
+                self.apply(Arc::make_mut(&mut info));
+                self.left_out.len()
             }
         };
-        self.apply(Arc::make_mut(&mut info), sparse);
         sections.debug_info = EndianArcSlice::new(info, endian).into();
-        let abbrev = self.abbreviations(sections.debug_abbrev.reader().bytes());
-        sections.debug_abbrev = EndianArcSlice::new(abbrev, endian).into();
+        if self.append {
+            let abbrev = with_left_out_abbreviations(sections.debug_abbrev.reader().bytes());
+            sections.debug_abbrev = EndianArcSlice::new(abbrev, endian).into();
+        }
         sections.populate_abbreviations_cache(gimli::AbbreviationsCacheStrategy::Duplicates);
-        Ok(())
+        Ok(left_out)
     }
+}
 
-    /// `.debug_abbrev` (`abbrev`) with [`LEFT_OUT_ABBREVIATIONS`] appended.
-    fn abbreviations(&self, abbrev: &[u8]) -> Arc<[u8]> {
-        abbrev
-            .iter()
-            .chain(&LEFT_OUT_ABBREVIATIONS)
-            .copied()
-            .collect()
-    }
+/// `abbrev` (`.debug_abbrev`'s bytes) with [`LEFT_OUT_ABBREVIATIONS`] appended, at its
+/// end.
+pub(super) fn with_left_out_abbreviations(abbrev: &[u8]) -> Arc<[u8]> {
+    abbrev
+        .iter()
+        .chain(&LEFT_OUT_ABBREVIATIONS)
+        .copied()
+        .collect()
 }
