@@ -27,13 +27,40 @@ const FILE_MODE: u32 = 0o600;
 /// The file of the cache's secret, in `sampler/` beside the entries' directory.
 const SECRET_NAME: &str = "secret";
 
+/// Entries of at least this many bytes are written as they are made, into files on
+/// their way in (see [`Pending`]): 256 KiB. A build's profile makes a few entries of
+/// 1-2 MB (rustc's libraries, cargo, libc), which held until the end took some 8 MB of
+/// its peak memory; the many small ones stay in memory, so that a run holds few files
+/// open.
+const WRITTEN_AT_ONCE_BYTES: usize = 256 << 10;
+
+/// The most entries written as they are made that a run holds open (two descriptors
+/// each) before it keeps the rest in memory.
+const MOST_WRITTEN_AT_ONCE: usize = 64;
+
+/// An entry to put into the cache at [`SymbolCache::save`]: already written into a file
+/// on its way in (removed unless saved: a run that fails leaves nothing), or its bytes.
+enum Pending {
+    Written(TempFile),
+    Bytes(String, Vec<u8>),
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pending::Written(temp) => write!(f, "Written({})", temp.final_name()),
+            Pending::Bytes(name, bytes) => write!(f, "Bytes({name}, {})", bytes.len()),
+        }
+    }
+}
+
 /// The symbol cache of one run: where it is, whose it is, and the entries to write.
 #[derive(Debug)]
 pub struct SymbolCache {
     /// The user's cache directory, which holds [`DIRS`].
     root: PathBuf,
     owner: Option<SudoUser>,
-    pending: Mutex<Vec<(String, Vec<u8>)>>,
+    pending: Mutex<Vec<Pending>>,
     /// The debug files to write inflated copies of (see [`super::inflated`]), by the
     /// copy's name: the file read, kept open.
     pending_inflated: Mutex<Vec<(String, At)>>,
@@ -208,10 +235,7 @@ impl SymbolCache {
             let legacy = format!("{}-", crate::symbolicate::debuginfod::hex(&key.build_id));
             *self.kernel_table.lock().unwrap_or_else(|e| e.into_inner()) =
                 Some((name.clone(), legacy));
-            self.pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((name, bytes));
+            self.keep(name, bytes);
         }
     }
 
@@ -219,11 +243,37 @@ impl SymbolCache {
     /// of `key` by [`SymbolCache::save`].
     pub fn put(&self, key: &Key, bytes: Vec<u8>) {
         if bytes.len() as u64 <= MAX_ENTRY_BYTES {
-            self.pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((key.file_name(), bytes));
+            self.keep(key.file_name(), bytes);
         }
+    }
+
+    /// Keeps entry `name` of `bytes` for [`SymbolCache::save`]: a large one written at
+    /// once into a file on its way in (see [`WRITTEN_AT_ONCE_BYTES`]) where the
+    /// directory is there (a run that fails creates nothing), else its bytes.
+    fn keep(&self, name: String, bytes: Vec<u8>) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let written = pending
+            .iter()
+            .filter(|p| matches!(p, Pending::Written(_)))
+            .count();
+        let entry = match bytes.len() >= WRITTEN_AT_ONCE_BYTES && written < MOST_WRITTEN_AT_ONCE {
+            true => match self.write_temp(&name, &bytes) {
+                Ok(temp) => Pending::Written(temp),
+                // A full disk: tried again, and reported, as the run saves.
+                Err(_) => Pending::Bytes(name, bytes),
+            },
+            false => Pending::Bytes(name, bytes),
+        };
+        pending.push(entry);
+    }
+
+    /// `bytes` written into a new file on its way in to be entry `name`, in the
+    /// entries' directory if it is there.
+    fn write_temp(&self, name: &str, bytes: &[u8]) -> std::io::Result<TempFile> {
+        let dir = usercache::open_dir(&self.root, &DIRS, self.owner, false, PRIVATE)?;
+        let mut temp = TempFile::create(dir, name, FILE_MODE)?;
+        temp.file.write_all(bytes)?;
+        Ok(temp)
     }
 
     /// Writes the entries kept by [`SymbolCache::put`], then evicts the least recently
@@ -244,18 +294,25 @@ impl SymbolCache {
         let cannot = |e: std::io::Error| format!("cannot write into {}: {e}", self.dir().display());
         let dir =
             usercache::open_dir(&self.root, &DIRS, self.owner, true, PRIVATE).map_err(cannot)?;
-        let mut written = Vec::new();
+        let mut written: Vec<String> = Vec::new();
         let mut failed = None;
-        for (name, bytes) in &pending {
-            let write = || -> std::io::Result<()> {
-                let mut temp = TempFile::create(dir.try_clone()?, name, FILE_MODE)?;
-                temp.file.write_all(bytes)?;
-                // Not flushed to disk: an entry cut short by a crash fails its checks and
-                // is rebuilt, which is cheaper than waiting for the disk on every run.
-                temp.commit(self.owner, false)
+        for entry in pending {
+            let (name, write) = match entry {
+                Pending::Written(temp) => (temp.final_name().to_string(), Ok(temp)),
+                Pending::Bytes(name, bytes) => {
+                    let write = || -> std::io::Result<TempFile> {
+                        let mut temp = TempFile::create(dir.try_clone()?, &name, FILE_MODE)?;
+                        temp.file.write_all(&bytes)?;
+                        Ok(temp)
+                    };
+                    let temp = write();
+                    (name, temp)
+                }
             };
-            match write() {
-                Ok(()) => written.push(name.as_str()),
+            // Not flushed to disk: an entry cut short by a crash fails its checks and is
+            // rebuilt, which is cheaper than waiting for the disk on every run.
+            match write.and_then(|temp| temp.commit(self.owner, false)) {
+                Ok(()) => written.push(name),
                 Err(e) => {
                     failed = Some(e);
                     break;
@@ -264,7 +321,7 @@ impl SymbolCache {
         }
         for (name, at) in copies.iter().filter(|_| failed.is_none()) {
             match write_inflated(&dir, name, at, self.owner) {
-                Ok(true) => written.push(name.as_str()),
+                Ok(true) => written.push(name.clone()),
                 Ok(false) => {}
                 Err(e) => {
                     failed = Some(e);
@@ -277,16 +334,11 @@ impl SymbolCache {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        if let Some((name, legacy)) = table.filter(|(name, _)| written.contains(&name.as_str())) {
+        if let Some((name, legacy)) = table.filter(|(name, _)| written.contains(name)) {
             kernel_table::evict_other_tables(&dir, &name, &legacy);
         }
-        let evicted = usercache::evict(
-            &dir,
-            self.owner,
-            &written,
-            MAX_TOTAL_BYTES,
-            failed.is_some(),
-        );
+        let kept: Vec<&str> = written.iter().map(String::as_str).collect();
+        let evicted = usercache::evict(&dir, self.owner, &kept, MAX_TOTAL_BYTES, failed.is_some());
         match failed {
             None => Ok(written.len()),
             Some(e) => Err(format!(
@@ -383,6 +435,50 @@ mod tests {
         plant(&["e", "f", "g", "h", "i", "j"]);
         assert_eq!(evict(&fd, None, &[], u64::MAX, true), (4, 4 * block));
         assert_eq!(left(), ["d", "h", "i", "j"]);
+    }
+
+    /// A large entry is written as it is made, into a file on its way in: no entry until
+    /// the run saves, and gone when the run ends without saving (a run that fails leaves
+    /// nothing); a small one is held in memory until then.
+    #[test]
+    fn large_entries_are_written_as_made_and_kept_only_when_saved() {
+        let scratch = crate::files::testdir::TestDir::new("written-at-once");
+        // The directory a run before made.
+        usercache::open_dir(scratch.path(), &DIRS, None, true, PRIVATE).unwrap();
+        let cache_at = || SymbolCache::at(scratch.path().to_path_buf(), None);
+        let names = || {
+            let mut names: Vec<String> = std::fs::read_dir(cache_at().dir())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            names.sort();
+            names
+        };
+        let key = |n: u8| Key {
+            build_id: vec![n; 20],
+            size: 1,
+            stamp: Default::default(),
+        };
+        let (large, small) = (vec![7u8; WRITTEN_AT_ONCE_BYTES], vec![9u8; 100]);
+        {
+            let cache = cache_at();
+            cache.put(&key(1), large.clone());
+            cache.put(&key(2), small.clone());
+            let now = names();
+            assert_eq!(now.len(), 1, "{now:?}");
+            assert!(now[0].starts_with(usercache::TEMP_PREFIX), "{now:?}");
+            assert!(now[0].ends_with(&key(1).file_name()), "{now:?}");
+        }
+        assert!(names().is_empty(), "{:?}", names());
+        let cache = cache_at();
+        cache.put(&key(1), large.clone());
+        cache.put(&key(2), small.clone());
+        assert_eq!(cache.save(), Ok(2));
+        let mut saved = vec![key(1).file_name(), key(2).file_name()];
+        saved.sort();
+        assert_eq!(names(), saved);
+        let read = |n: u8| std::fs::read(cache.dir().join(key(n).file_name())).unwrap();
+        assert!(read(1) == large && read(2) == small);
     }
 
     /// Ten boots of one kernel, each run writing its table (as large as this machine's
