@@ -388,7 +388,12 @@ pub fn name_file(
     };
     let source = cache::predict_source(binary, mapped_path, opts);
     let missing = source == Some(cache::DebugSource::Missing);
-    name_cached(store, &key, source, addresses, load, |mut facts| {
+    let names_from = match &source {
+        Some(cache::DebugSource::File { identity, .. }) => identity.size.max(key.size),
+        _ => key.size,
+    };
+    let large = names_from >= LARGE_TO_NAME_BYTES;
+    name_cached(store, &key, source, addresses, large, load, |mut facts| {
         // That message names the debug roots, which may be others now.
         if missing && !binary.has_dwarf && facts.no_debug_info.is_some() {
             facts.no_debug_info = Some(no_debug_file(binary, &[], &opts.debug_roots, None));
@@ -398,17 +403,32 @@ pub fn name_file(
     .ok()
 }
 
+/// A library is large to name when the file its names come from (itself, or its
+/// separate debug file) has at least this many bytes: 2 MiB, which libc's compressed
+/// debug file (4 MB, 8.6 MB of DWARF inflated) and the programs of a build (cargo, cc1,
+/// rust-lld) have, and most libraries have not.
+const LARGE_TO_NAME_BYTES: u64 = 2 << 20;
+
+/// Held while a large library (see [`LARGE_TO_NAME_BYTES`]) is named from its files:
+/// the naming workers read one such library at a time. Each holds some megabytes while
+/// it is read (its entry, its symbols and DWARF, what is resolved, the entry made);
+/// libc's DWARF and cargo's symbols read at once took a build's peak memory from 25 to
+/// 36 MB. Libraries named from the cache alone do not wait for it.
+static NAMING_LARGE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Names `addresses` through the cache's entry of `key`, made from the debug
 /// information `source` (`None`: which is not known without reading it, so the entry is
 /// neither used nor written): from the entry when it holds every address's function
 /// (its facts about the library adjusted by `cached_facts`), else from the symbols
 /// `load` reads (told whether there was an entry: the library is named again), whose
-/// functions are then added to the entry.
+/// functions are then added to the entry; one large library at a time (`large`, see
+/// [`NAMING_LARGE`]).
 pub(super) fn name_cached(
     store: &cache::SymbolCache,
     key: &cache::Key,
     source: Option<cache::DebugSource>,
     addresses: &[u64],
+    large: bool,
     load: impl FnOnce(bool) -> Result<LibSymbols, String>,
     cached_facts: impl FnOnce(LibFacts) -> LibFacts,
 ) -> Named {
@@ -426,6 +446,7 @@ pub(super) fn name_cached(
         let facts = cached_facts(entry.facts());
         return Ok((facts, infos.into_iter().flatten().collect()));
     }
+    let _one_at_a_time = large.then(|| NAMING_LARGE.lock().unwrap_or_else(|e| e.into_inner()));
     let syms = load(entry.is_some())?;
     let wanted: Vec<u64> = missing.iter().map(|&i| addresses[i]).collect();
     // The functions resolved go into the entry as they come, after those it held, unless

@@ -201,7 +201,7 @@ impl Scanned {
 }
 
 /// The most memory [`ScanMemo`] keeps: 8 MiB, the sorted symbols of rustc's driver
-/// (about 120,000 functions at 32 bytes, and their index by name at 40 more) and of a
+/// (about 120,000 functions at 32 bytes, and their index by name at 16 more) and of a
 /// few dozen ordinary libraries.
 pub const MAX_SCAN_MEMO_BYTES: usize = 8 << 20;
 
@@ -246,7 +246,7 @@ impl ScanMemo {
 
 /// What one file's entries cost in a [`ScanMemo`]: themselves and their index by name.
 fn memo_bytes(entries: usize) -> usize {
-    entries * (std::mem::size_of::<Entry>() + std::mem::size_of::<(u64, Entry)>())
+    entries * (std::mem::size_of::<Entry>() + std::mem::size_of::<(u64, u64)>())
 }
 
 impl Tables {
@@ -521,19 +521,12 @@ impl Tables {
         // read-ahead: in address order each would be a read of the file of its own.
         entries.sort_unstable_by_key(|e| (e.table, e.name));
         let mut readers = HashMap::new();
-        let mut by_hash: Vec<(u64, Entry)> = entries
+        let mut by_hash: Vec<(u64, u64)> = entries
             .into_iter()
-            .filter_map(|e| Some((hash(&self.name_in_order(&e, &mut readers)?), e)))
+            .filter_map(|e| Some((hash(&self.name_in_order(&e, &mut readers)?), e.address)))
             .collect();
-        by_hash.sort_unstable_by_key(|(h, e)| (*h, e.address));
-        // Without the memo's symbols, which keep this index: a cycle would keep both.
-        NameIndex {
-            tables: Tables {
-                tables: self.tables.clone(),
-                scanned: None,
-            },
-            by_hash,
-        }
+        by_hash.sort_unstable();
+        NameIndex { by_hash }
     }
 }
 
@@ -578,22 +571,23 @@ fn hash(name: &str) -> u64 {
     foldhash::quality::FixedState::with_seed(0).hash_one(name)
 }
 
-/// Function symbols by name (see [`Tables::index`]): 40 bytes per symbol, names read
-/// again from the file to confirm a match.
+/// Function symbols by name (see [`Tables::index`]): the 64-bit hash of each name and
+/// its symbol's address, 16 bytes per symbol (rustc's driver has 120,000). A hash
+/// stands for its name: that a name looked up has the hash of another of the file's
+/// names is a chance of about one in 10^14 (a file's names are fewer than 2^17, of 2^64
+/// hashes), so names are not read again to confirm a match.
 pub struct NameIndex {
-    tables: Tables,
-    by_hash: Vec<(u64, Entry)>,
+    by_hash: Vec<(u64, u64)>,
 }
 
 impl NameIndex {
     /// The address of the lowest symbol named `name`, as stored (mangled).
     pub fn address(&self, name: &str) -> Option<u64> {
         let h = hash(name);
-        let first = self.by_hash.partition_point(|(x, _)| *x < h);
-        self.by_hash[first..]
-            .iter()
-            .take_while(|(x, _)| *x == h)
-            .find(|(_, e)| self.tables.name(e).as_deref() == Some(name))
-            .map(|(_, e)| e.address)
+        let first = self.by_hash.partition_point(|&(x, _)| x < h);
+        self.by_hash
+            .get(first)
+            .filter(|&&(x, _)| x == h)
+            .map(|&(_, address)| address)
     }
 }
