@@ -97,6 +97,10 @@ const CHUNK_BYTES: usize = SYM_BYTES * 2730;
 /// one (a damaged table) is cut there.
 const MAX_NAME_BYTES: usize = 64 << 10;
 
+/// Bytes of a string table [`Tables::index`] reads at a time: 1 MiB, more than
+/// [`MAX_NAME_BYTES`], so that a name lies whole in the window read from its start.
+const NAMES_WINDOW: usize = 1 << 20;
+
 /// Bytes of a name read at a time.
 const NAME_CHUNK: usize = 256;
 
@@ -392,19 +396,6 @@ impl Tables {
         })
     }
 
-    /// [`Tables::name`] for entries met in table order, whose names mostly follow one
-    /// another: read through one reader per table (`readers`), with its read-ahead.
-    fn name_in_order(&self, entry: &Entry, readers: &mut HashMap<u8, At>) -> Option<String> {
-        let table = self.tables.get(entry.table as usize)?;
-        let at = readers
-            .entry(entry.table)
-            .or_insert_with(|| table.reader.at(0));
-        string_at(table.strings, entry.name, &mut |pos, buf| {
-            at.seek(SeekFrom::Start(pos)).ok()?;
-            at.read(buf).ok()
-        })
-    }
-
     /// The symbols a lookup of `addresses` needs (see the module's description), in
     /// address order, the preferred one first where several start at one address (as
     /// [`super::SymbolMap::from_preferred`] takes them); empty when the tables have no
@@ -517,16 +508,65 @@ impl Tables {
             }
         };
         entries.dedup_by_key(|e| e.address);
-        // Names read in the order they lie in their tables, through each reader's
-        // read-ahead: in address order each would be a read of the file of its own.
+        // Names read in the order they lie in their tables: in address order each would
+        // be a read of the file of its own.
         entries.sort_unstable_by_key(|e| (e.table, e.name));
-        let mut readers = HashMap::new();
-        let mut by_hash: Vec<(u64, u64)> = entries
-            .into_iter()
-            .filter_map(|e| Some((hash(&self.name_in_order(&e, &mut readers)?), e.address)))
-            .collect();
+        let mut by_hash = self.hashed_names(&entries);
+        drop(entries);
         by_hash.sort_unstable();
         NameIndex { by_hash }
+    }
+
+    /// The hash of the name of each of `entries` (sorted by table and name offset) with
+    /// the entry's address; an entry whose name cannot be read or is empty is left out.
+    /// Each string table is read forward [`NAMES_WINDOW`] bytes at a time and each name
+    /// hashed where it lies (as [`Tables::name`] would read it, without a version
+    /// suffix): reading each name on its own into a string took 1.4 ms for libc's 3,700
+    /// functions.
+    fn hashed_names(&self, entries: &[Entry]) -> Vec<(u64, u64)> {
+        let mut out = Vec::with_capacity(entries.len());
+        let mut window: Vec<u8> = Vec::new();
+        // The window's table and where in its strings it starts, and whether it reaches
+        // their end (or the file's): then no later name of the table needs another.
+        let mut at: Option<(u8, u64, bool)> = None;
+        for e in entries {
+            let Some(table) = self.tables.get(e.table as usize) else {
+                continue;
+            };
+            let (start, size) = table.strings;
+            let offset = u64::from(e.name);
+            if offset >= size {
+                continue;
+            }
+            let fits = |(t, from, to_end): (u8, u64, bool)| {
+                let end = from + window.len() as u64;
+                t == e.table
+                    && offset >= from
+                    && (to_end || (offset + MAX_NAME_BYTES as u64).min(size) <= end)
+            };
+            if !at.is_some_and(fits) {
+                let want = ((size - offset) as usize).min(NAMES_WINDOW);
+                window.resize(want, 0);
+                let got = table
+                    .reader
+                    .0
+                    .read_into(start + offset, &mut window)
+                    .unwrap_or(0);
+                window.truncate(got);
+                let to_end = got < want || offset + got as u64 >= size;
+                at = Some((e.table, offset, to_end));
+            }
+            let from = at.map_or(0, |(_, from, _)| (offset - from) as usize);
+            let rest = window.get(from..).unwrap_or_default();
+            let rest = &rest[..rest.len().min(MAX_NAME_BYTES)];
+            let name = &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())];
+            let name = String::from_utf8_lossy(name);
+            let name = without_version(&name);
+            if !name.is_empty() {
+                out.push((hash(name), e.address));
+            }
+        }
+        out
     }
 }
 

@@ -183,6 +183,9 @@ impl Units {
             else {
                 continue;
             };
+            if !may_refer_out(dwarf, &header) {
+                continue;
+            }
             let Ok(abbreviations) = dwarf.abbreviations(&header) else {
                 continue;
             };
@@ -208,6 +211,43 @@ impl Units {
         }
         unread
     }
+}
+
+/// Whether the abbreviations of the unit of `header` let an entry give its
+/// `DW_AT_abstract_origin` or `DW_AT_specification` in another unit (as
+/// `DW_FORM_ref_addr`, or a form the entry chooses): only then does
+/// [`Units::add_referenced`] read its entries. GCC's units of C refer within themselves
+/// alone (`DW_FORM_ref4`): reading the entries of libc's units kept for a profile to
+/// find none took a millisecond a run. `true` when the table cannot be read.
+fn may_refer_out(dwarf: &gimli::Dwarf<Reader>, header: &gimli::UnitHeader<Reader>) -> bool {
+    use gimli::constants::*;
+    use gimli::{Reader as _, Section as _};
+    let mut table = dwarf.debug_abbrev.reader().clone();
+    let read = |table: &mut Reader| -> gimli::Result<bool> {
+        table.skip(header.debug_abbrev_offset().0)?;
+        // Each abbreviation: its code (0 ends the table), tag and children flag, then
+        // (attribute, form) pairs up to (0, 0).
+        while table.read_uleb128()? != 0 {
+            table.read_uleb128()?;
+            table.read_u8()?;
+            loop {
+                let (name, form) = (table.read_uleb128()?, table.read_uleb128()?);
+                if (name, form) == (0, 0) {
+                    break;
+                }
+                let (name, form) = (DwAt(name as u16), DwForm(form as u16));
+                if form == DW_FORM_implicit_const {
+                    table.read_sleb128()?;
+                }
+                let named = name == DW_AT_abstract_origin || name == DW_AT_specification;
+                if named && (form == DW_FORM_ref_addr || form == DW_FORM_indirect) {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    };
+    read(&mut table).unwrap_or(true)
 }
 
 /// The offsets of the units of `dwarf`'s `.debug_info`.
