@@ -441,9 +441,9 @@ pub fn section_shared<'d, R: object::ReadRef<'d>>(
 /// section are to find instead, if anything; nothing else of a run is written, so its
 /// pages cost nothing. Gives the bytes and where every unit of the section starts. A
 /// compressed section is inflated as a stream, through a small buffer. `None` when the
-/// section is not laid out as such units (a unit in the 64-bit format, or past the end)
-/// or `stand_in` could not stand in for a run (it says so with `false`): the caller reads
-/// it whole.
+/// section is not laid out as such units (a unit in the 64-bit format, one too short for
+/// a header, one past the end, or more than [`MAX_UNITS`] of them) or `stand_in` could
+/// not stand in for a run (it says so with `false`): the caller reads it whole.
 pub fn section_units<'d, R: object::ReadRef<'d>>(
     elf: &Elf<'d, R>,
     section: &Section<'d>,
@@ -499,7 +499,7 @@ pub fn section_units<'d, R: object::ReadRef<'d>>(
         }
         let length = endian.read_u32(&head);
         // 0xffff_fff0 and above: the 64-bit format, or reserved values.
-        if length >= 0xffff_fff0 {
+        if !(MIN_UNIT_LENGTH..0xffff_fff0).contains(&length) || starts.len() == MAX_UNITS {
             return Ok(None);
         }
         let Some(end) = (length_end)
@@ -530,6 +530,17 @@ pub fn section_units<'d, R: object::ReadRef<'d>>(
     }
     Ok(Some((data, starts)))
 }
+
+/// The shortest length a unit of [`section_units`] can give after its length field: a
+/// DWARF 2-4 unit header's version, abbreviation offset and address size (7 bytes; a line
+/// program's header is longer). A shorter one is a damaged section, whose starts could
+/// otherwise be 4 bytes apart.
+const MIN_UNIT_LENGTH: u32 = 7;
+
+/// The most units [`section_units`] keeps the starts of: 2^20, far beyond the largest
+/// programs' (tens of thousands of compilation units) and 8 MB of starts; a section with
+/// more is read whole.
+pub const MAX_UNITS: usize = 1 << 20;
 
 /// Where [`section_units`] reads a section's bytes: the file, where the section starts
 /// (read through the reader's read-ahead: units' lengths are a few bytes each, a few

@@ -447,6 +447,10 @@ pub(super) fn name_cached(
         return Ok((facts, infos.into_iter().flatten().collect()));
     }
     let _one_at_a_time = large.then(|| NAMING_LARGE.lock().unwrap_or_else(|e| e.into_inner()));
+    // A signal may have stopped the naming while this worker waited.
+    if let Some(signal) = crate::record::interrupt::stopped() {
+        return Err(format!("not read: {signal} stopped the naming"));
+    }
     let syms = load(entry.is_some())?;
     let wanted: Vec<u64> = missing.iter().map(|&i| addresses[i]).collect();
     // The functions resolved go into the entry as they come, after those it held, unless

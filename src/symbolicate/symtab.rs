@@ -547,11 +547,11 @@ impl Tables {
             if !at.is_some_and(fits) {
                 let want = ((size - offset) as usize).min(NAMES_WINDOW);
                 window.resize(want, 0);
-                let got = table
-                    .reader
-                    .0
-                    .read_into(start + offset, &mut window)
-                    .unwrap_or(0);
+                let Some(got) = table.reader.0.read_into(start + offset, &mut window) else {
+                    // This name only cannot be read, as `Tables::name` would say.
+                    at = None;
+                    continue;
+                };
                 window.truncate(got);
                 let to_end = got < want || offset + got as u64 >= size;
                 at = Some((e.table, offset, to_end));

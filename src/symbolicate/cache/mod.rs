@@ -37,9 +37,11 @@
 //!   boot and of where the kernel's text starts (see [`SymbolCache::kernel_key`]), with
 //!   a random secret kept in the cache (`sampler/secret`, 0600): from public facts
 //!   (build ID, boot ID) and an entry's name nobody can work out the kernel's address.
-//! - Writes: atomic (a new file beside the entry, renamed over it), after the profile is
-//!   written ([`SymbolCache::save`]), so they never delay it; a failure only means the
-//!   next run reads the debug information again.
+//! - Writes: atomic (a new file beside the entry, renamed over it) after the profile is
+//!   written ([`SymbolCache::save`]), so they never delay it, except that entries of
+//!   256 KiB or more are written into their new files as they are made (not to be held
+//!   in memory) and only renamed then; a run that does not save removes them. A failure
+//!   only means the next run reads the debug information again.
 //!
 //! The parts: `key` says which file an entry is for and where its debug information
 //! came from, `format` reads and checks the flat entry, `builder` makes one from what a

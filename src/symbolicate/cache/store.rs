@@ -34,8 +34,8 @@ const SECRET_NAME: &str = "secret";
 /// open.
 const WRITTEN_AT_ONCE_BYTES: usize = 256 << 10;
 
-/// The most entries written as they are made that a run holds open (two descriptors
-/// each) before it keeps the rest in memory.
+/// The most entries written as they are made that a run holds open (three descriptors
+/// each: the file, and its directory twice) before it keeps the rest in memory.
 const MOST_WRITTEN_AT_ONCE: usize = 64;
 
 /// An entry to put into the cache at [`SymbolCache::save`]: already written into a file
@@ -61,6 +61,8 @@ pub struct SymbolCache {
     root: PathBuf,
     owner: Option<SudoUser>,
     pending: Mutex<Vec<Pending>>,
+    /// How many of `pending` were written as they were made (or are being written).
+    written_at_once: std::sync::atomic::AtomicUsize,
     /// The debug files to write inflated copies of (see [`super::inflated`]), by the
     /// copy's name: the file read, kept open.
     pending_inflated: Mutex<Vec<(String, At)>>,
@@ -88,6 +90,7 @@ impl SymbolCache {
             root,
             owner,
             pending: Mutex::default(),
+            written_at_once: Default::default(),
             pending_inflated: Mutex::default(),
             kernel_table: Mutex::default(),
             secret: std::sync::OnceLock::new(),
@@ -251,12 +254,17 @@ impl SymbolCache {
     /// once into a file on its way in (see [`WRITTEN_AT_ONCE_BYTES`]) where the
     /// directory is there (a run that fails creates nothing), else its bytes.
     fn keep(&self, name: String, bytes: Vec<u8>) {
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let written = pending
-            .iter()
-            .filter(|p| matches!(p, Pending::Written(_)))
-            .count();
-        let entry = match bytes.len() >= WRITTEN_AT_ONCE_BYTES && written < MOST_WRITTEN_AT_ONCE {
+        use std::sync::atomic::Ordering::Relaxed;
+        // A place among the files held open, taken before writing (outside the lock, so
+        // that other workers keep theirs meanwhile).
+        let write = bytes.len() >= WRITTEN_AT_ONCE_BYTES
+            && self
+                .written_at_once
+                .fetch_update(Relaxed, Relaxed, |n| {
+                    (n < MOST_WRITTEN_AT_ONCE).then_some(n + 1)
+                })
+                .is_ok();
+        let entry = match write {
             true => match self.write_temp(&name, &bytes) {
                 Ok(temp) => Pending::Written(temp),
                 // A full disk: tried again, and reported, as the run saves.
@@ -264,7 +272,10 @@ impl SymbolCache {
             },
             false => Pending::Bytes(name, bytes),
         };
-        pending.push(entry);
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(entry);
     }
 
     /// `bytes` written into a new file on its way in to be entry `name`, in the
@@ -297,6 +308,7 @@ impl SymbolCache {
         let mut written: Vec<String> = Vec::new();
         let mut failed = None;
         for entry in pending {
+            let made_before = matches!(entry, Pending::Written(_));
             let (name, write) = match entry {
                 Pending::Written(temp) => (temp.final_name().to_string(), Ok(temp)),
                 Pending::Bytes(name, bytes) => {
@@ -313,6 +325,9 @@ impl SymbolCache {
             // rebuilt, which is cheaper than waiting for the disk on every run.
             match write.and_then(|temp| temp.commit(self.owner, false)) {
                 Ok(()) => written.push(name),
+                // Taken for a file left by a dead process (a run that named for more
+                // than `usercache::STALE_TEMP`): this entry only is not kept.
+                Err(e) if made_before && e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
                     failed = Some(e);
                     break;
@@ -479,6 +494,19 @@ mod tests {
         assert_eq!(names(), saved);
         let read = |n: u8| std::fs::read(cache.dir().join(key(n).file_name())).unwrap();
         assert!(read(1) == large && read(2) == small);
+        // A file on its way in that another run took for a dead process's and removed
+        // (after an hour): that entry only is not kept, and the save goes on.
+        let cache = cache_at();
+        cache.put(&key(3), large.clone());
+        cache.put(&key(4), small.clone());
+        let temp = names()
+            .into_iter()
+            .find(|n| n.starts_with(usercache::TEMP_PREFIX))
+            .unwrap();
+        std::fs::remove_file(cache.dir().join(temp)).unwrap();
+        assert_eq!(cache.save(), Ok(1));
+        assert!(names().contains(&key(4).file_name()));
+        assert!(!names().contains(&key(3).file_name()));
     }
 
     /// Ten boots of one kernel, each run writing its table (as large as this machine's

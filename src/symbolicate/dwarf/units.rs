@@ -4,7 +4,7 @@
 //! are left out, so that their entries, abbreviations and line programs cost neither
 //! memory nor time.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -41,8 +41,8 @@ pub(super) type InfoRead = (Arc<[u8]>, Option<Vec<usize>>);
 /// `.debug_info`: a fifth of the CPU of a first run).
 pub(super) const LEFT_OUT_ABBREVIATIONS: [u8; 6] = [1, 0x11, 0, 0, 0, 0];
 
-/// The bytes of a [`stand_in`]: a DWARF 4 unit header (length 4, version 2, abbreviation
-/// offset 4, address size 1) and the root's abbreviation code.
+/// The bytes of a [`stand_in`]: a DWARF 4 unit header (its fields' sizes: length 4,
+/// version 2, abbreviation offset 4, address size 1) and the root's abbreviation code.
 const STAND_IN_BYTES: usize = 12;
 
 /// Writes over `run` (zeros where a run of units left out of `.debug_info` lies) one unit
@@ -159,10 +159,13 @@ impl Units {
         scanned: &mut HashSet<usize>,
         readable: &dyn Fn(usize) -> bool,
     ) -> bool {
-        let offsets: Vec<usize> = match starts {
-            Some(starts) => starts.to_vec(),
-            None => unit_offsets(dwarf).collect(),
+        let offsets: std::borrow::Cow<[usize]> = match starts {
+            Some(starts) => starts.into(),
+            None => unit_offsets(dwarf).collect::<Vec<_>>().into(),
         };
+        // Whether each abbreviation table allows a reference out (see `may_refer_out`),
+        // by its offset: units share tables.
+        let mut refer_out: HashMap<usize, bool> = HashMap::new();
         let unit_of = |at: usize| {
             offsets
                 .partition_point(|offset| *offset <= at)
@@ -183,7 +186,11 @@ impl Units {
             else {
                 continue;
             };
-            if !may_refer_out(dwarf, &header) {
+            let table = header.debug_abbrev_offset().0;
+            if !*refer_out
+                .entry(table)
+                .or_insert_with(|| may_refer_out(dwarf, &header))
+            {
                 continue;
             }
             let Ok(abbreviations) = dwarf.abbreviations(&header) else {
