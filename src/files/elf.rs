@@ -661,7 +661,8 @@ mod tests {
     /// keeping every unit gives the section as [`section_shared`] reads it, and where
     /// each unit starts; keeping every third, those units as they are, each run of the
     /// others handed to the stand-in once and otherwise zeros; a stand-in that cannot be
-    /// made is refused; a file cut short is refused, not read past.
+    /// made, or a unit too short for a header, is refused; a file cut short is refused,
+    /// not read past.
     #[test]
     fn sections_of_units_keep_what_is_asked_and_zeros() {
         let exe = std::env::current_exe().unwrap();
@@ -738,6 +739,18 @@ mod tests {
                 assert_eq!(*runs.borrow(), expected_runs, "{what}");
                 let refused = section_units(&elf, &section, &at, &kept, &|_| false, &zeroed);
                 assert!(refused.unwrap().is_none(), "{what}");
+
+                // A unit too short for a header (a damaged section): read whole instead.
+                if format == CompressionFormat::None {
+                    let first = section.file_range().unwrap().0 as usize;
+                    for length in [0u32, 3] {
+                        let mut damaged = data.to_vec();
+                        damaged[first..first + 4].copy_from_slice(&length.to_le_bytes());
+                        let at = At::of_bytes(damaged.into());
+                        let read = section_units(&elf, &section, &at, &|_| true, &nothing, &zeroed);
+                        assert!(read.unwrap().is_none(), "{what}: a unit of length {length}");
+                    }
+                }
 
                 let cut = match format {
                     CompressionFormat::None => section.file_range().unwrap().0 as usize + 1000,
