@@ -461,6 +461,9 @@ pub(super) fn name_cached(
         }
         _ => cache::EntryBuilder::default(),
     });
+    // The builder holds what the entry did: what is made from here on (a large library's
+    // answers, then its new entry) does not sit beside it too.
+    drop(entry);
     let keep = |pieces: &[(Range<u64>, AddressInfo)]| {
         let mut builder = builder.lock().unwrap_or_else(|e| e.into_inner());
         for (range, info) in pieces {
@@ -479,6 +482,8 @@ pub(super) fn name_cached(
         Some(_) => syms.debug_file.is_none(),
         None => false,
     };
+    // Its symbols and DWARF go before the new entry is made.
+    drop(syms);
     if let (true, Some(source)) = (used, &source) {
         let builder = builder.into_inner().unwrap_or_else(|e| e.into_inner());
         store.put(key, builder.finish(key, &facts, source));
