@@ -61,9 +61,16 @@ fn string_at(
         }
         pos += n as u64;
     }
-    let name = String::from_utf8_lossy(&name);
+    stored_name(&name, str::to_string)
+}
+
+/// What `f` makes of the name a string table's `bytes` hold (up to a NUL, if any),
+/// without a version suffix; `None` when it is empty.
+fn stored_name<T>(bytes: &[u8], f: impl FnOnce(&str) -> T) -> Option<T> {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    let name = String::from_utf8_lossy(&bytes[..end]);
     let name = without_version(&name);
-    (!name.is_empty()).then(|| name.to_string())
+    (!name.is_empty()).then(|| f(name))
 }
 
 /// The name of entry `index` of the symbol table `table` (a little-endian `.dynsym`,
@@ -558,12 +565,8 @@ impl Tables {
             }
             let from = at.map_or(0, |(_, from, _)| (offset - from) as usize);
             let rest = window.get(from..).unwrap_or_default();
-            let rest = &rest[..rest.len().min(MAX_NAME_BYTES)];
-            let name = &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())];
-            let name = String::from_utf8_lossy(name);
-            let name = without_version(&name);
-            if !name.is_empty() {
-                out.push((hash(name), e.address));
+            if let Some(h) = stored_name(&rest[..rest.len().min(MAX_NAME_BYTES)], hash) {
+                out.push((h, e.address));
             }
         }
         out

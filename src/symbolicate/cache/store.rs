@@ -282,9 +282,7 @@ impl SymbolCache {
     /// entries' directory if it is there.
     fn write_temp(&self, name: &str, bytes: &[u8]) -> std::io::Result<TempFile> {
         let dir = usercache::open_dir(&self.root, &DIRS, self.owner, false, PRIVATE)?;
-        let mut temp = TempFile::create(dir, name, FILE_MODE)?;
-        temp.file.write_all(bytes)?;
-        Ok(temp)
+        write_new(dir, name, bytes)
     }
 
     /// Writes the entries kept by [`SymbolCache::put`], then evicts the least recently
@@ -312,12 +310,9 @@ impl SymbolCache {
             let (name, write) = match entry {
                 Pending::Written(temp) => (temp.final_name().to_string(), Ok(temp)),
                 Pending::Bytes(name, bytes) => {
-                    let write = || -> std::io::Result<TempFile> {
-                        let mut temp = TempFile::create(dir.try_clone()?, &name, FILE_MODE)?;
-                        temp.file.write_all(&bytes)?;
-                        Ok(temp)
-                    };
-                    let temp = write();
+                    let temp = dir
+                        .try_clone()
+                        .and_then(|dir| write_new(dir, &name, &bytes));
                     (name, temp)
                 }
             };
@@ -364,6 +359,13 @@ impl SymbolCache {
             )),
         }
     }
+}
+
+/// `bytes` written into a new file of `dir` on its way in to be entry `name`.
+fn write_new(dir: std::os::fd::OwnedFd, name: &str, bytes: &[u8]) -> std::io::Result<TempFile> {
+    let mut temp = TempFile::create(dir, name, FILE_MODE)?;
+    temp.file.write_all(bytes)?;
+    Ok(temp)
 }
 
 /// Writes into `dir` the inflated copy `name` of the debug file `at` reads; `Ok(false)`

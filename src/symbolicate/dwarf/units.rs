@@ -143,6 +143,11 @@ impl Units {
         !self.listed.contains(&offset) || self.needed.contains(&offset)
     }
 
+    /// How many of the units starting at `starts` are left out.
+    fn left_out_of(&self, starts: &[usize]) -> usize {
+        starts.iter().filter(|&&u| !self.kept(u)).count()
+    }
+
     /// Adds to the units kept those that kept units refer to for names: a function's
     /// `DW_AT_abstract_origin` or `DW_AT_specification` in another unit (Go places an
     /// inlined function's abstract entry in its own package's unit; LTO does the like),
@@ -402,7 +407,7 @@ pub(super) fn keep_only(
     }
     if let Some(starts) = starts {
         // Left out as it was read.
-        return Ok(starts.iter().filter(|&&u| !kept.kept(u)).count());
+        return Ok(kept.left_out_of(&starts));
     }
     let Some(leave_out) = only_units_for(sections, kept, appended) else {
         return Ok(0);
@@ -430,14 +435,15 @@ fn keep_referenced(
     let kept_of = |starts: &[usize], kept: &Units| -> HashSet<usize> {
         starts.iter().copied().filter(|&u| kept.kept(u)).collect()
     };
-    let mut starts: Option<Vec<usize>> = starts.map(<[usize]>::to_vec);
     // The units read whole; `None`: all.
-    let mut read_whole = starts.as_deref().map(|s| kept_of(s, kept));
+    let mut read_whole = starts.map(|s| kept_of(s, kept));
     let mut scanned = HashSet::new();
-    let mut last = None;
+    let mut last: Option<InfoRead> = None;
     for round in 1.. {
         let readable = |unit: usize| read_whole.as_ref().is_none_or(|r| r.contains(&unit));
-        if !kept.add_referenced(sections, starts.as_deref(), &mut scanned, &readable) {
+        // Where the units of the section read last start.
+        let now = last.as_ref().map_or(starts, |(_, again)| again.as_deref());
+        if !kept.add_referenced(sections, now, &mut scanned, &readable) {
             break;
         }
         if round == MAX_REREADS {
@@ -447,7 +453,6 @@ fn keep_referenced(
         let (own, again) = reread(kept)?;
         sections.debug_info = EndianArcSlice::new(own.clone(), endian).into();
         read_whole = again.as_deref().map(|s| kept_of(s, kept));
-        starts.clone_from(&again);
         last = Some((own, again));
         if round == MAX_REREADS {
             break;
@@ -549,7 +554,7 @@ impl LeaveOut {
         drop(own);
         let (mut info, starts) = reread(kept)?;
         let left_out = match &starts {
-            Some(starts) => starts.iter().filter(|&&u| !kept.kept(u)).count(),
+            Some(starts) => kept.left_out_of(starts),
             None => {
                 self.apply(Arc::make_mut(&mut info));
                 self.left_out.len()
