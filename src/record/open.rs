@@ -201,6 +201,33 @@ pub(crate) struct EventRequest {
     pub cpus: Vec<i32>,
 }
 
+/// The sampling event's attribute: [`base_attr`], and for per-CPU events of followed
+/// processes without the idle task. A timer fires on an idle CPU as often as on a busy
+/// one, and the idle task is never a followed process: on a 2-CPU machine running a
+/// one-thread command, half the samples written would be the idle CPU's (the kernel
+/// honours `exclude_idle` for its two timer events; `-a` keeps them: idle time is part
+/// of the machine's profile).
+fn sampling_attr(
+    request: &EventRequest,
+    scope: Scope,
+    event: SamplingEvent,
+    include_kernel: bool,
+) -> pb::perf_event_attr {
+    let mut attr = base_attr(
+        event,
+        request.rate,
+        request.max_stack,
+        request.stack_bytes,
+        include_kernel,
+    );
+    if scope == Scope::FollowedOnCpus
+        && matches!(event, SamplingEvent::CpuClock | SamplingEvent::TaskClock)
+    {
+        attr.set_exclude_idle(1);
+    }
+    attr
+}
+
 /// Opens the sampling events of `request` at `placement`: the event asked for, or
 /// cycles if the PMU has them, else cpu-clock; with kernel frames if allowed, else
 /// without.
@@ -221,13 +248,7 @@ pub(super) fn open_events(
         .into_iter()
         .flat_map(|kernel| candidates.iter().map(move |&event| (kernel, event)));
     for (include_kernel, event) in attempts {
-        let attr = base_attr(
-            event,
-            request.rate,
-            request.max_stack,
-            request.stack_bytes,
-            include_kernel,
-        );
+        let attr = sampling_attr(request, scope, event, include_kernel);
         match open_placed(&attr, placement, cpus) {
             Ok(fds) => {
                 return open_beside(
@@ -350,4 +371,32 @@ fn open_beside(
         sampling_fds,
         off_cpu,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_per_cpu_timer_events_of_followed_processes_leave_the_idle_task_out() {
+        let request = EventRequest {
+            event: None,
+            rate: Rate::Frequency(1000),
+            max_stack: 127,
+            stack_bytes: 8192,
+            mmap_pages: 64,
+            off_cpu: None,
+            cpus: vec![0],
+        };
+        let idle_out =
+            |scope, event| sampling_attr(&request, scope, event, true).exclude_idle() == 1;
+        assert!(idle_out(Scope::FollowedOnCpus, SamplingEvent::CpuClock));
+        assert!(idle_out(Scope::FollowedOnCpus, SamplingEvent::TaskClock));
+        // `-a` shows the idle CPUs; per-task events never see the idle task.
+        assert!(!idle_out(Scope::System, SamplingEvent::CpuClock));
+        assert!(!idle_out(Scope::Tasks, SamplingEvent::CpuClock));
+        // Hardware counters do not count in a halted CPU, and some PMUs refuse the bit.
+        assert!(!idle_out(Scope::FollowedOnCpus, SamplingEvent::Cycles));
+        assert!(!idle_out(Scope::FollowedOnCpus, SamplingEvent::PageFaults));
+    }
 }

@@ -295,6 +295,13 @@ impl KernelWalker {
             };
             set.map_err(|e| format!("the eBPF program's map {name}: {e}"))?;
         }
+        // With SAMPLER_BPF_STATS too, the verifier's statistics (its time, the
+        // instructions and states it went through), the measure of the program's load.
+        if std::env::var_os("SAMPLER_BPF_STATS").is_some() {
+            for mut prog in open.progs_mut() {
+                prog.set_log_level(4);
+            }
+        }
         let object = open.load().map_err(|e| load_error(&e))?;
         let rows = Chunks::new(
             &object,
