@@ -236,21 +236,40 @@ pub fn write_mapped_array(
     let memory = MmapOptions::new()
         .len(elements * stride)
         .map_raw(map.as_raw_fd())?;
-    for (i, value) in values.chunks_exact(value_size).enumerate() {
-        // SAFETY: the mapping is `elements * stride` bytes long, writable and shared
-        // with the kernel only (nothing in this process refers to it), and element
-        // `first + i` (checked above to be below `elements`) starts `stride` bytes
-        // apart and holds `value_size <= stride` bytes; `value` is our own slice,
-        // which does not overlap the mapping.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                value.as_ptr(),
-                memory.as_mut_ptr().add((first + i) * stride),
-                value_size,
-            );
+    let to = memory.as_mut_ptr();
+    // Unwind-table rows are 12 bytes: copied as such, each copy is two moves, where a
+    // copy of a size known only at run time is a call (3.8 million of them for a build's
+    // tables).
+    match value_size {
+        12 => copy_strided::<12>(to, first, stride, values),
+        _ => {
+            for (i, value) in values.chunks_exact(value_size).enumerate() {
+                // SAFETY: as in `copy_strided`, for `value_size` bytes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        value.as_ptr(),
+                        to.add((first + i) * stride),
+                        value_size,
+                    );
+                }
+            }
         }
     }
     Ok(())
+}
+
+/// Copies `values`, `N` bytes each, to elements `first`.. of the mapped array at `to`,
+/// `stride` bytes apart. The caller has checked that the mapping (writable, shared with
+/// the kernel only: nothing in this process refers to it) holds those elements, and that
+/// `N <= stride`.
+fn copy_strided<const N: usize>(to: *mut u8, first: usize, stride: usize, values: &[u8]) {
+    for (i, value) in values.chunks_exact(N).enumerate() {
+        // SAFETY: element `first + i` lies within the mapping and holds `N` bytes (the
+        // caller's checks); `value` is our own slice, which does not overlap it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(value.as_ptr(), to.add((first + i) * stride), N);
+        }
+    }
 }
 
 /// One perf ring buffer: the metadata page followed by `2^n` data pages, shared with the

@@ -45,8 +45,8 @@ const DIRS: [&str; 2] = ["sampler", "unwind"];
 /// 6 MB, a C program and its libraries well under 1 MB: room for several toolchains.
 const MAX_TOTAL_BYTES: u64 = 256 << 20;
 
-/// The first bytes of an entry: its kind and version.
-const MAGIC: [u8; 8] = *b"SMPLUNW\x01";
+/// The first bytes of an entry: its kind and version (2: the checksum of four lanes).
+const MAGIC: [u8; 8] = *b"SMPLUNW\x02";
 
 /// An entry's header: magic, then as 64-bit words its base, row count and checksum, the
 /// file's size, device, inode, modification and change times (seconds and nanoseconds
@@ -263,25 +263,69 @@ fn seed(base: u64, count: usize) -> u64 {
     base.rotate_left(17) ^ count as u64
 }
 
-/// A checksum of rows, mixed in one at a time: each step is one-to-one, so a change in
-/// any row changes it. It guards against damage; what is in the user's cache is
-/// theirs, and the kernel walker checks every row it follows anyway.
+/// A checksum of rows: row `i` is mixed into lane `i % 4`, and the lanes are folded
+/// together at the end. Each step is one-to-one, so a change in any row changes its
+/// lane; four lanes are four independent chains of multiplications, which a CPU runs
+/// side by side (rustc's 2.8 million rows are checked in about a quarter of the time one
+/// chain took). It guards against damage; what is in the user's cache is theirs, and the
+/// kernel walker checks every row it follows anyway.
 #[derive(Clone, Copy, Debug, Default)]
-struct Checksum(u64);
+struct Checksum {
+    lanes: [u64; 4],
+    rows: u64,
+}
+
+/// One row mixed into a lane: its first 8 bytes, then its last 4.
+fn mix_row(lane: u64, row: &[u8]) -> u64 {
+    let mix = |h: u64, word: u64| {
+        (h ^ word)
+            .wrapping_mul(0xff51_afd7_ed55_8ccd)
+            .rotate_left(29)
+    };
+    let first = row[..8].try_into().map_or(0, u64::from_le_bytes);
+    let last = row[8..12].try_into().map_or(0, u32::from_le_bytes);
+    mix(mix(lane, first), u64::from(last))
+}
 
 impl Checksum {
-    fn add(&mut self, row: &[u8]) {
-        for part in [&row[..8], &row[8..]] {
-            let mut word = [0u8; 8];
-            word[..part.len()].copy_from_slice(part);
-            self.0 = (self.0 ^ u64::from_le_bytes(word))
-                .wrapping_mul(0xff51_afd7_ed55_8ccd)
-                .rotate_left(29);
+    /// Mixes in the rows of `bytes` (a whole number of rows).
+    fn add_rows(&mut self, bytes: &[u8]) {
+        let whole = bytes.len() - bytes.len() % ROW_BYTES;
+        let mut rest = &bytes[..whole];
+        while !self.rows.is_multiple_of(4) && !rest.is_empty() {
+            self.add(&rest[..ROW_BYTES]);
+            rest = &rest[ROW_BYTES..];
+        }
+        let mut quads = rest.chunks_exact(4 * ROW_BYTES);
+        let [mut a, mut b, mut c, mut d] = self.lanes;
+        for quad in &mut quads {
+            a = mix_row(a, &quad[..ROW_BYTES]);
+            b = mix_row(b, &quad[ROW_BYTES..2 * ROW_BYTES]);
+            c = mix_row(c, &quad[2 * ROW_BYTES..3 * ROW_BYTES]);
+            d = mix_row(d, &quad[3 * ROW_BYTES..]);
+            self.rows += 4;
+        }
+        self.lanes = [a, b, c, d];
+        for row in quads.remainder().chunks_exact(ROW_BYTES) {
+            self.add(row);
         }
     }
 
+    fn add(&mut self, row: &[u8]) {
+        let lane = &mut self.lanes[(self.rows % 4) as usize];
+        *lane = mix_row(*lane, row);
+        self.rows += 1;
+    }
+
     fn with_seed(self, seed: u64) -> u64 {
-        (self.0 ^ seed).wrapping_mul(0xc4ce_b9fe_1a85_ec53)
+        self.lanes
+            .into_iter()
+            .fold(seed, |h, lane| {
+                (h ^ lane)
+                    .wrapping_mul(0xc4ce_b9fe_1a85_ec53)
+                    .rotate_left(31)
+            })
+            .wrapping_mul(0xc4ce_b9fe_1a85_ec53)
     }
 }
 
@@ -304,9 +348,7 @@ impl FileSink<'_> {
         if out == 0 || self.failed.is_some() {
             return;
         }
-        for row in bytes[..out].chunks_exact(ROW_BYTES) {
-            self.checksum.add(row);
-        }
+        self.checksum.add_rows(&bytes[..out]);
         match self.file.write_all_at(&bytes[..out], self.at) {
             Ok(()) => {
                 self.at += out as u64;
@@ -411,7 +453,8 @@ impl CachedRows {
         let mut checksum = Checksum::default();
         let mut left = self.count;
         let mut at = HEADER_BYTES as u64;
-        let mut last_start = None;
+        // Below every row's start: the first row's start is not compared.
+        let mut last_start = -1i64;
         let damaged = || DAMAGED.to_string();
         while left > 0 {
             let rows = left.min(BLOCK_ROWS);
@@ -420,13 +463,13 @@ impl CachedRows {
                 .read_exact_at(bytes, at)
                 .map_err(|e| format!("its cached unwind table could not be read: {e}"))?;
             for row in bytes.chunks_exact(ROW_BYTES) {
-                let start = u32::from_le_bytes(row[..4].try_into().map_err(|_| damaged())?);
-                if last_start.is_some_and(|last| start <= last) {
+                let start = row[..4].try_into().map_or(0, u32::from_le_bytes);
+                if i64::from(start) <= last_start {
                     return Err(damaged());
                 }
-                last_start = Some(start);
-                checksum.add(row);
+                last_start = i64::from(start);
             }
+            checksum.add_rows(bytes);
             take(bytes)?;
             at += bytes.len() as u64;
             left -= rows;
@@ -474,6 +517,36 @@ mod tests {
 
     fn compiled(binary: &Binary) -> KernelTable {
         super::super::kernel_table(&binary.path, &binary.reader()).unwrap()
+    }
+
+    #[test]
+    fn the_checksum_is_the_same_however_the_rows_are_split_and_changes_with_any_row() {
+        let rows: Vec<u8> = (0..37 * ROW_BYTES)
+            .map(|i| (i * 7 + i / 13) as u8)
+            .collect();
+        let mut one_by_one = Checksum::default();
+        rows.chunks_exact(ROW_BYTES).for_each(|r| one_by_one.add(r));
+        let whole = one_by_one.with_seed(5);
+        for split in [1, 3, 4, 5, 17, 36] {
+            let mut parts = Checksum::default();
+            parts.add_rows(&rows[..split * ROW_BYTES]);
+            parts.add_rows(&rows[split * ROW_BYTES..]);
+            assert_eq!(parts.with_seed(5), whole, "split after {split} rows");
+        }
+        for at in [0, 11, 12, 200, rows.len() - 1] {
+            let mut changed = rows.clone();
+            changed[at] ^= 0x10;
+            let mut sum = Checksum::default();
+            sum.add_rows(&changed);
+            assert_ne!(sum.with_seed(5), whole, "byte {at} changed");
+        }
+        // Two rows swapped between lanes.
+        let mut swapped = rows.clone();
+        swapped.copy_within(..ROW_BYTES, 36 * ROW_BYTES);
+        swapped[..ROW_BYTES].copy_from_slice(&rows[36 * ROW_BYTES..]);
+        let mut sum = Checksum::default();
+        sum.add_rows(&swapped);
+        assert_ne!(sum.with_seed(5), whole);
     }
 
     #[test]
