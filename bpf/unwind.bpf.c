@@ -9,7 +9,8 @@
 // kernel's callchain), then its user frames, leaf first.
 //
 // A walk that reaches a thread's outermost frame (or a step that does not move up the
-// stack: a loop) is sent here and the perf sample is dropped (the program returns 0).
+// stack: a loop) is sent here and the perf sample is dropped (the program returns 0), as
+// is a sample of a process sampler has said it does not follow (`strangers`).
 // Any other walk (a mapping or row the tables do not have yet, a rule the walker cannot
 // follow, memory it cannot read, the frame limit) sends nothing: the program returns 1
 // and the perf sample, with its stack copy and the kernel's frame-pointer chain, goes
@@ -209,6 +210,19 @@ struct {
 	__type(key, __u32);
 	__type(value, struct process);
 } processes SEC(".maps");
+
+// Processes that per-CPU events of a command or attached processes sample but that
+// sampler does not follow (someone else's, sampler's own): their samples are dropped
+// here, so that their stack copies are never written. sampler names them from their
+// first samples and takes a pid out again when it exits or becomes followed.
+#define STRANGERS 4096
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, STRANGERS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, __u8);
+} strangers SEC(".maps");
 
 // Each CPU's `bpf-output` event, by CPU number (libbpf sizes it to the possible CPUs).
 struct {
@@ -494,7 +508,7 @@ int walk_stack(struct bpf_perf_event_data *ctx)
 	__builtin_memset(wp, 0, sizeof(*wp));
 	wp->tgid = id >> 32;
 	if (wp->tgid == 0 || !bpf_map_lookup_elem(&processes, &wp->tgid))
-		return 1;
+		return bpf_map_lookup_elem(&strangers, &wp->tgid) ? 0 : 1;
 	struct record *r = this_cpu_record();
 	if (!r)
 		return 1;

@@ -35,6 +35,12 @@ impl Followed {
         }
     }
 
+    /// Whether process `pid` may become followed without a fork: the launched command
+    /// before its `exec`.
+    pub fn may_follow(&self, pid: i32) -> bool {
+        self.until_exec == Some(pid)
+    }
+
     /// Whether `event` belongs to the followed processes (updating them with it). A
     /// loss is theirs when it happened while one of their threads ran (or the kernel did
     /// not say who ran); throttling is kept.

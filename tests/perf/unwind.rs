@@ -280,6 +280,46 @@ fn kernel_tables_are_kept_between_runs_and_a_damaged_one_is_refused() {
     assert!(entry.exists(), "compiled again and kept");
 }
 
+/// As root the command is sampled by per-CPU events, which sample every process on the
+/// CPU: the kernel's walker drops the samples of the processes sampler does not follow
+/// once it has seen them, so that their stack copies are never written. A busy process
+/// of someone else's beside the command, which takes as many samples as the command
+/// does, leaves the ring's bytes per sample near the command's own (without the drop,
+/// each of its samples brings a stack copy of 8 KB or more).
+fn samples_of_processes_not_followed_are_dropped_in_the_kernel() {
+    let test = "samples_of_processes_not_followed_are_dropped_in_the_kernel";
+    let mut stranger = std::process::Command::new(target("busy"))
+        .args(["2", "4"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (o, path) = record(&["--unwind", "kernel"], &[&target("nofp"), "1"]);
+    stranger.wait().unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{test}: {err}");
+    ffp_check(&path);
+    let per_sample: u64 = err
+        .lines()
+        .find_map(|l| {
+            l.split(" MB of samples (")
+                .nth(1)?
+                .split(" bytes per sample")
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("{test}: no bytes per sample: {err}"));
+    eprintln!("{test}: {per_sample} bytes per sample beside a busy process");
+    assert!(
+        err.contains("1 threads in 1 processes"),
+        "{test}: only the command is in the profile: {err}"
+    );
+    assert!(
+        per_sample < 2_000,
+        "{test}: {per_sample} bytes per sample: {err}"
+    );
+}
+
 fn main() {
     run_tests(tests![
         c_without_frame_pointers_has_full_paths_in_hybrid_dwarf_and_kernel: Need::Perf;
@@ -289,5 +329,6 @@ fn main() {
         frames_larger_than_a_stack_copy_are_walked_whole_in_the_kernel: Need::Perf;
         a_process_teardown_has_the_stack_at_its_exit_in_hybrid_and_kernel: Need::Root;
         kernel_tables_are_kept_between_runs_and_a_damaged_one_is_refused: Need::Root;
+        samples_of_processes_not_followed_are_dropped_in_the_kernel: Need::Root;
     ]);
 }
