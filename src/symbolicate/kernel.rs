@@ -117,12 +117,12 @@ fn named(start: u64, name: &str) -> AddressInfo {
 }
 
 /// The kernel's code symbols as one pass over `/proc/kallsyms` gives them, their names
-/// in one string rather than one each (the kernel has some 120,000).
+/// in a few blocks rather than one string each (the kernel has some 120,000).
 #[derive(Debug, Default)]
 struct Listing {
     /// By address; of several at one address, the first listed.
     symbols: Vec<Listed>,
-    names: String,
+    names: NameBlocks,
     /// The addresses of the kernel's own functions, as [`Kallsyms::own`] says.
     own: Option<Range<u64>>,
 }
@@ -155,13 +155,11 @@ impl Listing {
             } else {
                 others.push(address);
             }
-            let (Ok(name_at), Ok(name_len)) = (
-                u32::try_from(listing.names.len()),
-                u16::try_from(name.len()),
-            ) else {
+            let (Some(name_at), Ok(name_len)) =
+                (listing.names.push(name), u16::try_from(name.len()))
+            else {
                 return;
             };
-            listing.names.push_str(name);
             listing.symbols.push(Listed {
                 address,
                 name_at,
@@ -182,8 +180,7 @@ impl Listing {
     }
 
     fn name(&self, s: &Listed) -> &str {
-        let at = s.name_at as usize;
-        &self.names[at..at + s.name_len as usize]
+        self.names.get(s.name_at, s.name_len)
     }
 
     /// The symbol with the highest address at or below `address`: its address and name.
@@ -204,9 +201,52 @@ impl Listing {
                 .iter()
                 .filter(move |s| s.own && s.address >= base && s.address < own.end)
         };
-        let starts: Vec<u64> = functions().map(|s| s.address - base).collect();
+        let starts = functions().map(|s| s.address - base);
         let names = functions().map(|s| self.name(s));
-        cache::KernelTable::build(key, &starts, names, own.end.checked_sub(base)?)
+        cache::KernelTable::build(key, starts, names, own.end.checked_sub(base)?)
+    }
+}
+
+/// Names kept in blocks of [`NAME_BLOCK`] bytes, none across two, each block made at its
+/// full size: they grow a block at a time and are never copied. The kernel's 2.9 MB of
+/// names in one string doubled their way there, 5.8 MB at the peak of a first run of a
+/// boot (heaptrack, `cargo build` with an empty cache), beside the table made of them.
+#[derive(Debug, Default)]
+struct NameBlocks {
+    blocks: Vec<String>,
+}
+
+/// Bytes of a block of names: 256 KiB, a twelfth of the kernel's.
+const NAME_BLOCK: usize = 1 << 18;
+
+impl NameBlocks {
+    /// Keeps `name`; where it is (its block times [`NAME_BLOCK`], plus its place in the
+    /// block), `None` for a name longer than a block or beyond 4 GiB.
+    fn push(&mut self, name: &str) -> Option<u32> {
+        if name.len() > NAME_BLOCK {
+            return None;
+        }
+        if self
+            .blocks
+            .last()
+            .is_none_or(|block| block.len() + name.len() > NAME_BLOCK)
+        {
+            self.blocks.push(String::with_capacity(NAME_BLOCK));
+        }
+        let block = self.blocks.len() - 1;
+        let last = self.blocks.last_mut()?;
+        let at = u32::try_from(block * NAME_BLOCK + last.len()).ok()?;
+        last.push_str(name);
+        Some(at)
+    }
+
+    /// The name of `len` bytes kept at `at` ("" where none is).
+    fn get(&self, at: u32, len: u16) -> &str {
+        let (block, offset) = (at as usize / NAME_BLOCK, at as usize % NAME_BLOCK);
+        self.blocks
+            .get(block)
+            .and_then(|b| b.get(offset..offset + len as usize))
+            .unwrap_or("")
     }
 }
 
@@ -307,6 +347,23 @@ pub fn kernel_table(kallsyms: &str, base: u64, key: &cache::Key) -> Option<Vec<u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_fill_blocks_without_crossing_them_and_read_back_whole() {
+        let mut blocks = NameBlocks::default();
+        let name = |i: usize| format!("function_{i:06}_{}", "x".repeat(i % 200));
+        // Some 30 MB of names: over a hundred blocks.
+        let at: Vec<(u32, String)> = (0..250_000)
+            .map(|i| (blocks.push(&name(i)).unwrap(), name(i)))
+            .collect();
+        assert!(blocks.blocks.len() > 100);
+        assert!(blocks.blocks.iter().all(|b| b.capacity() == NAME_BLOCK));
+        for (place, name) in &at {
+            assert_eq!(blocks.get(*place, name.len() as u16), name);
+        }
+        assert_eq!(blocks.push(&"y".repeat(NAME_BLOCK + 1)), None);
+        assert_eq!(blocks.get(u32::MAX, 4), "");
+    }
 
     /// Own functions (two at one address), data, a weak symbol, a module's function and
     /// a BPF program's.

@@ -83,30 +83,38 @@ impl KernelTable {
     /// than 4 GiB of names or text, a name longer than a kernel symbol's).
     pub fn build<'n>(
         key: &Key,
-        starts: &[u64],
+        starts: impl Iterator<Item = u64> + Clone,
         names: impl Iterator<Item = &'n str> + Clone,
         text_end: u64,
     ) -> Option<Vec<u8>> {
-        let count = u32::try_from(starts.len()).ok()?;
+        // Ascending, and below the text end: `last` ends past every start.
+        let (functions, ascending, _) = starts.clone().fold(
+            (0usize, true, None),
+            |(n, up, last): (_, _, Option<u64>), start| {
+                (n + 1, up && last.is_none_or(|l| l < start), Some(start))
+            },
+        );
+        let below_end = starts.clone().last().is_none_or(|last| last < text_end);
+        let count = u32::try_from(functions).ok()?;
         let (named, names_len, longest) =
             names.clone().fold((0, 0, 0), |(n, len, most), name: &str| {
                 (n + 1, len + name.len(), name.len().max(most))
             });
-        if named != starts.len()
+        if named != functions
             || longest > MAX_NAME_BYTES
             || key.build_id.len() > MAX_BUILD_ID
-            || starts.windows(2).any(|w| w[0] >= w[1])
-            || starts.last().is_some_and(|&last| last >= text_end)
+            || !ascending
+            || !below_end
         {
             return None;
         }
         let names_len = u32::try_from(names_len).ok()?;
         // Sized at once: 120,000 functions would otherwise grow it a few bytes at a time.
-        let head_len = HEADER_BYTES + 8 * starts.len();
+        let head_len = HEADER_BYTES + 8 * functions;
         let mut bytes = vec![0u8; head_len];
         bytes.reserve_exact(names_len as usize);
-        let (start_words, end_words) = bytes[HEADER_BYTES..].split_at_mut(4 * starts.len());
-        for (word, &start) in start_words.chunks_exact_mut(4).zip(starts) {
+        let (start_words, end_words) = bytes[HEADER_BYTES..].split_at_mut(4 * functions);
+        for (word, start) in start_words.chunks_exact_mut(4).zip(starts) {
             word.copy_from_slice(&u32::try_from(start).ok()?.to_le_bytes());
         }
         let mut end = 0u32;
@@ -378,7 +386,8 @@ mod tests {
     fn a_table_answers_as_its_functions_say_and_refuses_damage() {
         let starts = [0x10, 0x40, 0x1_0000];
         let names = ["first", "sécond", "third"];
-        let bytes = KernelTable::build(&key(), &starts, names.into_iter(), 0x2_0000).unwrap();
+        let bytes = KernelTable::build(&key(), starts.iter().copied(), names.into_iter(), 0x2_0000)
+            .unwrap();
         let table = KernelTable::parse(bytes.clone(), &key()).unwrap();
         let function = |start, name: &str| InTable::Function(start, name.to_string());
         assert_eq!(table.len(), 3);
@@ -410,25 +419,36 @@ mod tests {
         }
         // Unsorted starts, a start past the text end, names missing or longer than a
         // kernel symbol's: nothing built.
-        let build =
-            |starts: &[u64], end| KernelTable::build(&key(), starts, names.into_iter(), end);
+        let build = |starts: &[u64], end| {
+            KernelTable::build(&key(), starts.iter().copied(), names.into_iter(), end)
+        };
         assert!(build(&[0x40, 0x10, 0x50], 0x100).is_none());
         assert!(build(&[0x10, 0x40, 0x100], 0x100).is_none());
         assert!(build(&[0x10, 0x40, 0x50, 0x60], 0x100).is_none());
         assert!(build(&[0x10, 0x1_0000_0000], u64::MAX).is_none());
         let long = "x".repeat(MAX_NAME_BYTES + 1);
-        assert!(KernelTable::build(&key(), &[0x10], [long.as_str()].into_iter(), 0x100).is_none());
+        assert!(KernelTable::build(
+            &key(),
+            [0x10].into_iter(),
+            [long.as_str()].into_iter(),
+            0x100
+        )
+        .is_none());
     }
 
     /// Read from its file, a table reads its head and checks it whole, and reads each
     /// name only when a lookup lands in its function: a name damaged on disk later is
     /// `Unreadable` (kallsyms names the address), the others still answer.
+    /// The table of two functions, at 0x10 and 0x40, of these names.
+    fn two_functions(names: [&str; 2]) -> Vec<u8> {
+        KernelTable::build(&key(), [0x10, 0x40].into_iter(), names.into_iter(), 0x100).unwrap()
+    }
+
     #[test]
     fn a_table_in_a_file_reads_the_names_it_is_asked_for() {
         use std::io::Write as _;
         let scratch = crate::files::testdir::TestDir::new("kernel-table-file");
-        let bytes =
-            KernelTable::build(&key(), &[0x10, 0x40], ["first", "é"].into_iter(), 0x100).unwrap();
+        let bytes = two_functions(["first", "é"]);
         let path = scratch.join("table");
         let open = |bytes: &[u8]| {
             std::fs::write(&path, bytes).unwrap();
@@ -478,8 +498,7 @@ mod tests {
 
     #[test]
     fn a_table_whose_checksum_is_right_is_still_checked_whole() {
-        let bytes =
-            KernelTable::build(&key(), &[0x10, 0x40], ["a", "é"].into_iter(), 0x100).unwrap();
+        let bytes = two_functions(["a", "é"]);
         let resum = KernelTable::with_checksum;
         let names_at = bytes.len() - 3;
         let ends_at = names_at - 8;
