@@ -163,25 +163,6 @@ struct Window {
     counted: Counts,
 }
 
-/// What the kernel walker learns from an event of per-CPU events for followed processes
-/// (`kept`: whether it is theirs): the processes whose samples the program may drop, and
-/// the pids no longer so.
-fn name_strangers(
-    walker: &mut KernelWalker,
-    followed: &follow::Followed,
-    event: &Event,
-    kept: bool,
-) {
-    match (&event.kind, kept) {
-        (EventKind::Sample(s), false) if !followed.may_follow(s.pid) => walker.stranger(s.pid),
-        (EventKind::Exit { pid, tid }, _) if pid == tid => walker.not_stranger(*pid),
-        (EventKind::Fork { pid, .. } | EventKind::Comm { pid, .. }, true) => {
-            walker.not_stranger(*pid)
-        }
-        _ => {}
-    }
-}
-
 /// The kernel walker where it runs (and what to say of it), the frame limit and the
 /// depth the kernel's callchains get. The walker's depth is its own bound: with it the
 /// machine-wide frame limit stays as it is, but for a repair of what a killed session
@@ -422,7 +403,7 @@ impl Session {
                     (Some(followed), _) => {
                         let keep = followed.keep(event);
                         if let Some(walker) = &mut self.walker {
-                            name_strangers(walker, followed, event, keep);
+                            walker.learn_strangers(followed, event, keep);
                         }
                         if let (false, EventKind::Lost { count, .. }) = (keep, &event.kind) {
                             self.progress.counts.lost_elsewhere += count;

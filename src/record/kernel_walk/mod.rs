@@ -47,6 +47,7 @@ use crate::files::locate::{FileFinder, MappedFile};
 
 mod chunks;
 mod followed;
+mod strangers;
 
 use chunks::{Chunks, Layout};
 use followed::{Entry, Followed};
@@ -74,9 +75,6 @@ const MAX_PROCESSES: u32 = ((MAPPING_CHUNKS << MAPPING_CHUNK_SHIFT) / MAX_MAPPIN
 /// Mappings with tables per process (the program searches them in 9 steps): a compiler
 /// maps some 30 files, a browser some 150.
 pub(super) const MAX_MAPPINGS: usize = 256;
-/// The most processes whose samples the program drops (the program's `STRANGERS`):
-/// sampler's own and what else runs on a busy machine, a few hundred.
-const MAX_STRANGERS: usize = 4096;
 /// Bytes of one mapping (`struct mapping`).
 const MAPPING_BYTES: usize = 32;
 /// Callchain context markers (`PERF_CONTEXT_*`) are the top 4,095 values of u64.
@@ -567,39 +565,6 @@ impl KernelWalker {
 
     fn map(&self, name: &str) -> Option<libbpf_rs::Map<'_>> {
         self.object.maps().find(|m| m.name() == name)
-    }
-
-    /// Has the program drop the samples of process `pid` from now on: a process that
-    /// per-CPU events of a command or attached processes sample, and that the recording
-    /// does not follow (see the program's `strangers`), so that its stack copies are no
-    /// longer written. Beyond [`MAX_STRANGERS`] such processes, the samples of the others
-    /// are still written, and dropped by the reader.
-    ///
-    /// A pid is taken out when its process exits or becomes followed
-    /// ([`KernelWalker::not_stranger`]); until the reader reaches that record, a new
-    /// followed process given a stranger's pid at once would have its samples dropped,
-    /// which takes the machine's pids wrapping round within milliseconds.
-    pub(super) fn stranger(&mut self, pid: i32) {
-        if self.strangers.len() >= MAX_STRANGERS || !self.strangers.insert(pid) {
-            return;
-        }
-        let key = (pid as u32).to_ne_bytes();
-        let named = self
-            .map("strangers")
-            .is_some_and(|map| map.update(&key, &[1], MapFlags::ANY).is_ok());
-        if !named {
-            self.strangers.remove(&pid);
-        }
-    }
-
-    /// Process `pid` is no stranger (any more): it exited, so that its pid may be
-    /// another's next, or it is followed now.
-    pub(super) fn not_stranger(&mut self, pid: i32) {
-        if self.strangers.remove(&pid) {
-            if let Some(map) = self.map("strangers") {
-                let _ = map.delete(&(pid as u32).to_ne_bytes());
-            }
-        }
     }
 
     /// How the parser knows the walked samples in the rings.
