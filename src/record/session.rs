@@ -445,8 +445,12 @@ impl Session {
             // their next samples are walked in the kernel.
             let new = &mut self.pending[from..];
             new.sort_by_key(|e| e.time_ns);
+            let filtered = self.followed.is_some();
             for event in new.iter() {
                 walker.on_event(event);
+                if filtered {
+                    walker.strangers_read(event);
+                }
             }
             walker.collect();
         }

@@ -241,7 +241,9 @@ pub fn write_mapped_array(
     // copy of a size known only at run time is a call (3.8 million of them for a build's
     // tables).
     match value_size {
-        12 => copy_strided::<12>(to, first, stride, values),
+        // SAFETY: checked above: elements `first..first + count` lie within the mapping,
+        // and 12 = `value_size` <= `stride`.
+        12 => unsafe { copy_strided::<12>(to, first, stride, values) },
         _ => {
             for (i, value) in values.chunks_exact(value_size).enumerate() {
                 // SAFETY: as in `copy_strided`, for `value_size` bytes.
@@ -259,13 +261,17 @@ pub fn write_mapped_array(
 }
 
 /// Copies `values`, `N` bytes each, to elements `first`.. of the mapped array at `to`,
-/// `stride` bytes apart. The caller has checked that the mapping (writable, shared with
-/// the kernel only: nothing in this process refers to it) holds those elements, and that
-/// `N <= stride`.
-fn copy_strided<const N: usize>(to: *mut u8, first: usize, stride: usize, values: &[u8]) {
+/// `stride` bytes apart.
+///
+/// # Safety
+///
+/// The mapping at `to` (writable, shared with the kernel only: nothing in this process
+/// refers to it) must hold elements `first..first + values.len() / N`, `stride` bytes
+/// apart, and `N <= stride`.
+unsafe fn copy_strided<const N: usize>(to: *mut u8, first: usize, stride: usize, values: &[u8]) {
     for (i, value) in values.chunks_exact(N).enumerate() {
         // SAFETY: element `first + i` lies within the mapping and holds `N` bytes (the
-        // caller's checks); `value` is our own slice, which does not overlap it.
+        // caller's promise); `value` is our own slice, which does not overlap it.
         unsafe {
             std::ptr::copy_nonoverlapping(value.as_ptr(), to.add((first + i) * stride), N);
         }

@@ -155,9 +155,10 @@ impl Listing {
             } else {
                 others.push(address);
             }
-            let (Some(name_at), Ok(name_len)) =
-                (listing.names.push(name), u16::try_from(name.len()))
-            else {
+            let Ok(name_len) = u16::try_from(name.len()) else {
+                return;
+            };
+            let Some(name_at) = listing.names.push(name) else {
                 return;
             };
             listing.symbols.push(Listed {

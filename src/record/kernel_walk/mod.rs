@@ -244,8 +244,8 @@ pub(super) struct KernelWalker {
     /// The processes' mappings.
     mappings: Chunks,
     followed: Followed,
-    /// The processes whose samples the program drops (see [`KernelWalker::stranger`]).
-    strangers: HashSet<i32>,
+    /// The processes whose samples the program drops (see the `strangers` module).
+    strangers: strangers::Strangers,
     /// Files up to this size have their tables compiled on the recording thread.
     compile_at_once_bytes: u64,
     /// Why files got no rows, said once each at the end.
@@ -343,7 +343,7 @@ impl KernelWalker {
             store,
             mappings,
             followed: Followed::new(MAX_PROCESSES),
-            strangers: HashSet::new(),
+            strangers: strangers::Strangers::default(),
             compile_at_once_bytes: COMPILE_AT_ONCE_BYTES,
             refused: Vec::new(),
         })
