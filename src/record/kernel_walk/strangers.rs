@@ -33,25 +33,33 @@ pub(super) struct Strangers {
     refused: bool,
 }
 
+/// The process whose pid `event` changes the meaning of: a new process, the exit of a
+/// process (its first thread's), an exec.
+fn pid_change(event: &Event) -> Option<i32> {
+    match &event.kind {
+        EventKind::Fork { pid, ppid, .. } if pid != ppid => Some(*pid),
+        EventKind::Exit { pid, tid } if pid == tid => Some(*pid),
+        EventKind::Comm {
+            pid, exec: true, ..
+        } => Some(*pid),
+        _ => None,
+    }
+}
+
 impl KernelWalker {
     /// An event as it is read from the rings, before it waits out the reader's reorder
     /// window (some 50 ms): a new process, an exit or an exec takes its pid out of the
     /// map at once, for a pid that comes back is another process, or one that may be
     /// followed; a loss takes them all out (the exits lost with it are not known).
     pub(in crate::record) fn strangers_read(&mut self, event: &Event) {
-        match &event.kind {
-            EventKind::Fork { pid, ppid, .. } if pid != ppid => self.changed(*pid, event.time_ns),
-            EventKind::Exit { pid, tid } if pid == tid => self.changed(*pid, event.time_ns),
-            EventKind::Comm {
-                pid, exec: true, ..
-            } => self.changed(*pid, event.time_ns),
-            EventKind::Lost { .. } => {
-                let named: Vec<i32> = self.strangers.named.iter().copied().collect();
-                for pid in named {
-                    self.not_stranger(pid);
-                }
+        if let Some(pid) = pid_change(event) {
+            self.changed(pid, event.time_ns);
+        }
+        if let EventKind::Lost { .. } = &event.kind {
+            let named: Vec<i32> = self.strangers.named.iter().copied().collect();
+            for pid in named {
+                self.not_stranger(pid);
             }
-            _ => {}
         }
     }
 
@@ -64,27 +72,18 @@ impl KernelWalker {
         event: &Event,
         kept: bool,
     ) {
-        let change = match &event.kind {
-            EventKind::Sample(s) => {
-                let changed_since = self
-                    .strangers
-                    .changed_at
-                    .get(&s.pid)
-                    .is_some_and(|&at| at >= event.time_ns);
-                if !kept && !changed_since && !followed.may_follow(s.pid) {
-                    self.stranger(s.pid);
-                }
-                None
+        if let EventKind::Sample(s) = &event.kind {
+            let changed_since = self
+                .strangers
+                .changed_at
+                .get(&s.pid)
+                .is_some_and(|&at| at >= event.time_ns);
+            if !kept && !changed_since && !followed.may_follow(s.pid) {
+                self.stranger(s.pid);
             }
-            EventKind::Fork { pid, ppid, .. } if pid != ppid => Some(*pid),
-            EventKind::Exit { pid, tid } if pid == tid => Some(*pid),
-            EventKind::Comm {
-                pid, exec: true, ..
-            } => Some(*pid),
-            _ => None,
-        };
+        }
         // The change handed on: the samples after it are of the pid's new life.
-        if let Some(pid) = change {
+        if let Some(pid) = pid_change(event) {
             if self.strangers.changed_at.get(&pid) == Some(&event.time_ns) {
                 self.strangers.changed_at.remove(&pid);
             }

@@ -87,14 +87,14 @@ impl KernelTable {
         names: impl Iterator<Item = &'n str> + Clone,
         text_end: u64,
     ) -> Option<Vec<u8>> {
-        // Ascending, and below the text end: `last` ends past every start.
-        let (functions, ascending, _) = starts.clone().fold(
+        // Ascending, and the last below the text end.
+        let (functions, ascending, last) = starts.clone().fold(
             (0usize, true, None),
             |(n, up, last): (_, _, Option<u64>), start| {
                 (n + 1, up && last.is_none_or(|l| l < start), Some(start))
             },
         );
-        let below_end = starts.clone().last().is_none_or(|last| last < text_end);
+        let below_end = last.is_none_or(|last| last < text_end);
         let count = u32::try_from(functions).ok()?;
         let (named, names_len, longest) =
             names.clone().fold((0, 0, 0), |(n, len, most), name: &str| {

@@ -540,7 +540,7 @@ mod tests {
             sum.add_rows(&changed);
             assert_ne!(sum.with_seed(5), whole, "byte {at} changed");
         }
-        // Two rows swapped between lanes.
+        // Two rows of one lane (0 and 36) swapped: a lane's chain is in order.
         let mut swapped = rows.clone();
         swapped.copy_within(..ROW_BYTES, 36 * ROW_BYTES);
         swapped[..ROW_BYTES].copy_from_slice(&rows[36 * ROW_BYTES..]);
