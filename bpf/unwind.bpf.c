@@ -231,6 +231,49 @@ struct {
 	__uint(value_size, sizeof(__u32));
 } walks SEC(".maps");
 
+// Each CPU's `bpf-output` event that wakes sampler (its records wake whoever polls the
+// ring they share with the CPU's other events, each time), by CPU number.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} wakes SEC(".maps");
+
+// When sampler was last woken, how long after that it may be woken again (set by
+// sampler: a millisecond at the start of a recording, then ten), and sampler's own
+// process (with -a not a stranger, and its samples never a reason to wake it).
+struct wake {
+	__u64 last;
+	__u64 gap;
+	__u32 own;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wake);
+} wake SEC(".maps");
+
+// Wakes sampler, unless it was woken less than the gap ago: a sample it could not walk
+// because sampler has not read yet what it needs (a new process, a new mapping, a table
+// being compiled). sampler reads the rings at its own pace otherwise (every 100 ms, or
+// at half a ring). Two CPUs that wake it at once only wake it twice.
+INLINE void wake_sampler(void *ctx, __u32 tgid)
+{
+	__u32 zero = 0;
+	struct wake *w = bpf_map_lookup_elem(&wake, &zero);
+	if (!w || tgid == w->own)
+		return;
+	__u64 now = bpf_ktime_get_ns();
+	if (now - w->last < w->gap)
+		return;
+	w->last = now;
+	__u64 nothing = 0;
+	bpf_perf_event_output(ctx, &wakes, BPF_F_CURRENT_CPU, &nothing, sizeof(nothing));
+}
+
 // Each CPU's record, by CPU number (sampler sets the size to the possible CPUs at load):
 // a per-CPU array's values can be at most 32 KiB, a record is 64 KiB.
 struct {
@@ -507,8 +550,15 @@ int walk_stack(struct bpf_perf_event_data *ctx)
 		return 1;
 	__builtin_memset(wp, 0, sizeof(*wp));
 	wp->tgid = id >> 32;
-	if (wp->tgid == 0 || !bpf_map_lookup_elem(&processes, &wp->tgid))
-		return bpf_map_lookup_elem(&strangers, &wp->tgid) ? 0 : 1;
+	if (wp->tgid == 0)
+		return 1;
+	if (!bpf_map_lookup_elem(&processes, &wp->tgid)) {
+		// A stranger, or a process sampler has yet to read of.
+		if (bpf_map_lookup_elem(&strangers, &wp->tgid))
+			return 0;
+		wake_sampler(ctx, wp->tgid);
+		return 1;
+	}
 	struct record *r = this_cpu_record();
 	if (!r)
 		return 1;
@@ -548,6 +598,8 @@ int walk_stack(struct bpf_perf_event_data *ctx)
 	bpf_loop(MAX_FRAMES, step, 0, 0);
 	struct walk w = *wp;
 	count_stop(w.stop);
+	if (w.stop == STOP_NO_MAPPING || w.stop == STOP_COMPILING || w.stop == STOP_NO_PROCESS)
+		wake_sampler(ctx, w.tgid);
 	if (w.stop != STOP_OUTERMOST && w.stop != STOP_NOT_UP)
 		return 1;
 	r->time = bpf_ktime_get_ns();

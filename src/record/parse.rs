@@ -56,12 +56,16 @@ pub struct Parser {
     /// The kernel walker's `bpf-output` events' records and ids: their samples' raw
     /// data are walked samples ([`super::kernel_walk`]).
     walks: Option<(RecordParseInfo, HashSet<u64>)>,
+    /// The ids of the kernel walker's wake-up events, whose records carry nothing.
+    wake_ids: HashSet<u64>,
 }
 
 /// The records of the kernel walker's `bpf-output` events: their layout and ids.
 pub struct Walks {
     pub attr: pb::perf_event_attr,
     pub ids: HashSet<u64>,
+    /// The ids of the events whose records only wake sampler.
+    pub wake_ids: HashSet<u64>,
 }
 
 impl Parser {
@@ -85,6 +89,10 @@ impl Parser {
             switch_ids,
             exit_info: parse_info(exit.0),
             exit_ids: exit.1,
+            wake_ids: walks
+                .as_ref()
+                .map(|w| w.wake_ids.clone())
+                .unwrap_or_default(),
             walks: walks.map(|w| (parse_info(&w.attr), w.ids)),
         }
     }
@@ -105,6 +113,9 @@ impl Parser {
         if let (Some((info, ids)), Some(id)) = (&self.walks, id) {
             if ids.contains(&id) {
                 return walked(data, *info);
+            }
+            if self.wake_ids.contains(&id) {
+                return None;
             }
         }
         let switch = id.is_some_and(|id| self.switch_ids.contains(&id));

@@ -30,18 +30,14 @@ use crate::events::{
 };
 
 /// How often the loop wakes up to drain buffers and refresh the status line even when the
-/// kernel has not signalled a full watermark.
+/// kernel has not signalled a full watermark (or the unwinder in the kernel a sample it
+/// could not walk for want of what sampler has yet to read: see `kernel_walk`'s
+/// `WAKE_GAP_NS`). Each wake-up costs some 60 µs of CPU in this VM.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
-/// The same with the unwinder in the kernel: a new process's mappings reach it only when
-/// sampler has read them, and until then its samples are unwound from stack copies.
-const KERNEL_WALK_POLL_INTERVAL: Duration = Duration::from_millis(10);
-
-/// The same in the recording's first [`KERNEL_WALK_START_NS`]: 1 ms, so that the
-/// command's (or attached processes') first mappings reach the walker within a
-/// millisecond or two of its start (a 2,000-deep recursion that starts at once lost its
-/// first 12 samples to stack copies at 10 ms), for some 30 wakeups more per recording.
-const KERNEL_WALK_START_POLL_INTERVAL: Duration = Duration::from_millis(1);
+/// How long the start of a recording with the unwinder in the kernel lasts: until then
+/// the program may wake sampler every millisecond (then every ten), so that the
+/// command's (or attached processes') first mappings reach it at once.
 const KERNEL_WALK_START_NS: u64 = 30_000_000;
 
 /// How far behind the drain time events are held back before they are handed on: the
@@ -322,19 +318,18 @@ impl Session {
                         .iter()
                         .map(|&i| PollFd::new(self.events.fds[i].as_fd(), PollFlags::POLLIN)),
                 );
-                let starting = monotonic_ns().saturating_sub(self.start_ns) < KERNEL_WALK_START_NS;
-                let interval = match (&self.walker, starting) {
-                    (Some(_), true) => KERNEL_WALK_START_POLL_INTERVAL,
-                    (Some(_), false) => KERNEL_WALK_POLL_INTERVAL,
-                    (None, _) => POLL_INTERVAL,
-                };
-                let timeout = PollTimeout::from(interval.as_millis() as u16);
+                let timeout = PollTimeout::from(POLL_INTERVAL.as_millis() as u16);
                 match nix::poll::poll(&mut poll_fds, timeout) {
                     Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                     Err(e) => return Err(e).context("poll"),
                 }
             }
             let drained_at = monotonic_ns();
+            if let Some(walker) = &mut self.walker {
+                if drained_at.saturating_sub(self.start_ns) >= KERNEL_WALK_START_NS {
+                    walker.settle();
+                }
+            }
             self.drain();
             let ready_ns = drained_at.saturating_sub(REORDER_WINDOW_NS);
             self.close_windows(sink, ready_ns);

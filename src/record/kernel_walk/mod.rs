@@ -34,23 +34,25 @@ use std::sync::{Arc, Mutex, TryLockError};
 
 use anyhow::{bail, Result};
 use libbpf_rs::{MapCore, MapFlags, ObjectBuilder};
-use perf_event_open_sys::bindings as pb;
 
 use super::open::OpenEvents;
 use super::options::{KernelUnwind, RecordOptions};
 use super::parse::Walks;
 use super::sys;
 
-use crate::events::{Event, EventKind, KernelTable, KernelTables, KernelWalk, Mapping, Sample};
+use crate::events::{Event, EventKind, KernelTable, KernelTables, Mapping};
 use crate::files::binary::Binary;
 use crate::files::locate::{FileFinder, MappedFile};
 
 mod chunks;
 mod followed;
+mod records;
 mod strangers;
 
 use chunks::{Chunks, Layout};
 use followed::{Entry, Followed};
+use records::output_attr;
+pub(super) use records::parse_record;
 
 /// How the kernel names the vdso's mapping.
 const VDSO_NAME: &str = "[vdso]";
@@ -77,15 +79,19 @@ const MAX_PROCESSES: u32 = ((MAPPING_CHUNKS << MAPPING_CHUNK_SHIFT) / MAX_MAPPIN
 pub(super) const MAX_MAPPINGS: usize = 256;
 /// Bytes of one mapping (`struct mapping`).
 const MAPPING_BYTES: usize = 32;
-/// Callchain context markers (`PERF_CONTEXT_*`) are the top 4,095 values of u64.
-const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
-/// Bytes of a record's header (`struct record` up to `ips`).
-const RECORD_HEADER_BYTES: usize = 40;
 /// The program's `stop` values that end a walk it sends (0-2), and how many there are.
 const STOP_REASONS: usize = 11;
 /// A mapping's `first_row` while its file's table is being compiled (the program's
 /// `COMPILING`): the program hands back a walk that reaches it.
 const COMPILING: u32 = u32::MAX;
+/// How long after waking sampler the program may wake it again: 10 ms, so that a
+/// stranger, JIT code or a process sampler has not read of yet wake it no more often
+/// than it polled its rings before it was woken, and at the start of a recording
+/// ([`super::session`] settles it) 1 ms, so that the command's first mappings reach the
+/// program within a millisecond or two (a 2,000-deep recursion that starts at once lost
+/// its first 12 samples to stack copies at 10 ms).
+const WAKE_GAP_NS: u64 = 10_000_000;
+const START_WAKE_GAP_NS: u64 = 1_000_000;
 /// Files up to this size (4 MiB) have their tables compiled at once on the recording
 /// thread, in a few milliseconds (libc, 2 MiB: about 5 ms), so that a new process's
 /// first samples are walked; larger ones (cc1, 30 MiB; rustc's libraries, hundreds)
@@ -232,6 +238,12 @@ pub(super) struct KernelWalker {
     /// The `bpf-output` event of each CPU with a ring, writing into that ring.
     outputs: Vec<OwnedFd>,
     output_ids: HashSet<u64>,
+    /// The `bpf-output` event of each CPU with a ring whose records wake sampler.
+    wakers: Vec<OwnedFd>,
+    waker_ids: HashSet<u64>,
+    /// Whether the program may wake sampler only every [`WAKE_GAP_NS`] (else every
+    /// [`START_WAKE_GAP_NS`]).
+    settled: bool,
     files: FileFinder,
     tables: Arc<dyn KernelTables>,
     compiler: Compiler,
@@ -335,6 +347,9 @@ impl KernelWalker {
             _links: Vec::new(),
             outputs: Vec::new(),
             output_ids: HashSet::new(),
+            wakers: Vec::new(),
+            waker_ids: HashSet::new(),
+            settled: false,
             files: FileFinder::default(),
             compiler: Compiler::start(tables.clone(), store.clone())?,
             tables,
@@ -353,29 +368,33 @@ impl KernelWalker {
     /// them, carry it too), and gives it a `bpf-output` event on each CPU that writes
     /// into that CPU's ring.
     pub(super) fn attach(&mut self, events: &OpenEvents) -> Result<(), String> {
-        let attr = output_attr();
         let mut given = HashSet::new();
         for (&owner, &cpu) in events.ring_owners.iter().zip(&events.ring_cpus) {
             if !given.insert(cpu) {
                 continue;
             }
-            let output = sys::perf_event_open(&attr, -1, cpu)
-                .and_then(|fd| sys::set_output(&fd, &events.fds[owner]).map(|()| fd))
-                .and_then(|fd| sys::event_id(&fd).map(|id| (fd, id)))
-                .map_err(|e| format!("the eBPF program's output event on CPU {cpu}: {e}"))?;
-            let walks = self
-                .map("walks")
-                .ok_or("the eBPF program has no output map")?;
-            walks
-                .update(
-                    &(cpu as u32).to_ne_bytes(),
-                    &output.0.as_raw_fd().to_ne_bytes(),
-                    MapFlags::ANY,
-                )
-                .map_err(|e| format!("the eBPF program's output event on CPU {cpu}: {e}"))?;
-            self.output_ids.insert(output.1);
-            self.outputs.push(output.0);
+            for (map, wakes) in [("walks", false), ("wakes", true)] {
+                let output = sys::perf_event_open(&output_attr(wakes), -1, cpu)
+                    .and_then(|fd| sys::set_output(&fd, &events.fds[owner]).map(|()| fd))
+                    .and_then(|fd| sys::event_id(&fd).map(|id| (fd, id)))
+                    .map_err(|e| format!("the eBPF program's {map} event on CPU {cpu}: {e}"))?;
+                self.map(map)
+                    .ok_or_else(|| format!("the eBPF program has no map {map}"))?
+                    .update(
+                        &(cpu as u32).to_ne_bytes(),
+                        &output.0.as_raw_fd().to_ne_bytes(),
+                        MapFlags::ANY,
+                    )
+                    .map_err(|e| format!("the eBPF program's {map} event on CPU {cpu}: {e}"))?;
+                let (fds, ids) = match wakes {
+                    false => (&mut self.outputs, &mut self.output_ids),
+                    true => (&mut self.wakers, &mut self.waker_ids),
+                };
+                ids.insert(output.1);
+                fds.push(output.0);
+            }
         }
+        self.set_wake_gap(START_WAKE_GAP_NS)?;
         let program = self
             .object
             .progs_mut()
@@ -563,6 +582,27 @@ impl KernelWalker {
         }
     }
 
+    /// Lets the program wake sampler only every [`WAKE_GAP_NS`] from now on, once the
+    /// recording's start is over.
+    pub(super) fn settle(&mut self) {
+        if !self.settled {
+            self.settled = true;
+            // Failing, the program goes on waking sampler at the start's pace.
+            let _ = self.set_wake_gap(WAKE_GAP_NS);
+        }
+    }
+
+    /// Tells the program how long after waking sampler it may wake it again.
+    fn set_wake_gap(&self, gap_ns: u64) -> Result<(), String> {
+        let mut value = [0u8; 24];
+        value[8..16].copy_from_slice(&gap_ns.to_ne_bytes());
+        value[16..20].copy_from_slice(&std::process::id().to_ne_bytes());
+        self.map("wake")
+            .ok_or("the eBPF program has no map wake")?
+            .update(&0u32.to_ne_bytes(), &value, MapFlags::ANY)
+            .map_err(|e| format!("the eBPF program's map wake: {e}"))
+    }
+
     fn map(&self, name: &str) -> Option<libbpf_rs::Map<'_>> {
         self.object.maps().find(|m| m.name() == name)
     }
@@ -570,8 +610,9 @@ impl KernelWalker {
     /// How the parser knows the walked samples in the rings.
     pub(super) fn walks(&self) -> Walks {
         Walks {
-            attr: output_attr(),
+            attr: output_attr(false),
             ids: self.output_ids.clone(),
+            wake_ids: self.waker_ids.clone(),
         }
     }
 
@@ -669,110 +710,4 @@ fn load_error(e: &libbpf_rs::Error) -> String {
         _ => "",
     };
     format!("the eBPF program could not be loaded: {text}{hint}")
-}
-
-/// The attribute of the `bpf-output` events the program writes its walks through: a
-/// sample (with the id, thread, time and CPU, in the sampling event's layout of
-/// side-band records, so that one parser reads the ring) at each record it writes.
-/// The clock is the sampling event's: the kernel shares a ring only between events of
-/// one clock.
-fn output_attr() -> pb::perf_event_attr {
-    let mut attr = pb::perf_event_attr {
-        size: std::mem::size_of::<pb::perf_event_attr>() as u32,
-        type_: pb::PERF_TYPE_SOFTWARE,
-        config: pb::PERF_COUNT_SW_BPF_OUTPUT as u64,
-        sample_type: (pb::PERF_SAMPLE_IDENTIFIER
-            | pb::PERF_SAMPLE_TID
-            | pb::PERF_SAMPLE_TIME
-            | pb::PERF_SAMPLE_CPU
-            | pb::PERF_SAMPLE_RAW) as u64,
-        clockid: libc::CLOCK_MONOTONIC,
-        ..Default::default()
-    };
-    attr.__bindgen_anon_1.sample_period = 1;
-    attr.set_use_clockid(1);
-    attr.set_sample_id_all(1);
-    attr
-}
-
-/// The event of one record the program sent (`struct record`); `None` when it is
-/// shorter than its header says.
-pub(super) fn parse_record(data: &[u8]) -> Option<Event> {
-    let u64_at = |at: usize| Some(u64::from_ne_bytes(data.get(at..at + 8)?.try_into().ok()?));
-    let u32_at = |at: usize| Some(u32::from_ne_bytes(data.get(at..at + 4)?.try_into().ok()?));
-    let u16_at = |at: usize| Some(u16::from_ne_bytes(data.get(at..at + 2)?.try_into().ok()?));
-    let time_ns = u64_at(0)?;
-    let (pid, tid, cpu) = (u32_at(8)? as i32, u32_at(12)? as i32, u32_at(16)?);
-    let (kernel_nr, user_nr) = (usize::from(u16_at(20)?), usize::from(u16_at(22)?));
-    let period = u64_at(24)?;
-    let walk = match u32_at(32)? {
-        0 => KernelWalk::Outermost,
-        1 => KernelWalk::FrameLimit,
-        2 => KernelWalk::NotUp,
-        _ => return None,
-    };
-    let frame = |i: usize| u64_at(RECORD_HEADER_BYTES + 8 * i);
-    // bpf_get_stack copies the kernel's part of the perf callchain with its context
-    // marker (PERF_CONTEXT_KERNEL, first): not a frame.
-    let kernel_callchain = (0..kernel_nr)
-        .map(frame)
-        .filter(|a| a.is_none_or(|a| a < PERF_CONTEXT_MAX))
-        .collect::<Option<Vec<u64>>>()?;
-    let user_callchain = (kernel_nr..kernel_nr + user_nr)
-        .map(frame)
-        .collect::<Option<Vec<u64>>>()?;
-    Some(Event {
-        time_ns,
-        kind: EventKind::Sample(Sample {
-            pid,
-            tid,
-            cpu,
-            kernel_callchain,
-            user_callchain,
-            callchain_truncated: false,
-            user_regs: None,
-            stack_copy: Vec::new(),
-            period,
-            kernel_walk: Some(walk),
-        }),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_record_becomes_a_sample_with_its_kernel_and_user_frames() {
-        let mut data = Vec::new();
-        data.extend(123_456u64.to_ne_bytes());
-        data.extend(10u32.to_ne_bytes());
-        data.extend(11u32.to_ne_bytes());
-        data.extend(1u32.to_ne_bytes());
-        data.extend(2u16.to_ne_bytes());
-        data.extend(2u16.to_ne_bytes());
-        data.extend(1_000_000u64.to_ne_bytes());
-        data.extend(0u32.to_ne_bytes());
-        data.extend(0u32.to_ne_bytes());
-        // The kernel's part starts with PERF_CONTEXT_KERNEL, as bpf_get_stack copies it.
-        for frame in [
-            (-128i64) as u64,
-            0xffff_ffff_8100_0000u64,
-            0x40_1000,
-            0x40_2005,
-        ] {
-            data.extend(frame.to_ne_bytes());
-        }
-        let event = parse_record(&data).unwrap();
-        assert_eq!(event.time_ns, 123_456);
-        let EventKind::Sample(s) = event.kind else {
-            panic!("not a sample")
-        };
-        assert_eq!((s.pid, s.tid, s.cpu, s.period), (10, 11, 1, 1_000_000));
-        assert_eq!(s.kernel_callchain, [0xffff_ffff_8100_0000]);
-        assert_eq!(s.user_callchain, [0x40_1000, 0x40_2005]);
-        assert_eq!(s.kernel_walk, Some(KernelWalk::Outermost));
-        // A record cut short of the frames its header counts is not a sample.
-        assert!(parse_record(&data[..data.len() - 1]).is_none());
-    }
 }
