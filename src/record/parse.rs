@@ -97,6 +97,19 @@ impl Parser {
         }
     }
 
+    /// Whether `record` is one of the kernel walker's wake-ups: a sample that carries
+    /// nothing, neither read nor counted.
+    pub fn is_wake_up(&self, record: &RingRecord<'_>) -> bool {
+        if self.wake_ids.is_empty() || record.kind != pb::PERF_RECORD_SAMPLE {
+            return false;
+        }
+        let data = match record.body.1.is_empty() {
+            true => RawData::Single(record.body.0),
+            false => RawData::Split(record.body.0, record.body.1),
+        };
+        first_u64(data).is_some_and(|id| self.wake_ids.contains(&id))
+    }
+
     /// Parses one record; records we do not use, and malformed ones, give `None`.
     pub fn parse(&self, record: RingRecord<'_>) -> Option<Event> {
         let data = if record.body.1.is_empty() {
@@ -113,9 +126,6 @@ impl Parser {
         if let (Some((info, ids)), Some(id)) = (&self.walks, id) {
             if ids.contains(&id) {
                 return walked(data, *info);
-            }
-            if self.wake_ids.contains(&id) {
-                return None;
             }
         }
         let switch = id.is_some_and(|id| self.switch_ids.contains(&id));

@@ -761,6 +761,9 @@ fn drain_all(
             // The 8-byte record header and the body.
             let bytes = 8 + record.body.0.len() + record.body.1.len();
             let is_sample = record.kind == pb::PERF_RECORD_SAMPLE;
+            if parser.is_wake_up(&record) {
+                return;
+            }
             let Some(event) = parser.parse(record) else {
                 progress.counts.unparsed_samples += u64::from(is_sample);
                 return;

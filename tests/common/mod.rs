@@ -1030,3 +1030,16 @@ pub fn answer_request(stream: std::net::TcpStream, status: &str) -> Request {
     .unwrap();
     Request { head, body }
 }
+
+/// The number that `text` has just before `after` ("100002" in "100002 handoffs").
+pub fn number_before(text: &str, after: &str) -> u64 {
+    let (head, _) = text
+        .split_once(after)
+        .unwrap_or_else(|| panic!("no `{after}` in: {text}"));
+    let digits: String = head
+        .chars()
+        .rev()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.chars().rev().collect::<String>().parse().unwrap()
+}

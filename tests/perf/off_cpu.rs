@@ -386,19 +386,6 @@ fn without_kernel_access_one_line_says_so_and_the_profile_is_written() {
     assert!(sample_count(&p) > 0);
 }
 
-/// The number that `text` has just before `after` ("100002" in "100002 handoffs").
-fn number_before(text: &str, after: &str) -> u64 {
-    let (head, _) = text
-        .split_once(after)
-        .unwrap_or_else(|| panic!("no `{after}` in: {text}"));
-    let digits: String = head
-        .chars()
-        .rev()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.chars().rev().collect::<String>().parse().unwrap()
-}
-
 fn switches_at_50000_a_second_lose_under_1_percent_beside_busy_cpus() {
     let test = "switches_at_50000_a_second_lose_under_1_percent_beside_busy_cpus";
     // Two threads spinning beside it: the recorder competes for the CPUs with them, as

@@ -17,6 +17,10 @@ fn paths_with(test: &str, mode: &str, cmd: &[&str]) -> Vec<Vec<String>> {
     assert!(o.status.success(), "{test} {mode}: {}", stderr(&o));
     let paths = all_paths(&path);
     if mode == "kernel" {
+        // The program's wake-ups are records in the rings too: neither samples nor
+        // lost ones.
+        let lost = number_before(&stderr(&o), " lost, ");
+        assert_eq!(lost, 0, "{test}: {}", stderr(&o));
         let walked = kernel_walked_to_outermost(&stderr(&o));
         eprintln!(
             "{test}: kernel: {walked} of {} samples walked in the kernel",
