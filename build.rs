@@ -2,6 +2,9 @@
 //! build's output directory, where `record::kernel_walk` includes it. It needs only the
 //! kernel's UAPI headers (from the C library's development files) and clang with its BPF
 //! target: `scripts/install` and `.ci/run` install clang where it is missing.
+//!
+//! It also links the binary with its relative relocations packed (DT_RELR) where the
+//! linker and the C library here support it.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -9,6 +12,7 @@ use std::process::Command;
 const SOURCE: &str = "bpf/unwind.bpf.c";
 
 fn main() {
+    pack_relocations();
     println!("cargo:rerun-if-changed={SOURCE}");
     println!("cargo:rerun-if-env-changed=SAMPLER_CLANG");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"))
@@ -30,5 +34,35 @@ fn main() {
             "{SOURCE} is compiled with clang, which could not be run ({e}): install clang \
              (Debian: apt-get install clang), or set SAMPLER_CLANG to its path"
         ),
+    }
+}
+
+/// Links the binary with `-z pack-relative-relocs` (DT_RELR: binutils 2.38, glibc 2.36)
+/// when a program linked so runs here. sampler is position-independent: its 11,000
+/// relative relocations took 268 KiB of `.rela.dyn`, which the loader reads in full at
+/// start and which stayed resident for the whole run; packed, they take 3 KiB.
+/// Elsewhere (a cross build, an older linker or C library) the relocations stay as
+/// they are.
+fn pack_relocations() {
+    const FLAG: &str = "-Wl,-z,pack-relative-relocs";
+    if std::env::var("HOST").ok() != std::env::var("TARGET").ok() {
+        return;
+    }
+    let Some(dir) = std::env::var_os("OUT_DIR").map(PathBuf::from) else {
+        return;
+    };
+    let (source, program) = (dir.join("relr.c"), dir.join("relr"));
+    // A pointer to a static: a relative relocation, packed by the flag.
+    let code = "static int x = 7; int *p = &x; int main(void) { return *p - 7; }\n";
+    let runs = std::fs::write(&source, code).is_ok()
+        && Command::new("cc")
+            .args(["-O2", "-fPIE", "-pie", FLAG, "-o"])
+            .arg(&program)
+            .arg(&source)
+            .status()
+            .is_ok_and(|s| s.success())
+        && Command::new(&program).status().is_ok_and(|s| s.success());
+    if runs {
+        println!("cargo:rustc-link-arg-bins={FLAG}");
     }
 }
