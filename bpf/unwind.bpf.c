@@ -15,7 +15,8 @@
 // follow, memory it cannot read, the frame limit) sends nothing: the program returns 1
 // and the perf sample, with its stack copy and the kernel's frame-pointer chain, goes
 // to sampler's user-space unwinder as without this program. Each ending is counted by
-// reason.
+// reason. Where what was missing may be what sampler has yet to read, the program also
+// wakes sampler (`wake_sampler`).
 //
 // Built by build.rs with `clang -target bpf`, against the kernel's UAPI headers only
 // (no vmlinux.h, no libbpf headers): the few helpers used are declared below.
@@ -256,10 +257,12 @@ struct {
 	__type(value, struct wake);
 } wake SEC(".maps");
 
-// Wakes sampler, unless it was woken less than the gap ago: a sample it could not walk
-// because sampler has not read yet what it needs (a new process, a new mapping, a table
-// being compiled). sampler reads the rings at its own pace otherwise (every 100 ms, or
-// at half a ring). Two CPUs that wake it at once only wake it twice.
+// Wakes sampler, unless it was woken less than the gap ago: at a sample it could not
+// walk for want of what sampler may have yet to read (a new process, a new mapping, a
+// table being compiled; also code that no table will ever cover, JIT code, which wakes
+// it every gap as its rings were polled before there were wake-ups). Otherwise sampler
+// reads the rings every 100 ms, or at half a ring. Two CPUs that wake it at once only
+// wake it twice.
 INLINE void wake_sampler(void *ctx, __u32 tgid)
 {
 	__u32 zero = 0;
@@ -540,6 +543,23 @@ static long step(__u32 index, void *unused)
 	return to_caller(w, ip, cfa, bp, 0);
 }
 
+// The sampled thread's user registers: the sampled ones in user mode (CS's privilege
+// level 3; the context allows 8-byte reads only), else those saved on kernel entry
+// (zeros for a kernel thread); 0 when they cannot be read.
+INLINE int user_registers(struct bpf_perf_event_data *ctx, __u64 *ip, __u64 *sp, __u64 *bp)
+{
+	if ((((__u64 *)&ctx->regs)[17] & 3) == 3) {
+		*ip = ctx->regs.rip;
+		*sp = ctx->regs.rsp;
+		*bp = ctx->regs.rbp;
+		return 1;
+	}
+	struct pt_regs *user = bpf_task_pt_regs(bpf_get_current_task_btf());
+	return !bpf_probe_read_kernel(ip, 8, &user->rip) &&
+	       !bpf_probe_read_kernel(sp, 8, &user->rsp) &&
+	       !bpf_probe_read_kernel(bp, 8, &user->rbp);
+}
+
 SEC("perf_event")
 int walk_stack(struct bpf_perf_event_data *ctx)
 {
@@ -552,30 +572,19 @@ int walk_stack(struct bpf_perf_event_data *ctx)
 	wp->tgid = id >> 32;
 	if (wp->tgid == 0)
 		return 1;
+	__u64 ip = 0, sp = 0, bp = 0;
 	if (!bpf_map_lookup_elem(&processes, &wp->tgid)) {
-		// A stranger, or a process sampler has yet to read of.
 		if (bpf_map_lookup_elem(&strangers, &wp->tgid))
 			return 0;
-		wake_sampler(ctx, wp->tgid);
+		// A process sampler has yet to read of or to name as a stranger; not a kernel
+		// thread (no user code), which it never walks.
+		if (user_registers(ctx, &ip, &sp, &bp) && ip)
+			wake_sampler(ctx, wp->tgid);
 		return 1;
 	}
 	struct record *r = this_cpu_record();
-	if (!r)
+	if (!r || !user_registers(ctx, &ip, &sp, &bp))
 		return 1;
-	// The user registers: the sampled ones in user mode (CS's privilege level 3; the
-	// context allows 8-byte reads only), else those saved on kernel entry.
-	__u64 ip, sp, bp;
-	if ((((__u64 *)&ctx->regs)[17] & 3) == 3) {
-		ip = ctx->regs.rip;
-		sp = ctx->regs.rsp;
-		bp = ctx->regs.rbp;
-	} else {
-		struct pt_regs *user = bpf_task_pt_regs(bpf_get_current_task_btf());
-		if (bpf_probe_read_kernel(&ip, 8, &user->rip) ||
-		    bpf_probe_read_kernel(&sp, 8, &user->rsp) ||
-		    bpf_probe_read_kernel(&bp, 8, &user->rbp))
-			return 1;
-	}
 	long kernel_bytes = 0;
 	if (with_kernel) {
 		kernel_bytes = bpf_get_stack(ctx, r->ips, MAX_KERNEL * 8, 0);

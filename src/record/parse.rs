@@ -103,20 +103,12 @@ impl Parser {
         if self.wake_ids.is_empty() || record.kind != pb::PERF_RECORD_SAMPLE {
             return false;
         }
-        let data = match record.body.1.is_empty() {
-            true => RawData::Single(record.body.0),
-            false => RawData::Split(record.body.0, record.body.1),
-        };
-        first_u64(data).is_some_and(|id| self.wake_ids.contains(&id))
+        first_u64(raw_data(record)).is_some_and(|id| self.wake_ids.contains(&id))
     }
 
     /// Parses one record; records we do not use, and malformed ones, give `None`.
     pub fn parse(&self, record: RingRecord<'_>) -> Option<Event> {
-        let data = if record.body.1.is_empty() {
-            RawData::Single(record.body.0)
-        } else {
-            RawData::Split(record.body.0, record.body.1)
-        };
+        let data = raw_data(&record);
         // A sample starts with its event's id (PERF_SAMPLE_IDENTIFIER), which says
         // whose layout it has; other records have the same layout for every event.
         let id = match record.kind == pb::PERF_RECORD_SAMPLE {
@@ -300,6 +292,14 @@ fn walked(data: RawData<'_>, info: RecordParseInfo) -> Option<Event> {
     match raw.parse().ok()? {
         EventRecord::Sample(s) => super::kernel_walk::parse_record(&s.raw?.as_slice()),
         _ => None,
+    }
+}
+
+/// A record's body, in one piece or in the two of a ring's wrap.
+fn raw_data<'a>(record: &RingRecord<'a>) -> RawData<'a> {
+    match record.body.1.is_empty() {
+        true => RawData::Single(record.body.0),
+        false => RawData::Split(record.body.0, record.body.1),
     }
 }
 

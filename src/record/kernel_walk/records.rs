@@ -11,11 +11,11 @@ const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
 /// Bytes of a record's header (`struct record` up to `ips`).
 const RECORD_HEADER_BYTES: usize = 40;
 
-/// The attribute of the `bpf-output` events the program writes its walks through: a
-/// sample (with the id, thread, time and CPU, in the sampling event's layout of
-/// side-band records, so that one parser reads the ring) at each record it writes.
-/// The clock is the sampling event's: the kernel shares a ring only between events of
-/// one clock.
+/// The attribute of the `bpf-output` events the program writes through (`wakes`: those
+/// of its wake-ups, else those of its walks): a sample (with the id, thread, time and
+/// CPU, in the sampling event's layout of side-band records, so that one parser reads the
+/// ring) at each record it writes. The clock is the sampling event's: the kernel shares a
+/// ring only between events of one clock.
 pub(super) fn output_attr(wakes: bool) -> pb::perf_event_attr {
     let mut attr = pb::perf_event_attr {
         size: std::mem::size_of::<pb::perf_event_attr>() as u32,
@@ -31,7 +31,8 @@ pub(super) fn output_attr(wakes: bool) -> pb::perf_event_attr {
     };
     attr.__bindgen_anon_1.sample_period = 1;
     // A wake-up event's every record wakes whoever polls its ring; the walks' records
-    // wake no one (the ring's other events wake sampler at half a ring).
+    // wake no one by themselves (they count, as every record, toward the wake-up at
+    // half a ring).
     if wakes {
         attr.__bindgen_anon_2.wakeup_events = 1;
     }
