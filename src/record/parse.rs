@@ -60,6 +60,15 @@ pub struct Parser {
     wake_ids: HashSet<u64>,
 }
 
+/// What a record of the rings is, as [`Parser::parse`] reads it.
+pub enum Parsed {
+    Event(Event),
+    /// One of the kernel walker's wake-ups: it carries nothing, and is not counted.
+    WakeUp,
+    /// A record not used, or malformed.
+    Unused,
+}
+
 /// The records of the kernel walker's `bpf-output` events: their layout and ids.
 pub struct Walks {
     pub attr: pb::perf_event_attr,
@@ -81,6 +90,10 @@ impl Parser {
         exit: (&pb::perf_event_attr, HashSet<u64>),
         walks: Option<Walks>,
     ) -> Parser {
+        let (walks, wake_ids) = match walks {
+            Some(w) => (Some((parse_info(&w.attr), w.ids)), w.wake_ids),
+            None => (None, HashSet::new()),
+        };
         Parser {
             info: parse_info(attr),
             switch_info: parse_info(switch_attr),
@@ -89,25 +102,14 @@ impl Parser {
             switch_ids,
             exit_info: parse_info(exit.0),
             exit_ids: exit.1,
-            wake_ids: walks
-                .as_ref()
-                .map(|w| w.wake_ids.clone())
-                .unwrap_or_default(),
-            walks: walks.map(|w| (parse_info(&w.attr), w.ids)),
+            walks,
+            wake_ids,
         }
     }
 
-    /// Whether `record` is one of the kernel walker's wake-ups: a sample that carries
-    /// nothing, neither read nor counted.
-    pub fn is_wake_up(&self, record: &RingRecord<'_>) -> bool {
-        if self.wake_ids.is_empty() || record.kind != pb::PERF_RECORD_SAMPLE {
-            return false;
-        }
-        first_u64(raw_data(record)).is_some_and(|id| self.wake_ids.contains(&id))
-    }
-
-    /// Parses one record; records we do not use, and malformed ones, give `None`.
-    pub fn parse(&self, record: RingRecord<'_>) -> Option<Event> {
+    /// Parses one record: an event, one of the kernel walker's wake-ups (a sample that
+    /// carries nothing), or a record we do not use or that is malformed.
+    pub fn parse(&self, record: RingRecord<'_>) -> Parsed {
         let data = raw_data(&record);
         // A sample starts with its event's id (PERF_SAMPLE_IDENTIFIER), which says
         // whose layout it has; other records have the same layout for every event.
@@ -115,6 +117,15 @@ impl Parser {
             true => first_u64(data),
             false => None,
         };
+        if id.is_some_and(|id| self.wake_ids.contains(&id)) {
+            return Parsed::WakeUp;
+        }
+        self.event(&record, data, id)
+            .map_or(Parsed::Unused, Parsed::Event)
+    }
+
+    /// The event of `record` (whose body is `data`, and whose sample id is `id`).
+    fn event(&self, record: &RingRecord<'_>, data: RawData<'_>, id: Option<u64>) -> Option<Event> {
         if let (Some((info, ids)), Some(id)) = (&self.walks, id) {
             if ids.contains(&id) {
                 return walked(data, *info);
@@ -127,7 +138,7 @@ impl Parser {
             (_, true) => self.exit_info,
             _ => self.info,
         };
-        let raw = RawEventRecord::new(RecordType(record.kind), misc_of(&record), data, info);
+        let raw = RawEventRecord::new(RecordType(record.kind), misc_of(record), data, info);
         let time_ns = raw.timestamp().unwrap_or(0);
         let kind = match record.kind {
             k if k == pb::PERF_RECORD_LOST_SAMPLES => EventKind::Lost {

@@ -759,15 +759,16 @@ fn drain_all(
 ) {
     for ring in rings.iter_mut() {
         let drained = ring.drain(|record| {
-            if parser.is_wake_up(&record) {
-                return;
-            }
             // The 8-byte record header and the body.
             let bytes = 8 + record.body.0.len() + record.body.1.len();
             let is_sample = record.kind == pb::PERF_RECORD_SAMPLE;
-            let Some(event) = parser.parse(record) else {
-                progress.counts.unparsed_samples += u64::from(is_sample);
-                return;
+            let event = match parser.parse(record) {
+                parse::Parsed::Event(event) => event,
+                parse::Parsed::WakeUp => return,
+                parse::Parsed::Unused => {
+                    progress.counts.unparsed_samples += u64::from(is_sample);
+                    return;
+                }
             };
             match &event.kind {
                 EventKind::Sample(_) => {

@@ -436,14 +436,14 @@ mod tests {
         .is_none());
     }
 
-    /// Read from its file, a table reads its head and checks it whole, and reads each
-    /// name only when a lookup lands in its function: a name damaged on disk later is
-    /// `Unreadable` (kallsyms names the address), the others still answer.
     /// The table of two functions, at 0x10 and 0x40, of these names.
     fn two_functions(names: [&str; 2]) -> Vec<u8> {
         KernelTable::build(&key(), [0x10, 0x40].into_iter(), names.into_iter(), 0x100).unwrap()
     }
 
+    /// Read from its file, a table reads its head and checks it whole, and reads each
+    /// name only when a lookup lands in its function: a name damaged on disk later is
+    /// `Unreadable` (kallsyms names the address), the others still answer.
     #[test]
     fn a_table_in_a_file_reads_the_names_it_is_asked_for() {
         use std::io::Write as _;
