@@ -79,14 +79,13 @@ pub(super) fn name_kernel(base: u64, addresses: &[u64], opts: &SymbolOptions) ->
     let found = match (store, &key, &table) {
         // The boot's first run: every function read, for the table.
         (Some(store), Some(key), None) => {
-            let listing = Listing::read().ok_or(HIDDEN)?;
-            if let Some(bytes) = listing.table(key, base) {
-                store.put_kernel_table(key, bytes);
+            let file = std::fs::File::open("/proc/kallsyms").map_err(|_| HIDDEN)?;
+            let reader = std::io::BufReader::with_capacity(KALLSYMS_READ, file);
+            let (table, found) = table_and_symbols(reader, base, key, &probes).ok_or(HIDDEN)?;
+            if let Some(table) = table {
+                store.put_kernel_table(key, table);
             }
-            probes
-                .iter()
-                .map(|&probe| listing.lookup(probe).map(|(a, n)| (a, n.to_string())))
-                .collect()
+            found
         }
         // Only what the addresses need: a module's, or everything without the cache.
         _ => {
@@ -116,139 +115,79 @@ fn named(start: u64, name: &str) -> AddressInfo {
     }
 }
 
-/// The kernel's code symbols as one pass over `/proc/kallsyms` gives them, their names
-/// in a few blocks rather than one string each (the kernel has some 120,000).
-#[derive(Debug, Default)]
-struct Listing {
-    /// By address; of several at one address, the first listed.
-    symbols: Vec<Listed>,
-    names: NameBlocks,
-    /// The addresses of the kernel's own functions, as [`Kallsyms::own`] says.
+/// The kernel's own functions, as kallsyms lists them (in address order), made into
+/// the boot's table as they are read: nothing else of kallsyms is kept.
+struct OwnFunctions {
+    table: cache::TableBuilder,
+    /// Where the kernel's text starts: the table holds the functions from there on.
+    base: u64,
+    /// The lowest and highest address of the kernel's own functions.
     own: Option<Range<u64>>,
+    /// The addresses of the code of modules, BPF programs and trampolines: a table is
+    /// made only when none lies among the kernel's own functions.
+    others: Vec<u64>,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Listed {
-    address: u64,
-    name_at: u32,
-    name_len: u16,
-    /// The kernel's own (the line names no module).
-    own: bool,
-}
-
-impl Listing {
-    /// Reads `/proc/kallsyms`; `None` when it cannot be read or hides the addresses.
-    fn read() -> Option<Listing> {
-        let file = std::fs::File::open("/proc/kallsyms").ok()?;
-        Listing::parse(std::io::BufReader::with_capacity(KALLSYMS_READ, file))
+impl OwnFunctions {
+    fn new(base: u64) -> OwnFunctions {
+        OwnFunctions {
+            table: cache::TableBuilder::default(),
+            base,
+            own: None,
+            others: Vec::new(),
+        }
     }
 
-    /// [`Listing::read`] of kallsyms text from `text`.
-    fn parse(text: impl std::io::BufRead) -> Option<Listing> {
-        let mut listing = Listing::default();
-        let mut others: Vec<u64> = Vec::new();
-        let shown = code_symbols(text, |address, name, module| {
-            if !module {
-                let range = listing.own.get_or_insert(address..address);
-                range.start = range.start.min(address);
-                range.end = range.end.max(address);
-            } else {
-                others.push(address);
+    /// Takes in a code symbol of kallsyms, in the order listed; `module`: not the
+    /// kernel's own. Of several at one address, the first listed is kept.
+    fn add(&mut self, address: u64, name: &str, module: bool) {
+        if module {
+            self.others.push(address);
+            return;
+        }
+        let range = self.own.get_or_insert(address..address);
+        range.start = range.start.min(address);
+        range.end = range.end.max(address);
+        if let Some(start) = address.checked_sub(self.base) {
+            if self.table.last_start() != Some(start) {
+                self.table.push(start, name);
             }
-            let Ok(name_len) = u16::try_from(name.len()) else {
-                return;
-            };
-            let Some(name_at) = listing.names.push(name) else {
-                return;
-            };
-            listing.symbols.push(Listed {
-                address,
-                name_at,
-                name_len,
-                own: !module,
-            });
-        });
-        if !shown {
+        }
+    }
+
+    /// The table of the kernel of `key`: its own functions from `base` to the last one,
+    /// which ends where no symbol says (past its start, an address is looked up in
+    /// kallsyms); `None` when no range of its own lies apart from other code, kallsyms
+    /// did not list its functions in address order, or the table cannot hold them.
+    fn finish(mut self, key: &cache::Key) -> Option<cache::TableBytes> {
+        let own = self.own?;
+        if self.others.iter().any(|a| own.start <= *a && *a <= own.end) {
             return None;
         }
-        // Stable: the first listed at an address stays first.
-        listing.symbols.sort_by_key(|s| s.address);
-        listing.symbols.dedup_by_key(|s| s.address);
-        listing.own = listing
-            .own
-            .filter(|own| !others.iter().any(|a| own.start <= *a && *a <= own.end));
-        Some(listing)
-    }
-
-    fn name(&self, s: &Listed) -> &str {
-        self.names.get(s.name_at, s.name_len)
-    }
-
-    /// The symbol with the highest address at or below `address`: its address and name.
-    fn lookup(&self, address: u64) -> Option<(u64, &str)> {
-        let i = self.symbols.partition_point(|s| s.address <= address);
-        let s = self.symbols.get(i.checked_sub(1)?)?;
-        Some((s.address, self.name(s)))
-    }
-
-    /// The table of the kernel of `key`, whose text starts at `base`: its own functions
-    /// from `base` to the last one, which ends where no symbol says (past its start,
-    /// an address is looked up in kallsyms); `None` when no range of its own lies apart
-    /// from other code, or the table cannot hold it.
-    fn table(&self, key: &cache::Key, base: u64) -> Option<Vec<u8>> {
-        let own = self.own.as_ref()?;
-        let functions = || {
-            self.symbols
-                .iter()
-                .filter(move |s| s.own && s.address >= base && s.address < own.end)
-        };
-        let starts = functions().map(|s| s.address - base);
-        let names = functions().map(|s| self.name(s));
-        cache::KernelTable::build(key, starts, names, own.end.checked_sub(base)?)
+        let text_end = own.end.checked_sub(self.base)?;
+        if self.table.last_start() == Some(text_end) {
+            self.table.pop();
+        }
+        self.table.finish(key, text_end)
     }
 }
 
-/// Names kept in blocks of [`NAME_BLOCK`] bytes, none across two, each block made at its
-/// full size: they grow a block at a time and are never copied. The kernel's 2.9 MB of
-/// names in one string doubled their way there, 5.8 MB at the peak of a first run of a
-/// boot (heaptrack, `cargo build` with an empty cache), beside the table made of them.
-#[derive(Debug, Default)]
-struct NameBlocks {
-    blocks: Vec<String>,
-}
-
-/// Bytes of a block of names: 256 KiB, a twelfth of the kernel's.
-const NAME_BLOCK: usize = 1 << 18;
-
-impl NameBlocks {
-    /// Keeps `name`; where it is (its block times [`NAME_BLOCK`], plus its place in the
-    /// block), `None` for a name longer than a block or beyond 4 GiB.
-    fn push(&mut self, name: &str) -> Option<u32> {
-        if name.len() > NAME_BLOCK {
-            return None;
-        }
-        if self
-            .blocks
-            .last()
-            .is_none_or(|block| block.len() + name.len() > NAME_BLOCK)
-        {
-            self.blocks.push(String::with_capacity(NAME_BLOCK));
-        }
-        let block = self.blocks.len() - 1;
-        let last = self.blocks.last_mut()?;
-        let at = u32::try_from(block * NAME_BLOCK + last.len()).ok()?;
-        last.push_str(name);
-        Some(at)
-    }
-
-    /// The name of `len` bytes kept at `at` ("" where none is).
-    fn get(&self, at: u32, len: u16) -> &str {
-        let (block, offset) = (at as usize / NAME_BLOCK, at as usize % NAME_BLOCK);
-        self.blocks
-            .get(block)
-            .and_then(|b| b.get(offset..offset + len as usize))
-            .unwrap_or("")
-    }
+/// One pass over kallsyms text `text`, for the first run of a boot: the table of the
+/// kernel of `key` whose text starts at `base` (when it can be made), and the symbols
+/// of `probes` (as [`symbols_at`] finds them). `None` when the addresses are hidden.
+fn table_and_symbols(
+    text: impl std::io::BufRead,
+    base: u64,
+    key: &cache::Key,
+    probes: &[u64],
+) -> Option<(Option<cache::TableBytes>, Vec<Found>)> {
+    let mut own = OwnFunctions::new(base);
+    let mut found = Probes::new(probes);
+    let shown = code_symbols(text, |address, name, module| {
+        own.add(address, name, module);
+        found.see(address, name);
+    });
+    shown.then(|| (own.finish(key), found.answers()))
 }
 
 /// The buffer kallsyms is read through: 64 KiB (the kernel formats a page of lines per
@@ -258,17 +197,41 @@ const KALLSYMS_READ: usize = 1 << 16;
 /// The code symbol of kallsyms text `text` that covers each of `probes` (absolute
 /// addresses, in any order), as a lookup among all its symbols gives it (the highest at
 /// or below; of several at one address, the first listed): its address and name. Only
-/// what the probes need is kept, whatever the size of the text: for each, ordered, the
-/// best symbol at or above the probe before it. `None` when the addresses are hidden.
-fn symbols_at(text: impl std::io::BufRead, probes: &[u64]) -> Option<Vec<Option<(u64, String)>>> {
-    let mut order: Vec<usize> = (0..probes.len()).collect();
-    order.sort_unstable_by_key(|&i| probes[i]);
-    let sorted: Vec<u64> = order.iter().map(|&i| probes[i]).collect();
-    // best[j]: the highest symbol in [sorted[j - 1] + 1, sorted[j]] read so far.
-    let mut best: Vec<Option<(u64, String)>> = vec![None; sorted.len()];
-    let shown = code_symbols(text, |address, name, _| {
-        let j = sorted.partition_point(|&p| p < address);
-        match best.get_mut(j) {
+/// what the probes need is kept, whatever the size of the text. `None` when the
+/// addresses are hidden.
+fn symbols_at(text: impl std::io::BufRead, probes: &[u64]) -> Option<Vec<Found>> {
+    let mut found = Probes::new(probes);
+    code_symbols(text, |address, name, _| found.see(address, name)).then(|| found.answers())
+}
+
+/// The symbol found for an address: its start and name.
+type Found = Option<(u64, String)>;
+
+/// The symbols of some addresses, found among symbols seen one at a time in any order:
+/// for each probe, ordered, the best symbol at or above the probe before it.
+struct Probes {
+    /// Where each probe is in `sorted`.
+    order: Vec<usize>,
+    sorted: Vec<u64>,
+    /// best[j]: the highest symbol in [sorted[j - 1] + 1, sorted[j]] seen so far.
+    best: Vec<Found>,
+}
+
+impl Probes {
+    fn new(probes: &[u64]) -> Probes {
+        let mut order: Vec<usize> = (0..probes.len()).collect();
+        order.sort_unstable_by_key(|&i| probes[i]);
+        let sorted: Vec<u64> = order.iter().map(|&i| probes[i]).collect();
+        Probes {
+            order,
+            best: vec![None; sorted.len()],
+            sorted,
+        }
+    }
+
+    fn see(&mut self, address: u64, name: &str) {
+        let j = self.sorted.partition_point(|&p| p < address);
+        match self.best.get_mut(j) {
             Some(Some((at, held))) if *at < address => {
                 *at = address;
                 held.clear();
@@ -277,20 +240,21 @@ fn symbols_at(text: impl std::io::BufRead, probes: &[u64]) -> Option<Vec<Option<
             Some(slot @ None) => *slot = Some((address, name.to_string())),
             _ => {}
         }
-    });
-    if !shown {
-        return None;
     }
-    // A probe's symbol is the highest among its own slot and those of the probes below.
-    let mut answers: Vec<Option<(u64, String)>> = vec![None; probes.len()];
-    let mut below: Option<(u64, String)> = None;
-    for (j, slot) in best.into_iter().enumerate() {
-        if slot.is_some() {
-            below = slot;
+
+    /// Each probe's symbol, in the order the probes were given: the highest among its
+    /// own slot and those of the probes below.
+    fn answers(self) -> Vec<Found> {
+        let mut answers: Vec<Found> = vec![None; self.order.len()];
+        let mut below: Found = None;
+        for (j, slot) in self.best.into_iter().enumerate() {
+            if slot.is_some() {
+                below = slot;
+            }
+            answers[self.order[j]] = below.clone();
         }
-        answers[order[j]] = below.clone();
+        answers
     }
-    Some(answers)
 }
 
 /// Hands each code symbol (types `T`, `t`, `W`, `w`) of kallsyms text `text` to `each`,
@@ -341,30 +305,13 @@ fn kallsyms_fields(line: &[u8]) -> Option<(u64, u8, &str, bool)> {
 
 /// The kernel table ([`cache::KernelTable`]) of the kernel of `key` whose text starts at
 /// `base`, from its kallsyms text `kallsyms`, as a run that reads it writes it.
-pub fn kernel_table(kallsyms: &str, base: u64, key: &cache::Key) -> Option<Vec<u8>> {
-    Listing::parse(kallsyms.as_bytes())?.table(key, base)
+pub fn kernel_table(kallsyms: &str, base: u64, key: &cache::Key) -> Option<cache::TableBytes> {
+    table_and_symbols(kallsyms.as_bytes(), base, key, &[])?.0
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_fill_blocks_without_crossing_them_and_read_back_whole() {
-        let mut blocks = NameBlocks::default();
-        let name = |i: usize| format!("function_{i:06}_{}", "x".repeat(i % 200));
-        // Some 30 MB of names: over a hundred blocks.
-        let at: Vec<(u32, String)> = (0..250_000)
-            .map(|i| (blocks.push(&name(i)).unwrap(), name(i)))
-            .collect();
-        assert!(blocks.blocks.len() > 100);
-        assert!(blocks.blocks.iter().all(|b| b.capacity() == NAME_BLOCK));
-        for (place, name) in &at {
-            assert_eq!(blocks.get(*place, name.len() as u16), name);
-        }
-        assert_eq!(blocks.push(&"y".repeat(NAME_BLOCK + 1)), None);
-        assert_eq!(blocks.get(u32::MAX, 4), "");
-    }
 
     /// Own functions (two at one address), data, a weak symbol, a module's function and
     /// a BPF program's.
@@ -393,7 +340,8 @@ ffffffffc0002000 t bpf_prog_6deef7357e7b4530_sd_fw_egress\t[bpf]
     #[test]
     fn the_table_names_the_kernels_own_functions_as_kallsyms_does() {
         let table =
-            cache::KernelTable::parse(kernel_table(TEXT, BASE, &key()).unwrap(), &key()).unwrap();
+            cache::KernelTable::parse(kernel_table(TEXT, BASE, &key()).unwrap().joined(), &key())
+                .unwrap();
         assert_eq!(
             table.len(),
             5,
@@ -443,17 +391,27 @@ ffffffffc0002000 t bpf_prog_6deef7357e7b4530_sd_fw_egress\t[bpf]
         }
         assert_eq!(symbols_at(TEXT.as_bytes(), &[]), Some(vec![]));
 
-        let all = Listing::parse(TEXT.as_bytes()).unwrap();
-        assert_eq!(all.own, Some(BASE..0xffff_ffff_8103_0100));
-        assert_eq!(all.lookup(BASE + 0x104), Some((BASE + 0x40, "weak_one")));
+        // The boot's first run finds the same in the pass that makes its table.
+        let (table, first) = table_and_symbols(TEXT.as_bytes(), BASE, &key(), &probes).unwrap();
+        assert!(table.is_some());
+        assert_eq!(first, found);
         // Hidden addresses: nothing; a BPF program among the kernel's own: no table.
         let hidden = "0000000000000000 T _text\n0000000000000000 t first\n";
-        assert!(Listing::parse(hidden.as_bytes()).is_none());
+        assert!(table_and_symbols(hidden.as_bytes(), BASE, &key(), &[BASE]).is_none());
         assert!(symbols_at(hidden.as_bytes(), &[BASE]).is_none());
         let inside = format!("{TEXT}ffffffff81000800 t bpf_prog_1\t[bpf]\n");
-        assert_eq!(kernel_table(&inside, BASE, &key()), None);
+        assert!(kernel_table(&inside, BASE, &key()).is_none());
         // Lines that are not kallsyms' are passed over.
         let odd = format!("zz T x\nffffffff81000000 T\n\n{BASE:x} TT y\n{TEXT}");
-        assert_eq!(Listing::parse(odd.as_bytes()).unwrap().symbols.len(), 8);
+        let table = |text: &str| kernel_table(text, BASE, &key()).map(|t| t.joined());
+        assert_eq!(table(&odd), table(TEXT));
+        // The kernel's own functions out of address order: no table, the same symbols.
+        let mut lines: Vec<&str> = TEXT.lines().collect();
+        lines.swap(2, 5);
+        let unordered = lines.join("\n");
+        let (table, first) =
+            table_and_symbols(unordered.as_bytes(), BASE, &key(), &probes).unwrap();
+        assert!(table.is_none());
+        assert_eq!(first, found);
     }
 }

@@ -313,7 +313,9 @@ ffffffffc0002000 t bpf_prog_6deef7357e7b4530_sd_fw_egress\t[bpf]
         };
         let own = kallsyms.own.clone().expect("modules lie apart");
         let base = kallsyms.text_start;
-        let bytes = symbolicate::kernel_table(text, base, &key).unwrap();
+        let bytes = symbolicate::kernel_table(text, base, &key)
+            .unwrap()
+            .joined();
         // As a run reads it: from its file; with as many lookups as here, names and all.
         let path = tempdir().join("kernel-table");
         std::fs::write(&path, &bytes).unwrap();

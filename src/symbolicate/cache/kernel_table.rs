@@ -76,66 +76,159 @@ pub enum InTable {
     Unreadable,
 }
 
+/// A kernel table made a function at a time, in address order, as kallsyms is read: the
+/// starts and name ends as words, the names in blocks of 256 KiB. Neither
+/// the names nor the table is ever whole in one buffer, so that the kernel's 3 MB of
+/// names are held once (a first run of a boot held them three times: as read, in the
+/// table, and as the table grew).
+#[derive(Debug, Default)]
+pub struct TableBuilder {
+    starts: Vec<u32>,
+    /// Where each name ends in the names.
+    ends: Vec<u32>,
+    /// The names, one after the other, cut into blocks wherever a block is full.
+    names: Vec<Vec<u8>>,
+    /// Set once a function did not fit the layout: the table is then not made.
+    unfit: bool,
+}
+
+/// Bytes of a block of names: 256 KiB, a twelfth of the kernel's names.
+const NAME_BLOCK: usize = 1 << 18;
+
+impl TableBuilder {
+    /// Adds the function `name` that starts at `start` (relative to the kernel's text);
+    /// the table is not made unless each start is above the one before, fits 32 bits,
+    /// and each name is no longer than a kernel symbol's.
+    pub fn push(&mut self, start: u64, name: &str) {
+        let start = u32::try_from(start)
+            .ok()
+            .filter(|&s| self.starts.last().is_none_or(|&last| last < s));
+        let end = u32::try_from(self.names_len() + name.len() as u64).ok();
+        let (Some(start), Some(end), false) = (start, end, name.len() > MAX_NAME_BYTES) else {
+            self.unfit = true;
+            return;
+        };
+        self.starts.push(start);
+        self.ends.push(end);
+        let mut rest = name.as_bytes();
+        while !rest.is_empty() {
+            if self.names.last().is_none_or(|b| b.len() == NAME_BLOCK) {
+                self.names.push(Vec::with_capacity(NAME_BLOCK));
+            }
+            let Some(block) = self.names.last_mut() else {
+                return;
+            };
+            let (now, later) = rest.split_at(rest.len().min(NAME_BLOCK - block.len()));
+            block.extend_from_slice(now);
+            rest = later;
+        }
+    }
+
+    /// The start of the last function added.
+    pub fn last_start(&self) -> Option<u64> {
+        self.starts.last().map(|&s| u64::from(s))
+    }
+
+    /// Takes the last function added back out.
+    pub fn pop(&mut self) {
+        self.starts.pop();
+        self.ends.pop();
+        let mut extra = self.names_len() - self.ends.last().map_or(0, |&e| u64::from(e));
+        while extra > 0 {
+            let Some(block) = self.names.last_mut() else {
+                return;
+            };
+            let cut = (block.len() as u64).min(extra);
+            block.truncate(block.len() - cut as usize);
+            extra -= cut;
+            if block.is_empty() {
+                self.names.pop();
+            }
+        }
+    }
+
+    fn names_len(&self) -> u64 {
+        self.names.iter().map(|b| b.len() as u64).sum()
+    }
+
+    /// The table of the kernel of `key`, whose own text ends at `text_end`; `None` when
+    /// a function did not fit (see [`TableBuilder::push`]), the last one starts at or
+    /// past `text_end`, or the build ID is longer than the layout holds.
+    pub fn finish(self, key: &Key, text_end: u64) -> Option<TableBytes> {
+        let below_end = self.last_start().is_none_or(|last| last < text_end);
+        if self.unfit || !below_end || key.build_id.len() > MAX_BUILD_ID {
+            return None;
+        }
+        let count = self.starts.len();
+        let names_len = u32::try_from(self.names_len()).ok()?;
+        let mut head = vec![0u8; HEADER_BYTES + 8 * count];
+        let (start_words, end_words) = head[HEADER_BYTES..].split_at_mut(4 * count);
+        for (word, start) in start_words.chunks_exact_mut(4).zip(self.starts) {
+            word.copy_from_slice(&start.to_le_bytes());
+        }
+        for (word, end) in end_words.chunks_exact_mut(4).zip(self.ends) {
+            word.copy_from_slice(&end.to_le_bytes());
+        }
+        let len = head.len() as u64 + u64::from(names_len);
+        head[..8].copy_from_slice(&MAGIC);
+        head[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        head[12..16].copy_from_slice(&u32::try_from(count).ok()?.to_le_bytes());
+        head[16..24].copy_from_slice(&len.to_le_bytes());
+        head[32..40].copy_from_slice(&key.size.to_le_bytes());
+        head[40..48].copy_from_slice(&text_end.to_le_bytes());
+        head[48..52].copy_from_slice(&(key.build_id.len() as u32).to_le_bytes());
+        head[52..56].copy_from_slice(&names_len.to_le_bytes());
+        head[56..56 + key.build_id.len()].copy_from_slice(&key.build_id);
+        let head = KernelTable::with_checksum(head);
+        Some(TableBytes(
+            std::iter::once(head).chain(self.names).collect(),
+        ))
+    }
+}
+
+/// A table's bytes as [`TableBuilder::finish`] makes them, in pieces to be written one
+/// after the other: its head, then its names in blocks. Not joined, which would hold
+/// the names twice.
+#[derive(Debug)]
+pub struct TableBytes(Vec<Vec<u8>>);
+
+impl TableBytes {
+    /// How many bytes the table takes.
+    pub fn size(&self) -> u64 {
+        self.0.iter().map(|p| p.len() as u64).sum()
+    }
+
+    /// The pieces, in order.
+    pub fn into_pieces(self) -> Vec<Vec<u8>> {
+        self.0
+    }
+
+    /// The table in one buffer.
+    pub fn joined(self) -> Vec<u8> {
+        self.0.concat()
+    }
+}
+
 impl KernelTable {
     /// The bytes of the table of the kernel of `key`, whose own functions start at
     /// `starts` (relative, strictly ascending) with the names `names` (as many), and
-    /// whose own text ends at `text_end`; `None` when they do not fit the layout (more
-    /// than 4 GiB of names or text, a name longer than a kernel symbol's).
+    /// whose own text ends at `text_end`, joined: for tables made by hand, a test's or a
+    /// fuzzer's. `None` as for [`TableBuilder::finish`], or when there are more or fewer
+    /// names than starts.
     pub fn build<'n>(
         key: &Key,
-        starts: impl Iterator<Item = u64> + Clone,
-        names: impl Iterator<Item = &'n str> + Clone,
+        starts: impl Iterator<Item = u64>,
+        mut names: impl Iterator<Item = &'n str>,
         text_end: u64,
     ) -> Option<Vec<u8>> {
-        // Ascending, and the last below the text end.
-        let (functions, ascending, last) = starts.clone().fold(
-            (0usize, true, None),
-            |(n, up, last): (_, _, Option<u64>), start| {
-                (n + 1, up && last.is_none_or(|l| l < start), Some(start))
-            },
-        );
-        let below_end = last.is_none_or(|last| last < text_end);
-        let count = u32::try_from(functions).ok()?;
-        let (named, names_len, longest) =
-            names.clone().fold((0, 0, 0), |(n, len, most), name: &str| {
-                (n + 1, len + name.len(), name.len().max(most))
-            });
-        if named != functions
-            || longest > MAX_NAME_BYTES
-            || key.build_id.len() > MAX_BUILD_ID
-            || !ascending
-            || !below_end
-        {
+        let mut table = TableBuilder::default();
+        for start in starts {
+            table.push(start, names.next()?);
+        }
+        if names.next().is_some() {
             return None;
         }
-        let names_len = u32::try_from(names_len).ok()?;
-        // Sized at once: 120,000 functions would otherwise grow it a few bytes at a time.
-        let head_len = HEADER_BYTES + 8 * functions;
-        let mut bytes = vec![0u8; head_len];
-        bytes.reserve_exact(names_len as usize);
-        let (start_words, end_words) = bytes[HEADER_BYTES..].split_at_mut(4 * functions);
-        for (word, start) in start_words.chunks_exact_mut(4).zip(starts) {
-            word.copy_from_slice(&u32::try_from(start).ok()?.to_le_bytes());
-        }
-        let mut end = 0u32;
-        for (word, name) in end_words.chunks_exact_mut(4).zip(names.clone()) {
-            end += name.len() as u32;
-            word.copy_from_slice(&end.to_le_bytes());
-        }
-        for name in names {
-            bytes.extend_from_slice(name.as_bytes());
-        }
-        let len = bytes.len() as u64;
-        bytes[..8].copy_from_slice(&MAGIC);
-        bytes[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        bytes[12..16].copy_from_slice(&count.to_le_bytes());
-        bytes[16..24].copy_from_slice(&len.to_le_bytes());
-        bytes[32..40].copy_from_slice(&key.size.to_le_bytes());
-        bytes[40..48].copy_from_slice(&text_end.to_le_bytes());
-        bytes[48..52].copy_from_slice(&(key.build_id.len() as u32).to_le_bytes());
-        bytes[52..56].copy_from_slice(&names_len.to_le_bytes());
-        bytes[56..56 + key.build_id.len()].copy_from_slice(&key.build_id);
-        Some(KernelTable::with_checksum(bytes))
+        Some(table.finish(key, text_end)?.joined())
     }
 
     /// `bytes` with the checksum of their head, as far as their header says where it
@@ -434,6 +527,52 @@ mod tests {
             0x100
         )
         .is_none());
+    }
+
+    #[test]
+    fn a_table_made_a_function_at_a_time_keeps_names_across_blocks_and_takes_one_back() {
+        let name = |i: u64| format!("function_{i:06}_{}", "x".repeat(i as usize % 300));
+        let starts = (0..20_000u64).map(|i| 0x10 + 0x20 * i);
+        let names: Vec<String> = starts.clone().map(|s| name(s / 0x20)).collect();
+        let mut made = TableBuilder::default();
+        for (start, name) in starts.clone().zip(&names) {
+            made.push(start, name);
+        }
+        assert!(made.names.len() > 10, "{} blocks", made.names.len());
+        let end = 0x10_0000;
+        let bytes = made.finish(&key(), end).unwrap().joined();
+        let by_hand = KernelTable::build(
+            &key(),
+            starts.clone(),
+            names.iter().map(|n| n.as_str()),
+            end,
+        );
+        assert_eq!(Some(&bytes), by_hand.as_ref());
+        let table = KernelTable::parse(bytes, &key()).unwrap();
+        assert_eq!(table.len(), names.len());
+        for (start, name) in starts.zip(&names) {
+            assert_eq!(
+                table.lookup(start + 0x1f),
+                InTable::Function(start, name.clone())
+            );
+        }
+        // Taken back: a function whose name crossed into a second block.
+        let long = "z".repeat(500);
+        let (mut one, mut other) = (TableBuilder::default(), TableBuilder::default());
+        for i in 0..(NAME_BLOCK / 500) as u64 {
+            one.push(i * 0x10, &long);
+            other.push(i * 0x10, &long);
+        }
+        one.push(0x10_0000, &long);
+        assert_eq!(one.names.len(), 2);
+        one.pop();
+        let joined = |made: TableBuilder| made.finish(&key(), 0x20_0000).unwrap().joined();
+        assert_eq!(joined(one), joined(other));
+        // A start not above the one before: nothing made.
+        let mut made = TableBuilder::default();
+        made.push(0x40, "a");
+        made.push(0x40, "b");
+        assert!(made.finish(&key(), 0x100).is_none());
     }
 
     /// The table of two functions, at 0x10 and 0x40, of these names.

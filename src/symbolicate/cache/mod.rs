@@ -60,7 +60,7 @@ mod words;
 pub use builder::EntryBuilder;
 pub(crate) use builder::FastMap;
 pub use format::{with_checksum, Entry, Refused};
-pub use kernel_table::{InTable, KernelTable};
+pub use kernel_table::{InTable, KernelTable, TableBuilder, TableBytes};
 pub use key::{predict_source, DebugSource, Identity, Key, Secret, Stamp};
 pub use store::SymbolCache;
 

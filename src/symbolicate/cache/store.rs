@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use super::inflated;
-use super::kernel_table::{self, KernelTable};
+use super::kernel_table::{self, KernelTable, TableBytes};
 use super::key::kernel_key_with;
 use super::{Entry, Key, Secret, MAX_ENTRY_BYTES, MAX_TOTAL_BYTES};
 use crate::files::elf::Elf;
@@ -39,17 +39,21 @@ const WRITTEN_AT_ONCE_BYTES: usize = 256 << 10;
 const MOST_WRITTEN_AT_ONCE: usize = 64;
 
 /// An entry to put into the cache at [`SymbolCache::save`]: already written into a file
-/// on its way in (removed unless saved: a run that fails leaves nothing), or its bytes.
+/// on its way in (removed unless saved: a run that fails leaves nothing), or its bytes,
+/// in pieces to be written one after the other.
 enum Pending {
     Written(TempFile),
-    Bytes(String, Vec<u8>),
+    Bytes(String, Vec<Vec<u8>>),
 }
 
 impl std::fmt::Debug for Pending {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Pending::Written(temp) => write!(f, "Written({})", temp.final_name()),
-            Pending::Bytes(name, bytes) => write!(f, "Bytes({name}, {})", bytes.len()),
+            Pending::Bytes(name, pieces) => {
+                let size: usize = pieces.iter().map(Vec::len).sum();
+                write!(f, "Bytes({name}, {size})")
+            }
         }
     }
 }
@@ -229,16 +233,16 @@ impl SymbolCache {
         Some(parsed)
     }
 
-    /// Keeps `bytes` (a table [`KernelTable::build`] made) to be written as the kernel
-    /// table of `key` by [`SymbolCache::save`], which then removes the tables of other
-    /// boots beyond the last few, and the entries an older sampler kept of this kernel.
-    pub fn put_kernel_table(&self, key: &Key, bytes: Vec<u8>) {
-        if bytes.len() as u64 <= MAX_ENTRY_BYTES {
+    /// Keeps `table` to be written as the kernel table of `key` by [`SymbolCache::save`],
+    /// which then removes the tables of other boots beyond the last few, and the entries
+    /// an older sampler kept of this kernel.
+    pub fn put_kernel_table(&self, key: &Key, table: TableBytes) {
+        if table.size() <= MAX_ENTRY_BYTES {
             let name = kernel_table::file_name(key);
             let legacy = format!("{}-", crate::symbolicate::debuginfod::hex(&key.build_id));
             *self.kernel_table.lock().unwrap_or_else(|e| e.into_inner()) =
                 Some((name.clone(), legacy));
-            self.keep(name, bytes);
+            self.keep(name, table.into_pieces());
         }
     }
 
@@ -246,18 +250,20 @@ impl SymbolCache {
     /// of `key` by [`SymbolCache::save`].
     pub fn put(&self, key: &Key, bytes: Vec<u8>) {
         if bytes.len() as u64 <= MAX_ENTRY_BYTES {
-            self.keep(key.file_name(), bytes);
+            self.keep(key.file_name(), vec![bytes]);
         }
     }
 
-    /// Keeps entry `name` of `bytes` for [`SymbolCache::save`]: a large one written at
-    /// once into a file on its way in (see [`WRITTEN_AT_ONCE_BYTES`]) where the
-    /// directory is there (a run that fails creates nothing), else its bytes.
-    fn keep(&self, name: String, bytes: Vec<u8>) {
+    /// Keeps entry `name` of the bytes of `pieces` (one after the other) for
+    /// [`SymbolCache::save`]: a large one written at once into a file on its way in (see
+    /// [`WRITTEN_AT_ONCE_BYTES`]) where the directory is there (a run that fails creates
+    /// nothing), else its bytes.
+    fn keep(&self, name: String, pieces: Vec<Vec<u8>>) {
         use std::sync::atomic::Ordering::Relaxed;
         // A place among the files held open, taken before writing (outside the lock, so
         // that other workers keep theirs meanwhile).
-        let write = bytes.len() >= WRITTEN_AT_ONCE_BYTES
+        let size: usize = pieces.iter().map(Vec::len).sum();
+        let write = size >= WRITTEN_AT_ONCE_BYTES
             && self
                 .written_at_once
                 .fetch_update(Relaxed, Relaxed, |n| {
@@ -265,12 +271,12 @@ impl SymbolCache {
                 })
                 .is_ok();
         let entry = match write {
-            true => match self.write_temp(&name, &bytes) {
+            true => match self.write_temp(&name, &pieces) {
                 Ok(temp) => Pending::Written(temp),
                 // A full disk: tried again, and reported, as the run saves.
-                Err(_) => Pending::Bytes(name, bytes),
+                Err(_) => Pending::Bytes(name, pieces),
             },
-            false => Pending::Bytes(name, bytes),
+            false => Pending::Bytes(name, pieces),
         };
         self.pending
             .lock()
@@ -278,11 +284,11 @@ impl SymbolCache {
             .push(entry);
     }
 
-    /// `bytes` written into a new file on its way in to be entry `name`, in the
-    /// entries' directory if it is there.
-    fn write_temp(&self, name: &str, bytes: &[u8]) -> std::io::Result<TempFile> {
+    /// The bytes of `pieces` written into a new file on its way in to be entry `name`,
+    /// in the entries' directory if it is there.
+    fn write_temp(&self, name: &str, pieces: &[Vec<u8>]) -> std::io::Result<TempFile> {
         let dir = usercache::open_dir(&self.root, &DIRS, self.owner, false, PRIVATE)?;
-        write_new(dir, name, bytes)
+        write_new(dir, name, pieces)
     }
 
     /// Writes the entries kept by [`SymbolCache::put`], then evicts the least recently
@@ -309,10 +315,10 @@ impl SymbolCache {
             let made_before = matches!(entry, Pending::Written(_));
             let (name, write) = match entry {
                 Pending::Written(temp) => (temp.final_name().to_string(), Ok(temp)),
-                Pending::Bytes(name, bytes) => {
+                Pending::Bytes(name, pieces) => {
                     let temp = dir
                         .try_clone()
-                        .and_then(|dir| write_new(dir, &name, &bytes));
+                        .and_then(|dir| write_new(dir, &name, &pieces));
                     (name, temp)
                 }
             };
@@ -361,10 +367,17 @@ impl SymbolCache {
     }
 }
 
-/// `bytes` written into a new file of `dir` on its way in to be entry `name`.
-fn write_new(dir: std::os::fd::OwnedFd, name: &str, bytes: &[u8]) -> std::io::Result<TempFile> {
+/// The bytes of `pieces`, one after the other, written into a new file of `dir` on its
+/// way in to be entry `name`.
+fn write_new(
+    dir: std::os::fd::OwnedFd,
+    name: &str,
+    pieces: &[Vec<u8>],
+) -> std::io::Result<TempFile> {
     let mut temp = TempFile::create(dir, name, FILE_MODE)?;
-    temp.file.write_all(bytes)?;
+    for piece in pieces {
+        temp.file.write_all(piece)?;
+    }
     Ok(temp)
 }
 
@@ -544,7 +557,7 @@ mod tests {
                 stamp: Default::default(),
             };
             let bytes = crate::symbolicate::kernel_table(&text, base, &key).unwrap();
-            one = bytes.len();
+            one = bytes.size();
             cache.put_kernel_table(&key, bytes);
             assert_eq!(cache.save(), Ok(1));
             assert!(cache.load_kernel_table(&key, 1).is_some(), "boot {boot}");
