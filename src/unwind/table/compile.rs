@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use gimli::{
-    BaseAddresses, CieOrFde, CommonInformationEntry, Reader, UnwindContext, UnwindOffset,
-    UnwindSection,
+    BaseAddresses, CieOrFde, CommonInformationEntry, Reader, ReaderOffset, UnwindContext,
+    UnwindOffset, UnwindSection,
 };
 use object::ReadRef;
 
@@ -106,11 +106,29 @@ impl std::fmt::Display for TooLarge {
     }
 }
 
-/// Where an FDE is and what it covers.
-struct Span<O> {
+/// Where an FDE is and what it covers: 16 bytes, for the 200,000 FDEs of
+/// librustc_driver, held while its table is made. An FDE that covers 4 GiB or more, or
+/// lies 4 GiB or more into its section, is damaged (a table's offsets are 32-bit anyway).
+struct Span {
     start: u64,
-    end: u64,
-    offset: O,
+    len: u32,
+    offset: u32,
+}
+
+impl Span {
+    fn of<R: Reader>(fde: &gimli::FrameDescriptionEntry<R>) -> Option<Span> {
+        let len = u32::try_from(fde.len()).ok()?;
+        fde.initial_address().checked_add(u64::from(len))?;
+        Some(Span {
+            start: fde.initial_address(),
+            len,
+            offset: u32::try_from(fde.offset().into_u64()).ok()?,
+        })
+    }
+
+    fn end(&self) -> u64 {
+        self.start + u64::from(self.len)
+    }
 }
 
 /// What the FDEs' rows are evaluated with: the CIEs read, and gimli's state (kept from
@@ -235,7 +253,14 @@ pub(super) fn build<R: Reader, S: UnwindSection<R>, K: RowSink>(
     sink: K,
 ) -> Result<UnwindTable<K>, TooLarge> {
     let mut damaged = 0;
-    let mut spans = Vec::new();
+    // Sized at once, by a count of the FDEs (their headers only): grown by doubling,
+    // librustc_driver's took 6.3 MB, and 9.4 MB as it grew, beside its 7.7 MB `.eh_frame`.
+    let mut entries = cfi.entries(bases);
+    let mut fdes = 0;
+    while let Ok(Some(entry)) = entries.next() {
+        fdes += usize::from(matches!(entry, CieOrFde::Fde(_)));
+    }
+    let mut spans = Vec::with_capacity(fdes);
     let mut cies = Cies::new();
     let mut entries = cfi.entries(bases);
     loop {
@@ -243,12 +268,8 @@ pub(super) fn build<R: Reader, S: UnwindSection<R>, K: RowSink>(
             Ok(None) => break,
             Ok(Some(CieOrFde::Cie(_))) => {}
             Ok(Some(CieOrFde::Fde(partial))) => match partial.parse(|s, b, o| cies.get(s, b, o)) {
-                Ok(fde) => match fde.initial_address().checked_add(fde.len()) {
-                    Some(end) => spans.push(Span {
-                        start: fde.initial_address(),
-                        end,
-                        offset: fde.offset(),
-                    }),
+                Ok(fde) => match Span::of(&fde) {
+                    Some(span) => spans.push(span),
                     None => damaged += 1,
                 },
                 Err(_) => damaged += 1,
@@ -281,7 +302,7 @@ pub(super) fn build<R: Reader, S: UnwindSection<R>, K: RowSink>(
     };
     for (i, span) in spans.iter().enumerate() {
         let next = spans.get(i + 1).map_or(u64::MAX, |n| n.start);
-        let limit = span.end.min(next);
+        let limit = span.end().min(next);
         let mut cursor = span.start;
         match rows_of_fde(
             cfi,
@@ -314,12 +335,13 @@ fn rows_of_fde<R: Reader, S: UnwindSection<R>, K: RowSink>(
     cfi: &S,
     bases: &BaseAddresses,
     reading: &mut Reading<R>,
-    span: &Span<R::Offset>,
+    span: &Span,
     limit: u64,
     cursor: &mut u64,
     rows: &mut Rows<K>,
 ) -> Result<(), Failed> {
-    let fde = cfi.fde_from_offset(bases, S::Offset::from(span.offset), |s, b, o| {
+    let offset = R::Offset::from_u32(span.offset);
+    let fde = cfi.fde_from_offset(bases, S::Offset::from(offset), |s, b, o| {
         reading.cies.get(s, b, o)
     })?;
     let signal_frame = fde.is_signal_trampoline();
