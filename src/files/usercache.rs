@@ -148,6 +148,41 @@ fn cache_user(owner: Option<SudoUser>) -> u32 {
     owner.map_or_else(|| Uid::effective().as_raw(), |u| u.uid)
 }
 
+/// Directories made for one owner of them (a cache of one run) by [`make_dir`], removed
+/// again when it is dropped, those still empty and the last made first, unless
+/// [`MadeDirs::keep`] was called: a run that fails after it made them (and removed its
+/// files on their way in) leaves no directory behind.
+#[derive(Debug, Default)]
+pub struct MadeDirs(std::sync::Mutex<Vec<(OwnedFd, std::ffi::OsString)>>);
+
+impl MadeDirs {
+    /// Keeps the directories made so far: the run saved what it made.
+    pub fn keep(&self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+impl Drop for MadeDirs {
+    fn drop(&mut self) {
+        let made = self.0.get_mut().unwrap_or_else(|e| e.into_inner());
+        for (parent, name) in made.drain(..).rev() {
+            // Not empty (another run's files, or a file not removed): left as it is.
+            let _ = unlinkat(&parent, name.as_os_str(), UnlinkatFlags::RemoveDir);
+        }
+    }
+}
+
+/// [`open_dir`] with `create`, noting in `made` each directory it made.
+pub fn make_dir(
+    root: &Path,
+    below: &[&str],
+    owner: Option<SudoUser>,
+    access: Access,
+    made: &MadeDirs,
+) -> io::Result<OwnedFd> {
+    open_dir_noting(root, below, owner, true, access, Some(made))
+}
+
 /// Opens the directory `root/below[0]/below[1]/…`. `root` is opened by path (a link
 /// there is the user's own choice); each name of `below` is opened relative to its
 /// parent without following a link. Every directory opened must belong to the cache's
@@ -161,6 +196,18 @@ pub fn open_dir(
     owner: Option<SudoUser>,
     create: bool,
     access: Access,
+) -> io::Result<OwnedFd> {
+    open_dir_noting(root, below, owner, create, access, None)
+}
+
+/// [`open_dir`], noting in `made` (if any) each directory it made.
+fn open_dir_noting(
+    root: &Path,
+    below: &[&str],
+    owner: Option<SudoUser>,
+    create: bool,
+    access: Access,
+    made: Option<&MadeDirs>,
 ) -> io::Result<OwnedFd> {
     let user = cache_user(owner);
     // Names still to open, the next one last; those of `root` may be created too.
@@ -212,6 +259,11 @@ pub fn open_dir(
             Err(e) => return Err(e.into()),
         };
         if created {
+            if let Some(made) = made {
+                let parent = dir.try_clone()?;
+                let mut list = made.0.lock().unwrap_or_else(|e| e.into_inner());
+                list.push((parent, name.clone()));
+            }
             if let Some(u) = owner {
                 fchown(&sub, Some(Uid::from_raw(u.uid)), Some(Gid::from_raw(u.gid)))?;
             }
@@ -514,6 +566,31 @@ mod tests {
             Some(PathBuf::from("/home/u/.cache"))
         );
         assert_eq!(cache_home(None, None), None);
+    }
+
+    #[test]
+    fn directories_made_are_removed_again_unless_kept_and_only_when_empty() {
+        let scratch = scratch("made");
+        let root = scratch.join("a");
+        std::fs::create_dir(&root).unwrap();
+        // Made below a directory that was there: b, c and d go again, a stays.
+        let made = MadeDirs::default();
+        make_dir(&root, &["b", "c", "d"], None, Access::Private, &made).unwrap();
+        assert!(root.join("b/c/d").is_dir());
+        drop(made);
+        assert!(root.is_dir() && !root.join("b").exists());
+        // Kept: they stay.
+        let made = MadeDirs::default();
+        make_dir(&root, &["b", "c"], None, Access::Private, &made).unwrap();
+        made.keep();
+        drop(made);
+        assert!(root.join("b/c").is_dir());
+        // Only what this one made, and not a directory that holds something.
+        let made = MadeDirs::default();
+        make_dir(&root, &["b", "c", "e", "f"], None, Access::Private, &made).unwrap();
+        std::fs::write(root.join("b/c/e/file"), b"x").unwrap();
+        drop(made);
+        assert!(root.join("b/c/e/file").is_file() && !root.join("b/c/e/f").exists());
     }
 
     #[test]

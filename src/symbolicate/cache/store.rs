@@ -75,6 +75,9 @@ pub struct SymbolCache {
     kernel_table: Mutex<Option<(String, String)>>,
     /// Read or made once, when the kernel's entries are first needed.
     secret: std::sync::OnceLock<Option<Secret>>,
+    /// The directories made for the entries written as they were made: removed again,
+    /// after those entries' files (the fields before), unless the run saves.
+    made: usercache::MadeDirs,
 }
 
 impl SymbolCache {
@@ -98,6 +101,7 @@ impl SymbolCache {
             pending_inflated: Mutex::default(),
             kernel_table: Mutex::default(),
             secret: std::sync::OnceLock::new(),
+            made: usercache::MadeDirs::default(),
         }
     }
 
@@ -256,8 +260,8 @@ impl SymbolCache {
 
     /// Keeps entry `name` of the bytes of `pieces` (one after the other) for
     /// [`SymbolCache::save`]: a large one written at once into a file on its way in (see
-    /// [`WRITTEN_AT_ONCE_BYTES`]) where the directory is there (a run that fails creates
-    /// nothing), else its bytes.
+    /// [`WRITTEN_AT_ONCE_BYTES`]), the directories made if need be (a run that does not
+    /// save removes the file, then the directories it made), else its bytes.
     fn keep(&self, name: String, pieces: Vec<Vec<u8>>) {
         use std::sync::atomic::Ordering::Relaxed;
         // A place among the files held open, taken before writing (outside the lock, so
@@ -285,9 +289,9 @@ impl SymbolCache {
     }
 
     /// The bytes of `pieces` written into a new file on its way in to be entry `name`,
-    /// in the entries' directory if it is there.
+    /// in the entries' directory, made if need be.
     fn write_temp(&self, name: &str, pieces: &[Vec<u8>]) -> std::io::Result<TempFile> {
-        let dir = usercache::open_dir(&self.root, &DIRS, self.owner, false, PRIVATE)?;
+        let dir = usercache::make_dir(&self.root, &DIRS, self.owner, PRIVATE, &self.made)?;
         write_new(dir, name, pieces)
     }
 
@@ -307,6 +311,8 @@ impl SymbolCache {
             return Ok(0);
         }
         let cannot = |e: std::io::Error| format!("cannot write into {}: {e}", self.dir().display());
+        // Saved: the directories stay, whatever is written into them below.
+        self.made.keep();
         let dir =
             usercache::open_dir(&self.root, &DIRS, self.owner, true, PRIVATE).map_err(cannot)?;
         let mut written: Vec<String> = Vec::new();
@@ -522,6 +528,27 @@ mod tests {
         assert_eq!(cache.save(), Ok(1));
         assert!(names().contains(&key(4).file_name()));
         assert!(!names().contains(&key(3).file_name()));
+
+        // A first run: no directory yet. A large entry makes it, and a run that does not
+        // save leaves no directory behind; one that saves keeps it.
+        let first = crate::files::testdir::TestDir::new("written-at-once-first");
+        let root = first.path().join("cache");
+        let first_at = || SymbolCache::at(root.clone(), None);
+        {
+            let cache = first_at();
+            cache.put(&key(5), large.clone());
+            assert!(cache.dir().is_dir());
+        }
+        assert!(
+            !root.exists(),
+            "a run that did not save left {}",
+            root.display()
+        );
+        let cache = first_at();
+        cache.put(&key(5), large.clone());
+        assert_eq!(cache.save(), Ok(1));
+        drop(cache);
+        assert!(first_at().dir().join(key(5).file_name()).is_file());
     }
 
     /// Ten boots of one kernel, each run writing its table (as large as this machine's

@@ -20,7 +20,8 @@
 //!   kernel, and that file is walked by frame pointers for the rest of the run.
 //! - Writes: a table compiled on a miss goes straight into a new file beside its entry,
 //!   in blocks; that file is renamed into place only by [`TableCache::save`], after the
-//!   profile, so a run that fails leaves nothing behind. Least recently used entries
+//!   profile, so a run that fails leaves nothing behind (the file is removed, then the
+//!   directories made for it). Least recently used entries
 //!   beyond [`MAX_TOTAL_BYTES`] are removed then.
 
 use std::fs::File;
@@ -72,6 +73,9 @@ pub struct TableCache {
     owner: Option<SudoUser>,
     /// Tables compiled this run, written beside their entries, to be renamed into place.
     pending: Mutex<Vec<TempFile>>,
+    /// The directories made for `pending`: removed again, after its files, unless the
+    /// run saves.
+    made: usercache::MadeDirs,
 }
 
 impl TableCache {
@@ -90,6 +94,7 @@ impl TableCache {
             root,
             owner,
             pending: Mutex::default(),
+            made: usercache::MadeDirs::default(),
         }
     }
 
@@ -100,6 +105,7 @@ impl TableCache {
         let Some(root) = self.root.as_ref().filter(|_| !pending.is_empty()) else {
             return Ok(0);
         };
+        self.made.keep();
         let dir = DIRS.iter().fold(root.clone(), |d, n| d.join(n));
         let mut names = Vec::new();
         let mut failed = None;
@@ -144,7 +150,7 @@ impl TableCache {
     /// that file cannot be made or written (the table is then compiled in memory).
     fn compile_to_file(&self, binary: &Binary, key: &Key) -> Option<Result<KernelTable, String>> {
         let root = self.root.as_ref()?;
-        let dir = usercache::open_dir(root, &DIRS, self.owner, true, PRIVATE).ok()?;
+        let dir = usercache::make_dir(root, &DIRS, self.owner, PRIVATE, &self.made).ok()?;
         let temp = TempFile::create(dir, &key.file_name(), FILE_MODE).ok()?;
         let sink = FileSink {
             file: &temp.file,
@@ -608,14 +614,14 @@ mod tests {
     }
 
     #[test]
-    fn a_table_not_saved_leaves_no_file() {
+    fn a_table_not_saved_leaves_no_file_nor_directory() {
         let scratch = crate::files::testdir::TestDir::new("table-cache-unsaved");
         let binary = this_binary();
         {
             let cache = TableCache::at(Some(scratch.path().to_path_buf()), None);
             cache.table(&binary).unwrap();
+            assert!(scratch.path().join("sampler/unwind").is_dir());
         }
-        let entries = scratch.path().join("sampler/unwind");
-        assert_eq!(std::fs::read_dir(entries).unwrap().count(), 0);
+        assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
     }
 }
