@@ -149,9 +149,9 @@ fn cache_user(owner: Option<SudoUser>) -> u32 {
 }
 
 /// Directories made for one owner of them (a cache of one run) by [`make_dir`], removed
-/// again when it is dropped, those still empty and the last made first, unless
-/// [`MadeDirs::keep`] was called: a run that fails after it made them (and removed its
-/// files on their way in) leaves no directory behind.
+/// again when it is dropped (those that are empty, each before the one that holds it),
+/// unless [`MadeDirs::keep`] was called: a run that fails after it made them (and removed
+/// its files on their way in) leaves no directory behind.
 #[derive(Debug, Default)]
 pub struct MadeDirs(std::sync::Mutex<Vec<(OwnedFd, std::ffi::OsString)>>);
 
@@ -165,9 +165,17 @@ impl MadeDirs {
 impl Drop for MadeDirs {
     fn drop(&mut self) {
         let made = self.0.get_mut().unwrap_or_else(|e| e.into_inner());
-        for (parent, name) in made.drain(..).rev() {
-            // Not empty (another run's files, or a file not removed): left as it is.
-            let _ = unlinkat(&parent, name.as_os_str(), UnlinkatFlags::RemoveDir);
+        // Passes until one removes nothing: threads that made a directory and one below
+        // it may have noted them in either order. One not empty (another run's files, or
+        // a file not removed) is left as it is.
+        loop {
+            let before = made.len();
+            made.retain(|(parent, name)| {
+                unlinkat(parent, name.as_os_str(), UnlinkatFlags::RemoveDir).is_err()
+            });
+            if made.is_empty() || made.len() == before {
+                break;
+            }
         }
     }
 }
@@ -259,13 +267,13 @@ fn open_dir_noting(
             Err(e) => return Err(e.into()),
         };
         if created {
-            if let Some(made) = made {
-                let parent = dir.try_clone()?;
-                let mut list = made.0.lock().unwrap_or_else(|e| e.into_inner());
-                list.push((parent, name.clone()));
-            }
             if let Some(u) = owner {
                 fchown(&sub, Some(Uid::from_raw(u.uid)), Some(Gid::from_raw(u.gid)))?;
+            }
+            // Given to its user first: one not noted (no descriptor left) only stays.
+            if let (Some(made), Ok(parent)) = (made, dir.try_clone()) {
+                let mut list = made.0.lock().unwrap_or_else(|e| e.into_inner());
+                list.push((parent, name.clone()));
             }
         }
         check_owner(&sub, user, &existing)?;
@@ -591,6 +599,17 @@ mod tests {
         std::fs::write(root.join("b/c/e/file"), b"x").unwrap();
         drop(made);
         assert!(root.join("b/c/e/file").is_file() && !root.join("b/c/e/f").exists());
+        // Noted child first (two threads making them at once), so that the last noted is
+        // the parent, not empty yet: both go.
+        let made = MadeDirs::default();
+        std::fs::create_dir_all(root.join("g/h")).unwrap();
+        let open = |path: &Path| OwnedFd::from(File::open(path).unwrap());
+        made.0.lock().unwrap().extend([
+            (open(&root.join("g")), "h".into()),
+            (open(&root), "g".into()),
+        ]);
+        drop(made);
+        assert!(!root.join("g").exists());
     }
 
     #[test]

@@ -100,6 +100,9 @@ impl TableBuilder {
     /// the table is not made unless each start is above the one before, fits 32 bits,
     /// and each name is no longer than a kernel symbol's.
     pub fn push(&mut self, start: u64, name: &str) {
+        if self.unfit {
+            return;
+        }
         let start = u32::try_from(start)
             .ok()
             .filter(|&s| self.starts.last().is_none_or(|&last| last < s));

@@ -40,8 +40,8 @@
 //! - Writes: atomic (a new file beside the entry, renamed over it) after the profile is
 //!   written ([`SymbolCache::save`]), so they never delay it, except that entries of
 //!   256 KiB or more are written into their new files as they are made (not to be held
-//!   in memory: a first run's kernel table, 4 MB, held until then was most of a cold
-//!   `cargo build`'s peak) and only renamed then, the directories made for them if need
+//!   in memory: a first run's kernel table, 4 MB, held until then was at the top of a
+//!   cold `cargo build`'s peak) and only renamed then, the directories made for them if need
 //!   be; a run that does not save removes those files, then the directories it made. A
 //!   failure only means the next run reads the debug information again.
 //!
