@@ -107,12 +107,14 @@ fn names_only_directories(program: &str) -> bool {
 }
 
 impl GatedChild {
-    /// Forks; the child unblocks the signals in `unblock`, waits until the gate opens,
-    /// becomes `run_as` when given, then `execvp`s `argv`.
+    /// Forks; the child takes the nice value `nice` (the one sampler was started with,
+    /// not the recorder's raised one), unblocks the signals in `unblock`, waits until the
+    /// gate opens, becomes `run_as` when given, then `execvp`s `argv`.
     pub fn spawn(
         argv: &[String],
         unblock: &SigSet,
         run_as: Option<&Credentials>,
+        nice: i32,
     ) -> io::Result<GatedChild> {
         if argv.is_empty() {
             return Err(io::Error::new(
@@ -137,13 +139,15 @@ impl GatedChild {
 
         // SAFETY: between fork and exec/_exit the child only calls async-signal-safe
         // functions (sigprocmask, read, setgroups, setgid, setuid, execvp, write, _exit)
-        // on memory prepared above.
+        // and setpriority (a system call that takes no lock) on memory prepared above.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(io::Error::last_os_error());
         }
         if pid == 0 {
             unsafe {
+                // A higher nice value than the recorder's is always allowed.
+                libc::setpriority(libc::PRIO_PROCESS, 0, nice);
                 // The Rust runtime ignores SIGPIPE, and an ignored signal stays ignored
                 // across exec: give the command the default a shell would.
                 libc::signal(libc::SIGPIPE, libc::SIG_DFL);

@@ -198,15 +198,18 @@ impl Session {
                 attach::check_pid(pid)?;
             }
         }
+        // Busy targets with many threads would otherwise get the CPU before the recorder,
+        // which then drains the buffers and loads the unwind tables too late: a root
+        // recorder goes ahead of them, with every thread it starts (the table loader's
+        // too: set before them). Its own work is small. Without the privilege it keeps
+        // its nice value. The command runs at the nice value sampler was started with.
+        let command_nice = sys::nice();
+        let _ = sys::set_nice(RECORDER_NICE);
         let (mut walker, walker_note, deeper, max_stack) = walker_and_frame_limit(opts)?;
         let ring_pages = opts
             .mmap_pages
             .unwrap_or_else(|| default_ring_pages(opts.stack_bytes, opts.off_cpu.is_some()));
         raise_open_file_limit();
-        // Busy targets with many threads would otherwise get the CPU before the recorder,
-        // which then drains the buffers too late: a root recorder goes ahead of them. Its
-        // own work is small. Without the privilege it keeps its nice value.
-        let _ = sys::set_nice(RECORDER_NICE);
 
         let online = online_cpus();
         // `-C` naming every online CPU limits nothing.
@@ -231,6 +234,7 @@ impl Session {
                 command,
                 &signals,
                 opts.run_as.as_ref(),
+                command_nice,
                 &request,
                 per_cpu,
                 walker.as_mut(),

@@ -44,11 +44,12 @@ pub(super) fn start_command(
     command: &[String],
     signals: &SigSet,
     run_as: Option<&Credentials>,
+    nice: i32,
     request: &EventRequest,
     per_cpu: bool,
     walker: Option<&mut KernelWalker>,
 ) -> Result<Started> {
-    let mut child = launch::GatedChild::spawn(command, signals, run_as)
+    let mut child = launch::GatedChild::spawn(command, signals, run_as, nice)
         .with_context(|| format!("could not start `{}`", command.join(" ")))?;
     let pid = child.pid;
     let opened = open_followed(request, per_cpu, false, || vec![pid.as_raw()]);

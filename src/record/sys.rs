@@ -191,9 +191,26 @@ pub fn event_id(fd: &OwnedFd) -> io::Result<u64> {
     Ok(id)
 }
 
-/// Sets this process's nice value (lower runs first); needs root to go below zero.
+/// This thread's nice value (0 when it cannot be read).
+pub fn nice() -> i32 {
+    // SAFETY: getpriority takes plain integers and touches no memory of ours; errno is
+    // this thread's. -1 is a nice value too: errno, cleared before, tells it from an
+    // error.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, 0);
+        if nice == -1 && *libc::__errno_location() != 0 {
+            0
+        } else {
+            nice
+        }
+    }
+}
+
+/// Sets this thread's nice value (lower runs first), which the threads and processes it
+/// starts afterwards inherit; needs root to go below zero.
 pub fn set_nice(nice: i32) -> io::Result<()> {
-    // SAFETY: setpriority takes plain integers; `who = 0` is the calling process.
+    // SAFETY: setpriority takes plain integers; `who = 0` is the calling thread.
     let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
     if rc < 0 {
         return Err(io::Error::last_os_error());

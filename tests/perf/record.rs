@@ -172,6 +172,30 @@ fn forked_child_is_its_own_process_and_exit_code_passes_through() {
     assert!(stderr(&o).contains("2 processes"), "{}", stderr(&o));
 }
 
+/// As root the recorder raises its own priority (nice -10) so that busy targets do not
+/// starve it; the command must not inherit that: it runs at the nice value sampler was
+/// started with, here 3.
+fn the_command_runs_at_the_nice_value_sampler_was_started_with() {
+    let test = "the_command_runs_at_the_nice_value_sampler_was_started_with";
+    let dir = tempdir();
+    let seen = dir.join("nice");
+    let o = Command::new("nice")
+        .args(["-n", "3"])
+        .arg(sampler_bin())
+        .args(["record", "-o"])
+        .arg(dir.join("p.json.gz"))
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "cut -d' ' -f19 /proc/self/stat > {}",
+            seen.display()
+        ))
+        .output()
+        .unwrap();
+    ok(test, &o);
+    let nice = std::fs::read_to_string(&seen).unwrap();
+    assert_eq!(nice.trim(), "3", "{test}: the command's nice value");
+}
+
 fn a_reused_pid_is_a_new_process_with_its_own_track() {
     let test = "a_reused_pid_is_a_new_process_with_its_own_track";
     // In a pid namespace of its own, ns_last_pid picks the next pid: split7030 and then
@@ -568,6 +592,7 @@ fn main() {
         inlined_helpers_are_frames_with_inline_depth: Need::Perf;
         every_named_thread_is_present: Need::Perf;
         forked_child_is_its_own_process_and_exit_code_passes_through: Need::Perf;
+        the_command_runs_at_the_nice_value_sampler_was_started_with: Need::Perf, Need::Root;
         a_reused_pid_is_a_new_process_with_its_own_track: Need::Perf, Need::Root,
             Need::Program("unshare", &["--version"]);
         exit_codes_and_signals_pass_through: Need::Perf;
