@@ -76,11 +76,11 @@ pub(super) fn name_kernel(base: u64, addresses: &[u64], opts: &SymbolOptions) ->
         .iter()
         .map(|&i| addresses[i].wrapping_add(base))
         .collect();
+    let file = std::fs::File::open("/proc/kallsyms").map_err(|_| HIDDEN)?;
+    let reader = std::io::BufReader::with_capacity(KALLSYMS_READ, file);
     let found = match (store, &key, &table) {
         // The boot's first run: every function read, for the table.
         (Some(store), Some(key), None) => {
-            let file = std::fs::File::open("/proc/kallsyms").map_err(|_| HIDDEN)?;
-            let reader = std::io::BufReader::with_capacity(KALLSYMS_READ, file);
             let (table, found) = table_and_symbols(reader, base, key, &probes).ok_or(HIDDEN)?;
             if let Some(table) = table {
                 store.put_kernel_table(key, table);
@@ -88,11 +88,7 @@ pub(super) fn name_kernel(base: u64, addresses: &[u64], opts: &SymbolOptions) ->
             found
         }
         // Only what the addresses need: a module's, or everything without the cache.
-        _ => {
-            let file = std::fs::File::open("/proc/kallsyms").map_err(|_| HIDDEN)?;
-            let reader = std::io::BufReader::with_capacity(KALLSYMS_READ, file);
-            symbols_at(reader, &probes).ok_or(HIDDEN)?
-        }
+        _ => symbols_at(reader, &probes).ok_or(HIDDEN)?,
     };
     for (i, symbol) in outside.into_iter().zip(found) {
         if let Some((start, name)) = symbol {

@@ -134,9 +134,10 @@ impl TableBuilder {
 
     /// Takes the last function added back out.
     pub fn pop(&mut self) {
+        let before = self.names_len();
         self.starts.pop();
         self.ends.pop();
-        let mut extra = self.names_len() - self.ends.last().map_or(0, |&e| u64::from(e));
+        let mut extra = before - self.names_len();
         while extra > 0 {
             let Some(block) = self.names.last_mut() else {
                 return;
@@ -150,8 +151,9 @@ impl TableBuilder {
         }
     }
 
+    /// How many bytes the names take: where the last one ends.
     fn names_len(&self) -> u64 {
-        self.names.iter().map(|b| b.len() as u64).sum()
+        self.ends.last().map_or(0, |&end| u64::from(end))
     }
 
     /// The table of the kernel of `key`, whose own text ends at `text_end`; `None` when
