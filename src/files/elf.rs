@@ -459,24 +459,7 @@ pub fn section_units<'d, R: object::ReadRef<'d>>(
     let (range, len) = stored_range(elf, section)?;
     let mut source = match range.format {
         CompressionFormat::None => UnitSource::Stored(at.clone(), range.offset),
-        format => {
-            let stored = usize::try_from(range.compressed_size).map_err(|e| unreadable(&e))?;
-            let input = at
-                .read_exact_at(range.offset, stored)
-                .filter(|b| b.len() == stored)
-                .ok_or_else(|| unreadable(&"the file is shorter than its section headers say"))?;
-            let stream: Box<dyn std::io::Read> = match format {
-                CompressionFormat::Zlib => {
-                    Box::new(flate2::read::ZlibDecoder::new(std::io::Cursor::new(input)))
-                }
-                CompressionFormat::Zstandard => Box::new(
-                    ruzstd::decoding::StreamingDecoder::new(std::io::Cursor::new(input))
-                        .map_err(|e| format!("its section {name} cannot be inflated: {e}"))?,
-                ),
-                other => return Err(format!("{other:?} compression is not supported")),
-            };
-            UnitSource::Inflating(stream, 0)
-        }
+        _ => UnitSource::Inflating(inflating(section, &range, at)?, 0),
     };
     let mut data = zeroed(len)?;
     let out = std::sync::Arc::get_mut(&mut data)
@@ -529,6 +512,53 @@ pub fn section_units<'d, R: object::ReadRef<'d>>(
         }
     }
     Ok(Some((data, starts)))
+}
+
+/// A section's bytes (inflated when compressed) as a stream read from the file through
+/// `at` (a compressed section's input too: neither is held whole), and how many bytes
+/// it gives: exactly that many, or the reader fails.
+pub fn section_stream<'d, R: object::ReadRef<'d>>(
+    elf: &Elf<'d, R>,
+    section: &Section<'d>,
+    at: &At,
+) -> Result<(Box<dyn std::io::Read>, usize), String> {
+    use std::io::Read as _;
+    let (range, len) = stored_range(elf, section)?;
+    let stream = match range.format {
+        CompressionFormat::None => Box::new(positioned(at, range.offset)?.take(len as u64)),
+        _ => inflating(section, &range, at)?,
+    };
+    Ok((stream, len))
+}
+
+/// `at`, reading from `offset`.
+fn positioned(at: &At, offset: u64) -> Result<At, String> {
+    use std::io::Seek as _;
+    let mut reader = at.clone();
+    reader
+        .seek(std::io::SeekFrom::Start(offset))
+        .map_err(|e| e.to_string())?;
+    Ok(reader)
+}
+
+/// The inflating stream of a compressed section stored at `range`, reading its input from
+/// the file as it goes.
+fn inflating(
+    section: &Section<'_>,
+    range: &CompressedFileRange,
+    at: &At,
+) -> Result<Box<dyn std::io::Read>, String> {
+    use std::io::Read as _;
+    let name = section.name;
+    let input = positioned(at, range.offset)?.take(range.compressed_size);
+    Ok(match range.format {
+        CompressionFormat::Zlib => Box::new(flate2::read::ZlibDecoder::new(input)),
+        CompressionFormat::Zstandard => Box::new(
+            ruzstd::decoding::StreamingDecoder::new(input)
+                .map_err(|e| format!("its section {name} cannot be inflated: {e}"))?,
+        ),
+        other => return Err(format!("{other:?} compression is not supported")),
+    })
 }
 
 /// The shortest length a unit of [`section_units`] can give after its length field: a

@@ -399,7 +399,8 @@ pub struct TempFile {
 
 impl TempFile {
     /// Creates the new file (exclusively, never through a link) in `dir`, to be renamed
-    /// to `final_name`, with permission bits `mode`.
+    /// to `final_name`, with permission bits `mode`; open for reading too (a cache may
+    /// read what it has just written).
     pub fn create(dir: OwnedFd, final_name: &str, mode: u32) -> io::Result<TempFile> {
         static N: AtomicU64 = AtomicU64::new(0);
         let number = N.fetch_add(1, Ordering::Relaxed);
@@ -407,7 +408,7 @@ impl TempFile {
         let fd = openat(
             &dir,
             name.as_str(),
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::from_bits_truncate(mode),
         )?;
         if let Ok(copy) = dir.try_clone() {

@@ -70,14 +70,14 @@ impl LibSymbols {
     /// [`LibSymbols::load`], keeping of the symbol tables only what looking up
     /// `addresses` needs, when they are given (see `symtab`): every other address may
     /// be named wrongly. Compressed DWARF is read from the cache's inflated copy when
-    /// there is one; with `keep_inflated`, the cache is asked to make one when there is
-    /// none (see [`cache::inflated`]).
+    /// there is one; with `make_inflated`, one is made when there is none and read
+    /// instead of the file (see [`cache::inflated`]).
     pub fn load_for(
         binary: &Binary,
         mapped_path: &str,
         opts: &SymbolOptions,
         addresses: Option<&[u64]>,
-        keep_inflated: bool,
+        make_inflated: bool,
     ) -> Option<LibSymbols> {
         // Only the parts that name things are read (symbol tables, DWARF), not its code;
         // what is kept is copied out of the reader, which goes at the end.
@@ -132,9 +132,9 @@ impl LibSymbols {
         }
         let loaded = match (binary.has_dwarf, &debug, &debug_elf) {
             (false, Some(d), Some(elf)) => {
-                load_dwarf(&d.binary, elf, opts, addresses, keep_inflated)
+                load_dwarf(&d.binary, elf, opts, addresses, make_inflated)
             }
-            _ => load_dwarf(binary, &file, opts, addresses, keep_inflated),
+            _ => load_dwarf(binary, &file, opts, addresses, make_inflated),
         };
         let (dwarf, no_debug_info) = match loaded {
             Ok(dwarf) => (Some(dwarf), None),
@@ -335,14 +335,14 @@ fn separate_debug_file(
 pub type Keep<'a> = dyn Fn(&[(Range<u64>, AddressInfo)]) + Sync + 'a;
 
 /// The DWARF of `binary` (parsed as `elf`) for looking up `addresses`: from the
-/// cache's inflated copy when its DWARF is compressed and there is one, else from the
-/// file, asking the cache for a copy with `keep_inflated`.
+/// cache's inflated copy when its DWARF is compressed and there is one (made now with
+/// `make_inflated`), else from the file.
 fn load_dwarf<'d, R: object::ReadRef<'d>>(
     binary: &Binary,
     elf: &Elf<'d, R>,
     opts: &SymbolOptions,
     addresses: Option<&[u64]>,
-    keep_inflated: bool,
+    make_inflated: bool,
 ) -> Result<DwarfInfo, String> {
     let copyable = opts
         .cache
@@ -351,14 +351,11 @@ fn load_dwarf<'d, R: object::ReadRef<'d>>(
         .filter(|_| cache::inflated::is_compressed(elf));
     if let Some((store, build_id)) = copyable {
         let at = binary.at();
-        let from_copy = store.with_inflated(build_id, &at, |copy, copy_at| {
+        let from_copy = store.with_inflated(build_id, &at, make_inflated, |copy, copy_at| {
             DwarfInfo::load_for(copy, copy_at, addresses).ok()
         });
         if let Some(loaded) = from_copy {
             return Ok(loaded);
-        }
-        if keep_inflated {
-            store.put_inflated(build_id, at);
         }
     }
     DwarfInfo::load_for(elf, &binary.at(), addresses)
@@ -374,8 +371,8 @@ pub fn name_file(
     addresses: &[u64],
     opts: &SymbolOptions,
 ) -> Option<(LibFacts, Vec<AddressInfo>)> {
-    let load = |warm: bool| {
-        LibSymbols::load_for(binary, mapped_path, opts, Some(addresses), warm)
+    let load = || {
+        LibSymbols::load_for(binary, mapped_path, opts, Some(addresses), true)
             .ok_or_else(String::new)
     };
     let Some((store, key)) = opts
@@ -383,7 +380,7 @@ pub fn name_file(
         .as_ref()
         .and_then(|c| Some((c, cache::Key::of(binary)?)))
     else {
-        let syms = load(false).ok()?;
+        let syms = load().ok()?;
         return Some((syms.facts(), syms.lookup_many(addresses)));
     };
     let source = cache::predict_source(binary, mapped_path, opts);
@@ -420,8 +417,7 @@ static NAMING_LARGE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// information `source` (`None`: which is not known without reading it, so the entry is
 /// neither used nor written): from the entry when it holds every address's function
 /// (its facts about the library adjusted by `cached_facts`), else from the symbols
-/// `load` reads (told whether there was an entry: the library is named again), whose
-/// functions are then added to the entry; one large library at a time (`large`, see
+/// `load` reads, whose functions are then added to the entry; one large library at a time (`large`, see
 /// [`NAMING_LARGE`]).
 pub(super) fn name_cached(
     store: &cache::SymbolCache,
@@ -429,7 +425,7 @@ pub(super) fn name_cached(
     source: Option<cache::DebugSource>,
     addresses: &[u64],
     large: bool,
-    load: impl FnOnce(bool) -> Result<LibSymbols, String>,
+    load: impl FnOnce() -> Result<LibSymbols, String>,
     cached_facts: impl FnOnce(LibFacts) -> LibFacts,
 ) -> Named {
     let entry = source
@@ -451,7 +447,7 @@ pub(super) fn name_cached(
     if let Some(signal) = crate::record::interrupt::stopped() {
         return Err(format!("not read: {signal} stopped the naming"));
     }
-    let syms = load(entry.is_some())?;
+    let syms = load()?;
     let wanted: Vec<u64> = missing.iter().map(|&i| addresses[i]).collect();
     // The functions resolved go into the entry as they come, after those it held, unless
     // that is already half the bound: then this run's functions make a new one.

@@ -30,8 +30,8 @@
 //!   that names a kernel address writes it, and the tables of the boots before, which
 //!   no later boot can use, are removed beyond the last few.
 //! - Compressed DWARF: an inflated copy of a debug file whose DWARF is compressed,
-//!   made the second time it is read, so that later runs read only the units they
-//!   need from it (see [`inflated`]).
+//!   made the first time it is needed and read instead of it, so that later runs read
+//!   only the units they need (see [`inflated`]).
 //! - Privacy: the directories are the user's alone (0700, made so when found open to
 //!   others), entries 0600. The kernel's tables are named after a keyed hash of the
 //!   boot and of where the kernel's text starts (see [`SymbolCache::kernel_key`]), with

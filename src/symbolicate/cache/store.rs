@@ -67,9 +67,6 @@ pub struct SymbolCache {
     pending: Mutex<Vec<Pending>>,
     /// How many of `pending` were written as they were made (or are being written).
     written_at_once: std::sync::atomic::AtomicUsize,
-    /// The debug files to write inflated copies of (see [`super::inflated`]), by the
-    /// copy's name: the file read, kept open.
-    pending_inflated: Mutex<Vec<(String, At)>>,
     /// The kernel table among `pending`, if any, and the prefix of the entries an older
     /// sampler kept of the same kernel (see `kernel_table::evict_other_tables`).
     kernel_table: Mutex<Option<(String, String)>>,
@@ -98,7 +95,6 @@ impl SymbolCache {
             owner,
             pending: Mutex::default(),
             written_at_once: Default::default(),
-            pending_inflated: Mutex::default(),
             kernel_table: Mutex::default(),
             secret: std::sync::OnceLock::new(),
             made: usercache::MadeDirs::default(),
@@ -175,41 +171,56 @@ impl SymbolCache {
     }
 
     /// What `read` makes of the inflated copy of the debug file with build ID `build_id`
-    /// that `at` reads (the copy parsed, and a reader of it), when there is one made from
-    /// that very file and `read` makes something of it; then its use is recorded as an
-    /// entry's is.
+    /// that `at` reads (the copy parsed, and a reader of it): the one in the cache when
+    /// it was made from that very file (its use is then recorded as an entry's is), else
+    /// with `make` one made now. `None` when there is none, or `read` makes nothing of it.
+    ///
+    /// A copy made now is written into a new file on its way in, the directories made if
+    /// need be, and kept as a large entry is: renamed into the cache when the run saves,
+    /// else removed. None is made when the file is not one to copy, the directory cannot
+    /// take it, or too many files are held open already.
     pub fn with_inflated<T>(
         &self,
         build_id: &[u8],
         at: &At,
-        read: impl FnOnce(&Elf<'_, &object::ReadCache<At>>, &At) -> Option<T>,
+        make: bool,
+        read: impl Fn(&Elf<'_, &object::ReadCache<At>>, &At) -> Option<T>,
     ) -> Option<T> {
         let identity = at.identity()?;
-        let (file, _) = self.open_entry(&inflated::file_name(build_id))?;
-        let file = std::sync::Arc::new(file);
-        let held = Held::of(&file).ok()?;
-        let copy = At::of_file(file.clone());
-        let reader = object::ReadCache::new(copy.clone());
-        let elf = Elf::parse_held(&reader, Some(&held)).ok()?;
-        if !inflated::made_from(&elf, &copy, &identity) {
+        let name = inflated::file_name(build_id);
+        if let Some((file, _)) = self.open_entry(&name) {
+            let file = std::sync::Arc::new(file);
+            if let Some(made) = read_copy(&file, Some(&identity), &read) {
+                let _ = file.set_modified(SystemTime::now());
+                return Some(made);
+            }
+        }
+        let reader = object::ReadCache::new(at.clone());
+        let elf = Elf::parse(&reader).filter(|_| make)?;
+        if !self.take_open_place() {
             return None;
         }
-        let made = read(&elf, &copy)?;
-        let _ = file.set_modified(SystemTime::now());
+        let dir = usercache::make_dir(&self.root, &DIRS, self.owner, PRIVATE, &self.made).ok()?;
+        let mut temp = TempFile::create(dir, &name, FILE_MODE).ok()?;
+        inflated::write(&elf, at, &identity, &mut temp.file, MAX_ENTRY_BYTES).ok()?;
+        let file = std::sync::Arc::new(temp.file.try_clone().ok()?);
+        let made = read_copy(&file, None, &read)?;
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Pending::Written(temp));
         Some(made)
     }
 
-    /// Asks for an inflated copy of the debug file with build ID `build_id` that `at`
-    /// reads, written by [`SymbolCache::save`].
-    pub fn put_inflated(&self, build_id: &[u8], at: At) {
-        let name = inflated::file_name(build_id);
-        let mut pending = self
-            .pending_inflated
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if !pending.iter().any(|(n, _)| *n == name) {
-            pending.push((name, at));
-        }
+    /// Takes one of the [`MOST_WRITTEN_AT_ONCE`] places among the files held open until
+    /// the run saves; `false` when none is left.
+    fn take_open_place(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.written_at_once
+            .fetch_update(Relaxed, Relaxed, |n| {
+                (n < MOST_WRITTEN_AT_ONCE).then_some(n + 1)
+            })
+            .is_ok()
     }
 
     /// The file `name` of the entries' directory, opened as the cache's own (its owner
@@ -263,17 +274,10 @@ impl SymbolCache {
     /// [`WRITTEN_AT_ONCE_BYTES`]), the directories made if need be (a run that does not
     /// save removes the file, then the directories it made), else its bytes.
     fn keep(&self, name: String, pieces: Vec<Vec<u8>>) {
-        use std::sync::atomic::Ordering::Relaxed;
         // A place among the files held open, taken before writing (outside the lock, so
         // that other workers keep theirs meanwhile).
         let size: usize = pieces.iter().map(Vec::len).sum();
-        let write = size >= WRITTEN_AT_ONCE_BYTES
-            && self
-                .written_at_once
-                .fetch_update(Relaxed, Relaxed, |n| {
-                    (n < MOST_WRITTEN_AT_ONCE).then_some(n + 1)
-                })
-                .is_ok();
+        let write = size >= WRITTEN_AT_ONCE_BYTES && self.take_open_place();
         let entry = match write {
             true => match self.write_temp(&name, &pieces) {
                 Ok(temp) => Pending::Written(temp),
@@ -301,13 +305,7 @@ impl SymbolCache {
     /// halved as well, so that it does not keep its file system full.
     pub fn save(&self) -> Result<usize, String> {
         let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
-        let copies = std::mem::take(
-            &mut *self
-                .pending_inflated
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
-        if pending.is_empty() && copies.is_empty() {
+        if pending.is_empty() {
             return Ok(0);
         }
         let cannot = |e: std::io::Error| format!("cannot write into {}: {e}", self.dir().display());
@@ -335,16 +333,6 @@ impl SymbolCache {
                 // Taken for a file left by a dead process (a run that named for more
                 // than `usercache::STALE_TEMP`): this entry only is not kept.
                 Err(e) if made_before && e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            }
-        }
-        for (name, at) in copies.iter().filter(|_| failed.is_none()) {
-            match write_inflated(&dir, name, at, self.owner) {
-                Ok(true) => written.push(name.clone()),
-                Ok(false) => {}
                 Err(e) => {
                     failed = Some(e);
                     break;
@@ -387,31 +375,22 @@ fn write_new(
     Ok(temp)
 }
 
-/// Writes into `dir` the inflated copy `name` of the debug file `at` reads; `Ok(false)`
-/// when that file cannot be made a copy of (it changed, it is not ELF, or its copy
-/// would be too large), `Err` when the directory could not take it (the temporary file
-/// could not be made or written).
-fn write_inflated(
-    dir: &std::os::fd::OwnedFd,
-    name: &str,
-    at: &At,
-    owner: Option<SudoUser>,
-) -> std::io::Result<bool> {
-    let Some(identity) = at.identity() else {
-        return Ok(false);
-    };
-    let reader = object::ReadCache::new(at.clone());
-    let Some(elf) = Elf::parse(&reader) else {
-        return Ok(false);
-    };
-    let mut temp = TempFile::create(dir.try_clone()?, name, FILE_MODE)?;
-    match inflated::write(&elf, &identity, &mut temp.file, MAX_ENTRY_BYTES) {
-        // Not flushed to disk, as entries are not.
-        Ok(()) => temp.commit(owner, false).map(|()| true),
-        Err(inflated::NotWritten::Unfit(_)) => Ok(false),
-        // A full disk: as for an entry, the cache is halved.
-        Err(inflated::NotWritten::Io(e)) => Err(e),
+/// What `read` makes of the inflated copy open as `file` (parsed, its every section
+/// inside what the file holds), when it was made from the file whose identity is
+/// `identity` (unless `None`: a copy just made).
+fn read_copy<T>(
+    file: &std::sync::Arc<std::fs::File>,
+    identity: Option<&[u64; 5]>,
+    read: impl Fn(&Elf<'_, &object::ReadCache<At>>, &At) -> Option<T>,
+) -> Option<T> {
+    let held = Held::of(file).ok()?;
+    let copy = At::of_file(file.clone());
+    let reader = object::ReadCache::new(copy.clone());
+    let elf = Elf::parse_held(&reader, Some(&held)).ok()?;
+    if identity.is_some_and(|identity| !inflated::made_from(&elf, &copy, identity)) {
+        return None;
     }
+    read(&elf, &copy)
 }
 
 /// The symbol cache is its user's alone (see the module's text).
