@@ -233,8 +233,10 @@ pub fn set_output(fd: &OwnedFd, target: &OwnedFd) -> io::Result<()> {
 
 /// Writes `values` (of `value_size` bytes each) into the elements of the mappable BPF
 /// array map `map` (`BPF_F_MMAPABLE`, of `elements` elements `stride` bytes apart, as
-/// the kernel lays them out) from element `first`. The array is mapped for the copy
-/// and unmapped after it.
+/// the kernel lays them out) from element `first`. The pages that hold those elements
+/// are mapped for the copy and unmapped after it: the kernel maps every page of a
+/// mapping of a BPF array at once, and they count as the process's own memory while
+/// mapped (a chunk of unwind-table rows mapped whole added 1 MiB to a recording's peak).
 pub fn write_mapped_array(
     map: std::os::fd::BorrowedFd<'_>,
     elements: usize,
@@ -250,24 +252,39 @@ pub fn write_mapped_array(
             "values beyond the array",
         ));
     }
+    if count == 0 {
+        return Ok(());
+    }
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|p| usize::try_from(p).ok())
+        .filter(|p| p.is_power_of_two())
+        .ok_or_else(|| io::Error::other("no page size"))?;
+    let from = first * stride / page * page;
+    let to = (first + count) * stride;
     let memory = MmapOptions::new()
-        .len(elements * stride)
+        .offset(from as u64)
+        .len(to.next_multiple_of(page) - from)
         .map_raw(map.as_raw_fd())?;
-    let to = memory.as_mut_ptr();
+    let base = memory.as_mut_ptr();
+    let first_at = first * stride - from;
     // Unwind-table rows are 12 bytes: copied as such, each copy is two moves, where a
     // copy of a size known only at run time is a call (3.8 million of them for a build's
     // tables).
     match value_size {
-        // SAFETY: checked above: elements `first..first + count` lie within the mapping,
-        // and 12 = `value_size` <= `stride`.
-        12 => unsafe { copy_strided::<12>(to, first, stride, values) },
+        // SAFETY: checked above: the elements `first..first + count` lie within the
+        // array, and the mapping holds the pages from the one `first` starts in to the
+        // one the last ends in: byte `first_at + i * stride` of the mapping is where
+        // element `first + i` starts. 12 = `value_size` <= `stride`.
+        12 => unsafe { copy_strided::<12>(base, first_at, stride, values) },
         _ => {
             for (i, value) in values.chunks_exact(value_size).enumerate() {
                 // SAFETY: as in `copy_strided`, for `value_size` bytes.
                 unsafe {
                     std::ptr::copy_nonoverlapping(
                         value.as_ptr(),
-                        to.add((first + i) * stride),
+                        base.add(first_at + i * stride),
                         value_size,
                     );
                 }
@@ -277,20 +294,20 @@ pub fn write_mapped_array(
     Ok(())
 }
 
-/// Copies `values`, `N` bytes each, to elements `first`.. of the mapped array at `to`,
-/// `stride` bytes apart.
+/// Copies `values`, `N` bytes each, into the mapped array at `to`: the first at byte
+/// `first_at`, the next `stride` bytes further, and so on.
 ///
 /// # Safety
 ///
 /// The mapping at `to` (writable, shared with the kernel only: nothing in this process
-/// refers to it) must hold elements `first..first + values.len() / N`, `stride` bytes
-/// apart, and `N <= stride`.
-unsafe fn copy_strided<const N: usize>(to: *mut u8, first: usize, stride: usize, values: &[u8]) {
+/// refers to it) must hold the `values.len() / N` elements from byte `first_at`,
+/// `stride` bytes apart, and `N <= stride`.
+unsafe fn copy_strided<const N: usize>(to: *mut u8, first_at: usize, stride: usize, values: &[u8]) {
     for (i, value) in values.chunks_exact(N).enumerate() {
-        // SAFETY: element `first + i` lies within the mapping and holds `N` bytes (the
+        // SAFETY: this element lies within the mapping and holds `N` bytes (the
         // caller's promise); `value` is our own slice, which does not overlap it.
         unsafe {
-            std::ptr::copy_nonoverlapping(value.as_ptr(), to.add((first + i) * stride), N);
+            std::ptr::copy_nonoverlapping(value.as_ptr(), to.add(first_at + i * stride), N);
         }
     }
 }

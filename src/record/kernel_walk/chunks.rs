@@ -17,6 +17,11 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 
 use super::super::sys;
 
+/// The most elements written with one mapping (or batch): 4,096, 64 KiB of unwind-table
+/// rows as the kernel lays them out. The pages of a mapping count as sampler's memory
+/// while it lasts: a chunk of rows mapped whole added 1 MiB to a short recording's peak.
+const WINDOW_ELEMENTS: usize = 4096;
+
 /// One chunked array; see the module's description.
 pub(super) struct Chunks {
     layout: Layout,
@@ -137,7 +142,7 @@ impl Chunks {
         while done < count {
             let index = first as usize + done;
             let (chunk, at) = (index >> shift, index & (per - 1));
-            let n = (per - at).min(count - done);
+            let n = (per - at).min(count - done).min(WINDOW_ELEMENTS);
             let map = &self.made[chunk];
             let bytes = &values[done * size..(done + n) * size];
             let written = match mapped {

@@ -58,8 +58,13 @@ const HEADER_BYTES: usize = 160;
 /// The longest build ID kept (a SHA-1 is 20 bytes; some linkers write longer ones).
 const MAX_BUILD_ID: usize = 64;
 
-/// Rows read or written at a time: 1 MiB of rows.
+/// Rows written at a time: 1 MiB of rows.
 const BLOCK_ROWS: usize = (1 << 20) / ROW_BYTES;
+
+/// Rows read at a time: 64 KiB of rows. A block read is handed on to the kernel and
+/// then read over: a recording's memory holds one block at once; 1 MiB blocks were
+/// at the top of a short recording's peak.
+const READ_BLOCK_ROWS: usize = (64 << 10) / ROW_BYTES;
 
 /// Permission bits of an entry: the user's alone (it says which files they profile).
 const FILE_MODE: u32 = 0o600;
@@ -455,7 +460,7 @@ impl CachedRows {
         &mut self,
         take: &mut dyn FnMut(&[u8]) -> Result<(), String>,
     ) -> Result<(), String> {
-        let mut block = vec![0u8; BLOCK_ROWS.min(self.count.max(1)) * ROW_BYTES];
+        let mut block = vec![0u8; READ_BLOCK_ROWS.min(self.count.max(1)) * ROW_BYTES];
         let mut checksum = Checksum::default();
         let mut left = self.count;
         let mut at = HEADER_BYTES as u64;
@@ -463,7 +468,7 @@ impl CachedRows {
         let mut last_start = -1i64;
         let damaged = || DAMAGED.to_string();
         while left > 0 {
-            let rows = left.min(BLOCK_ROWS);
+            let rows = left.min(READ_BLOCK_ROWS);
             let bytes = &mut block[..rows * ROW_BYTES];
             self.file
                 .read_exact_at(bytes, at)
