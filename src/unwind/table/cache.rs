@@ -61,10 +61,10 @@ const MAX_BUILD_ID: usize = 64;
 /// Rows written at a time: 1 MiB of rows.
 const BLOCK_ROWS: usize = (1 << 20) / ROW_BYTES;
 
-/// Rows read at a time: 64 KiB of rows. A block read is handed on to the kernel and
+/// Rows read at a time: 256 KiB of rows. A block read is handed on to the kernel and
 /// then read over: a recording's memory holds one block at once; 1 MiB blocks were
 /// at the top of a short recording's peak.
-const READ_BLOCK_ROWS: usize = (64 << 10) / ROW_BYTES;
+const READ_BLOCK_ROWS: usize = (256 << 10) / ROW_BYTES;
 
 /// Permission bits of an entry: the user's alone (it says which files they profile).
 const FILE_MODE: u32 = 0o600;
