@@ -182,6 +182,21 @@ fn compressed_dwarf_is_read_from_an_inflated_copy_on_later_runs() {
         let copy = cache
             .dir()
             .join(inflated::file_name(binary.build_id.as_ref().unwrap()));
+        // A copy that would not fit is refused before anything is inflated or written.
+        let at = binary.at();
+        let reader = object::ReadCache::new(at.clone());
+        let elf = sampler::files::elf::Elf::parse(&reader).unwrap();
+        let mut small = tempfile_in(bin.parent().unwrap());
+        let refused = inflated::write(&elf, &at, &[0; 5], &mut small, 100);
+        assert!(
+            matches!(refused, Err(inflated::NotWritten::Unfit(_))),
+            "{flags:?}: a copy over the bound is refused"
+        );
+        assert_eq!(
+            small.metadata().unwrap().len(),
+            0,
+            "{flags:?}: nothing written"
+        );
         let whole = LibSymbols::from_elf(&data).unwrap();
         let name = |function: &str| {
             let (start, size) = symbol_range(&data, function);
@@ -235,6 +250,17 @@ fn compressed_dwarf_is_read_from_an_inflated_copy_on_later_runs() {
         sampler::symbolicate::name_file(&binary, path, &[start], &opts).unwrap();
         assert!(unused(), "{flags:?}: another version's copy is not used");
     }
+}
+
+/// A new, empty file in `dir`, open for writing.
+fn tempfile_in(dir: &Path) -> std::fs::File {
+    std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.join("small-copy"))
+        .unwrap()
 }
 
 /// Runs a GNU binutils command in `dir`.

@@ -30,7 +30,7 @@ use std::io::{Read, Write};
 
 use object::ReadRef;
 
-use crate::files::elf::{section_stream, Elf};
+use crate::files::elf::{section_size, section_stream, Elf};
 use crate::files::image::At;
 
 /// The prefix of a copy's name among the entries.
@@ -61,6 +61,16 @@ fn copied_name(name: &str) -> Option<String> {
         .strip_prefix(".debug_")
         .or_else(|| name.strip_prefix(".zdebug_"))?;
     (!matches!(rest, "loc" | "loclists")).then(|| format!(".debug_{rest}"))
+}
+
+/// The sections of `elf` a copy holds: the DWARF sections [`copied_name`] names, with
+/// bytes in the file.
+fn copied_sections<'e, 'd, R: ReadRef<'d>>(
+    elf: &'e Elf<'d, R>,
+) -> impl Iterator<Item = crate::files::elf::Section<'d>> + 'e {
+    elf.sections().filter(|section| {
+        copied_name(section.name).is_some() && section.kind() != object::elf::SHT_NOBITS
+    })
 }
 
 /// Whether the copy `elf` was made from the file whose identity is `identity`.
@@ -145,6 +155,16 @@ pub fn write<'d, R: ReadRef<'d>>(
         return Err(NotWritten::Unfit("not a little-endian file".into()));
     }
     let io = NotWritten::Io;
+    // Nothing is inflated for a copy that would not fit.
+    let mut size = HEADER_BYTES as u64;
+    for section in copied_sections(elf) {
+        size += section_size(elf, &section).map_err(NotWritten::Unfit)? as u64;
+    }
+    if size > max_bytes {
+        return Err(NotWritten::Unfit(format!(
+            "more than {max_bytes} bytes inflated"
+        )));
+    }
     // (name offset in the names, type, offset, size) of each section after the null one.
     let mut table: Vec<(u32, u32, u64, u64)> = Vec::new();
     let mut names = vec![0u8];
@@ -156,13 +176,10 @@ pub fn write<'d, R: ReadRef<'d>>(
     };
     out.write_all(&[0u8; HEADER_BYTES]).map_err(io)?;
     let mut offset = HEADER_BYTES as u64;
-    for section in elf.sections() {
+    for section in copied_sections(elf) {
         let Some(copied) = copied_name(section.name) else {
             continue;
         };
-        if section.kind() == object::elf::SHT_NOBITS {
-            continue;
-        }
         let (mut bytes, len) = section_stream(elf, &section, at).map_err(NotWritten::Unfit)?;
         let len = len as u64;
         if offset + len > max_bytes {
