@@ -17,10 +17,7 @@ const SAMPLE_BYTES_BESIDES_STACK: usize = 1024;
 /// copy of `stack_bytes`: the kernel drops a record larger than the whole ring, so a
 /// smaller ring records nothing.
 pub fn min_ring_pages(stack_bytes: u32) -> usize {
-    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .map_or(4096, |p| p as usize);
+    let page = sys::page_size();
     (stack_bytes as usize + SAMPLE_BYTES_BESIDES_STACK)
         .div_ceil(page)
         .next_power_of_two()

@@ -255,12 +255,7 @@ pub fn write_mapped_array(
     if count == 0 {
         return Ok(());
     }
-    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .and_then(|p| usize::try_from(p).ok())
-        .filter(|p| p.is_power_of_two())
-        .ok_or_else(|| io::Error::other("no page size"))?;
+    let page = page_size();
     let from = first * stride / page * page;
     let to = (first + count) * stride;
     let memory = MmapOptions::new()
@@ -330,6 +325,17 @@ pub struct RingRecord<'a> {
 }
 
 pub const PAGE_SIZE: usize = 4096;
+
+/// The size of a page of memory, as the kernel says ([`PAGE_SIZE`] where it cannot be
+/// asked).
+pub fn page_size() -> usize {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|p| usize::try_from(p).ok())
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(PAGE_SIZE)
+}
 
 impl RingBuffer {
     /// Maps the ring buffer of `fd` with `data_pages` data pages (a power of two).

@@ -63,14 +63,14 @@ fn copied_name(name: &str) -> Option<String> {
     (!matches!(rest, "loc" | "loclists")).then(|| format!(".debug_{rest}"))
 }
 
-/// The sections of `elf` a copy holds: the DWARF sections [`copied_name`] names, with
-/// bytes in the file.
+/// The sections of `elf` a copy holds, with the names they keep there: the DWARF
+/// sections [`copied_name`] names, with bytes in the file.
 fn copied_sections<'e, 'd, R: ReadRef<'d>>(
     elf: &'e Elf<'d, R>,
-) -> impl Iterator<Item = crate::files::elf::Section<'d>> + 'e {
-    elf.sections().filter(|section| {
-        copied_name(section.name).is_some() && section.kind() != object::elf::SHT_NOBITS
-    })
+) -> impl Iterator<Item = (crate::files::elf::Section<'d>, String)> + 'e {
+    elf.sections()
+        .filter(|section| section.kind() != object::elf::SHT_NOBITS)
+        .filter_map(|section| Some((section, copied_name(section.name)?)))
 }
 
 /// Whether the copy `elf` was made from the file whose identity is `identity`.
@@ -141,9 +141,9 @@ fn copy_section(
 
 /// Writes into `out` the copy of the 64-bit little-endian ELF file `elf` (read through
 /// `at`), whose identity is `identity`: the file header, each DWARF section inflated as
-/// it comes (at most `max_bytes` in all), the source section, the section names and the section
-/// table. `Err` says why not: the file cannot be made a copy of, or `out` could not
-/// take it (a full disk).
+/// it comes (at most `max_bytes` in all, as the section headers say, before any is
+/// inflated), the source section, the section names and the section table. `Err` says
+/// why not: the file cannot be made a copy of, or `out` could not take it (a full disk).
 pub fn write<'d, R: ReadRef<'d>>(
     elf: &Elf<'d, R>,
     at: &At,
@@ -157,7 +157,7 @@ pub fn write<'d, R: ReadRef<'d>>(
     let io = NotWritten::Io;
     // Nothing is inflated for a copy that would not fit.
     let mut size = HEADER_BYTES as u64;
-    for section in copied_sections(elf) {
+    for (section, _) in copied_sections(elf) {
         size += section_size(elf, &section).map_err(NotWritten::Unfit)? as u64;
     }
     if size > max_bytes {
@@ -176,17 +176,9 @@ pub fn write<'d, R: ReadRef<'d>>(
     };
     out.write_all(&[0u8; HEADER_BYTES]).map_err(io)?;
     let mut offset = HEADER_BYTES as u64;
-    for section in copied_sections(elf) {
-        let Some(copied) = copied_name(section.name) else {
-            continue;
-        };
+    for (section, copied) in copied_sections(elf) {
         let (mut bytes, len) = section_stream(elf, &section, at).map_err(NotWritten::Unfit)?;
         let len = len as u64;
-        if offset + len > max_bytes {
-            return Err(NotWritten::Unfit(format!(
-                "more than {max_bytes} bytes inflated"
-            )));
-        }
         copy_section(&mut bytes, len, out, section.name)?;
         let at = name(&mut names, &copied);
         table.push((at, object::elf::SHT_PROGBITS.0, offset, len));

@@ -195,8 +195,11 @@ impl SymbolCache {
                 return Some(made);
             }
         }
+        if !make {
+            return None;
+        }
         let reader = object::ReadCache::new(at.clone());
-        let elf = Elf::parse(&reader).filter(|_| make)?;
+        let elf = Elf::parse(&reader)?;
         if !self.take_open_place() {
             return None;
         }
