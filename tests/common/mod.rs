@@ -640,6 +640,9 @@ pub enum Need {
     Located(&'static str, fn() -> Option<String>),
     /// At least this many online CPUs.
     Cpus(usize),
+    /// A property of this build of the tests and the binary: what it is, and whether it
+    /// holds.
+    Build(&'static str, fn() -> bool),
     /// An unprivileged user may record its own processes (`kernel.perf_event_paranoid`
     /// at most 2).
     UserPerf,
@@ -692,6 +695,7 @@ impl Need {
                 (!runs(program, args)).then(|| format!("no working `{program}` here"))
             }
             Need::Located(what, find) => find().is_none().then(|| format!("no {what} here")),
+            Need::Build(what, holds) => (!holds()).then(|| format!("this build is not {what}")),
             Need::Consumer(what, present) => {
                 (!present()).then(|| format!("{what} is not installed"))
             }

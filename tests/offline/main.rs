@@ -2,9 +2,10 @@
 //! offline`): the symbolicator on programs compiled here, CFI read function by function,
 //! the unwinder on captured samples and the corpus of captures, the design's worked
 //! examples, bad input for the real `sampler` binary, seeded mutations of the readers of
-//! untrusted input, `scripts/install`, the shape of the source tree, and the unwind tables
-//! made for the kernel against framehop. Each module lists its tests; the end-to-end
-//! tests that record with perf are in `tests/perf/`, one binary each.
+//! untrusted input, `scripts/install`, the shape of the source tree, the unwind tables made
+//! for the kernel against framehop, and the layout of the binary's text. Each module
+//! lists its tests; the end-to-end tests that record with perf are in `tests/perf/`, one
+//! binary each.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -19,6 +20,7 @@ mod lazy_cfi;
 mod robustness;
 mod seed_examples;
 mod symbolicate;
+mod text_order;
 mod unwind_fixtures;
 mod unwind_table;
 
@@ -32,6 +34,7 @@ fn main() {
         robustness::tests(),
         seed_examples::tests(),
         symbolicate::tests(),
+        text_order::tests(),
         unwind_fixtures::tests(),
         unwind_table::tests(),
     ];
