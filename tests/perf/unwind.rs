@@ -290,6 +290,12 @@ fn kernel_tables_are_kept_between_runs_and_a_damaged_one_is_refused() {
 /// of someone else's beside the command, which takes as many samples as the command
 /// does, leaves the ring's bytes per sample near the command's own (without the drop,
 /// each of its samples brings a stack copy of 8 KB or more).
+///
+/// The bound: the two busy threads take two thirds of the samples, so without the drop
+/// the mean would be some 11,000 bytes (16 KiB copies). With it, about 2,000 on an idle
+/// machine (the busy process's first 70 or so samples, before the reader has named it,
+/// bring their copies) and up to 3,700 on one so busy that the command's own first
+/// samples come before its tables are loaded and bring copies too.
 fn samples_of_processes_not_followed_are_dropped_in_the_kernel() {
     let test = "samples_of_processes_not_followed_are_dropped_in_the_kernel";
     let mut stranger = std::process::Command::new(target("busy"))
@@ -319,7 +325,7 @@ fn samples_of_processes_not_followed_are_dropped_in_the_kernel() {
         "{test}: only the command is in the profile: {err}"
     );
     assert!(
-        per_sample < 2_000,
+        per_sample < 6_000,
         "{test}: {per_sample} bytes per sample: {err}"
     );
 }
