@@ -56,7 +56,8 @@ fn pack_relocations() {
 /// which says how) first in the binary's text, in that order, when the linker takes a
 /// symbol ordering file (LLD, rustc's linker for this target since 1.90). The kernel maps
 /// code 64 KiB at a time around each page first run: scattered over the 6 MB of text,
-/// the 1,600 functions of a warm recording kept 4.7 MiB of it resident; together, 2 MiB.
+/// the 1,400 to 1,900 functions of a warm recording kept 4.7 MiB of it resident;
+/// together, 2 MiB.
 /// Names the binary lacks (another profile's, a stale file's) are skipped in silence.
 /// Sets `SAMPLER_TEXT_ORDERED` for the tests when the layout was asked for.
 fn order_text() {
